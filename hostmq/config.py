@@ -1,0 +1,181 @@
+"""Typed configuration: one frozen dataclass per component, every field documented with its unit.
+
+``Config`` groups the sections ``namesrv``, ``broker`` and ``store``; the same keys are valid in
+``ROOT/hostmq.toml`` and as the ``config=`` dict of ``LocalCluster`` / ``MessageStore``. Unknown keys
+and values of the wrong type raise :class:`~hostmq.errors.ConfigError` naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    scan_interval_s: float = 10.0        # how often silent brokers are looked for
+    broker_expiry_s: float = 120.0       # a broker silent this long is dropped from routes
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    register_interval_s: float = 30.0    # broker → every NameServer
+    auto_create_topic: bool = True       # create a topic on its first send
+    default_topic_queues: int = 4        # queues of an auto-created topic
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    long_polling_s: float = 15.0         # longest a pull with nothing new is held
+    transaction_check_interval_s: float = 60.0
+    transaction_check_max: int = 15      # check-backs before a half message is given up
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    commitlog_file_bytes: int = 1 << 30            # size of each commitlog mapped file
+    consume_queue_file_entries: int = 300_000      # 20-byte entries per consume-queue file
+    index_slots: int = 5_000_000                   # hash slots per index file
+    index_entries: int = 20_000_000                # entries per index file
+    message_index_enable: bool = True              # build the key / unique-id index
+    flush_disk_type: str = ASYNC_FLUSH             # or SYNC_FLUSH (send returns after fsync)
+    flush_interval_ms: int = 500                   # async commitlog flush period
+    flush_least_pages: int = 4                     # async flush waits for this many dirty 4 KiB pages
+    flush_thorough_interval_ms: int = 10_000       # ... unless this long passed since a full flush
+    flush_cq_interval_ms: int = 1_000              # consume queue / index flush period
+    flush_cq_least_pages: int = 2
+    sync_flush_timeout_ms: int = 5_000             # SYNC_FLUSH: answer FLUSH_DISK_TIMEOUT after this
+    max_message_bytes: int = 4 * 1024 * 1024       # largest body accepted
+    max_properties_bytes: int = (1 << 15) - 1      # largest encoded properties accepted
+    transient_store_pool_enable: bool = False      # write into mlocked buffers, commit to the file
+    transient_store_pool_size: int = 5             # buffers in the pool
+    warm_mapped_file: bool = False                 # pre-touch new mapped files
+    file_reserved_hours: float = 72.0              # commitlog files older than this may be deleted
+    delete_when: str = "04"                        # hours (";"-separated) when expired files go
+    disk_max_used_ratio: float = 0.75              # above this, expired files go at any hour
+    disk_force_clean_ratio: float = 0.85           # above this, the oldest files go even if not expired
+    disk_refuse_ratio: float = 0.90                # above this, writes are refused (StoreFullError)
+    delete_files_batch_max: int = 10               # files deleted per cleanup pass
+    check_crc_on_recover: bool = True              # verify body CRCs during abnormal recovery
+
+    def __post_init__(self) -> None:
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ConfigError(f"store.flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, "
+                              f"got {self.flush_disk_type!r}")
+        if self.commitlog_file_bytes < 4096:
+            raise ConfigError("store.commitlog_file_bytes must be at least 4096")
+        if self.consume_queue_file_entries < 1 or self.index_slots < 1 or self.index_entries < 1:
+            raise ConfigError("store.consume_queue_file_entries, index_slots and index_entries must be ≥ 1")
+        if not 0 < self.max_message_bytes:
+            raise ConfigError("store.max_message_bytes must be positive")
+        if not 0 <= self.max_properties_bytes <= (1 << 15) - 1:
+            raise ConfigError("store.max_properties_bytes must be within 0..32767")
+        for name in ("disk_max_used_ratio", "disk_force_clean_ratio", "disk_refuse_ratio"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ConfigError(f"store.{name} must be within (0, 1]")
+
+
+@dataclass(frozen=True)
+class Config:
+    namesrv: NamesrvConfig = field(default_factory=NamesrvConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Config":
+        """Build from ``{"store": {...}, ...}``; unknown sections or keys raise ConfigError."""
+        data = dict(data or {})
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        out = {}
+        for name, value in data.items():
+            if name not in sections:
+                raise ConfigError(f"unknown config section {name!r}; expected one of {sorted(sections)}")
+            out[name] = section_from_dict(_SECTION_TYPES[name], value, name)
+        return cls(**out)
+
+    @classmethod
+    def load(cls, source: "Config | Mapping[str, Any] | str | Path | None") -> "Config":
+        if source is None:
+            return cls()
+        if isinstance(source, Config):
+            return source
+        if isinstance(source, (str, Path)):
+            try:
+                with open(source, "rb") as f:
+                    return cls.from_dict(tomllib.load(f))
+            except OSError as e:
+                raise ConfigError(f"cannot read config file {source}: {e.strerror}") from None
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"config file {source} is not valid TOML: {e}") from None
+        return cls.from_dict(source)
+
+    def with_overrides(self, data: Mapping[str, Any] | None) -> "Config":
+        """A copy with the given sections' keys replaced."""
+        if not data:
+            return self
+        base = {s: dataclasses.asdict(getattr(self, s)) for s in _SECTION_TYPES}
+        for s, values in data.items():
+            if s not in base:
+                raise ConfigError(f"unknown config section {s!r}")
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"config section {s!r} must be a table")
+            base[s].update(values)
+        return Config.from_dict(base)
+
+
+_SECTION_TYPES = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "store": StoreConfig}
+
+
+def section_from_dict(kind: type, data: Any, name: str = ""):
+    """Build one section dataclass from a mapping, checking keys and value types."""
+    if isinstance(data, kind):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config section {name!r} must be a table, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {name}.{key}; known: {', '.join(sorted(fields))}")
+        kwargs[key] = _coerce(fields[key].default, value, f"{name}.{key}")
+    try:
+        return kind(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"bad config section {name!r}: {e}") from None
+
+
+def _coerce(default: Any, value: Any, key: str) -> Any:
+    want = type(default)
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+    elif want is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif want is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif want is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{key} must be {want.__name__}, got {value!r}")
+
+
+def store_config(config: "StoreConfig | Config | Mapping[str, Any] | None") -> StoreConfig:
+    """Accept a StoreConfig, a Config, a flat dict of store keys, or ``{"store": {...}}``."""
+    if config is None:
+        return StoreConfig()
+    if isinstance(config, StoreConfig):
+        return config
+    if isinstance(config, Config):
+        return config.store
+    if isinstance(config, Mapping) and set(config) <= set(_SECTION_TYPES):
+        return Config.from_dict(config).store
+    return section_from_dict(StoreConfig, config, "store")

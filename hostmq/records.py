@@ -1,0 +1,461 @@
+"""Every binary layout of hostmq, declared once, with pure encode/decode functions.
+
+All layouts are big-endian and follow RocketMQ so its documentation applies.
+
+Commitlog record (RocketMQ message format V1)::
+
+    +0  TOTALSIZE i32 | MAGICCODE u32 | BODYCRC u32 | QUEUEID i32 | FLAG i32
+    +20 QUEUEOFFSET i64 | PHYSICALOFFSET i64 | SYSFLAG i32 | BORNTIMESTAMP i64 | BORNHOST 8
+    +56 STORETIMESTAMP i64 | STOREHOST 8 | RECONSUMETIMES i32 | PREPAREDTRANSACTIONOFFSET i64
+    +84 BODYLENGTH i32                                   (= MSG_HEADER, 88 bytes)
+    +88 BODY | TOPICLENGTH u8 | TOPIC | PROPERTIESLENGTH u16 | PROPERTIES ("name\\x01value\\x02" …)
+
+A record never spans two files: the rest of a file is a blank record (TOTALSIZE, BLANK_MAGIC_CODE)
+of at least ``MIN_BLANK_BYTES``. BODYCRC is ``crc32(body) & 0x7FFFFFFF`` (RocketMQ's ``UtilAll.crc32``);
+as in RocketMQ V1 it is the only checksum, so a flipped bit in another header field is only caught
+when it breaks the record's structure (size, magic, lengths).
+
+BORNHOST / STOREHOST are ``host_tag (4 bytes) + pid (u32)``; a message id is STOREHOST followed by the
+record's physical offset, 16 bytes as 32 upper-case hex digits, so a message is found from its id alone.
+
+Decoders raise :class:`~hostmq.errors.CorruptRecordError` for any malformed input (never IndexError
+or struct.error).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import os
+import re
+import socket
+import struct
+import time
+import zlib
+from collections import namedtuple
+from typing import Mapping
+
+import numpy as np
+
+from .errors import CorruptRecordError, ValidationError
+
+# ---------------------------------------------------------------------------------------------
+# Commitlog record
+# ---------------------------------------------------------------------------------------------
+MAGIC_CODE = 0xDAA320A7          # RocketMQ MESSAGE_MAGIC_CODE (V1), -626843481 as a Java int
+BLANK_MAGIC_CODE = 0xCBD43194    # RocketMQ BLANK_MAGIC_CODE, -875286124 as a Java int
+
+MSG_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+MSG_HEADER_DTYPE = np.dtype([
+    ("total_size", ">i4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("phys_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts_ms", ">i8"),
+    ("born_host", "S8"), ("store_ts_ms", ">i8"), ("store_host", "S8"), ("reconsume_times", ">i4"),
+    ("prepared_tx_offset", ">i8"), ("body_length", ">i4"),
+])
+assert MSG_HEADER.size == MSG_HEADER_DTYPE.itemsize == 88
+RecordHeader = namedtuple("RecordHeader", MSG_HEADER_DTYPE.names)
+# Byte offset of each header field inside a record, taken from the one declaration above.
+FIELD = {name: MSG_HEADER_DTYPE.fields[name][1] for name in MSG_HEADER_DTYPE.names}
+
+TOPIC_LEN = struct.Struct(">B")
+PROPS_LEN = struct.Struct(">H")
+BLANK = struct.Struct(">iI")               # TOTALSIZE, BLANK_MAGIC_CODE
+MIN_BLANK_BYTES = BLANK.size               # every file ends with at least this much blank record
+SIZE_MAGIC = struct.Struct(">iI")          # the first two fields of any record
+
+MAX_TOPIC_CHARS = 127
+MAX_PROPERTIES_BYTES = (1 << 15) - 1       # PROPERTIESLENGTH is a u16 and RocketMQ limits it to < 32 KiB
+MAX_BODY_BYTES_DEFAULT = 4 * 1024 * 1024
+
+# SYSFLAG bits (RocketMQ MessageSysFlag)
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TX_PREPARED = 0x1 << 2
+SYSFLAG_TX_COMMIT = 0x2 << 2
+SYSFLAG_TX_ROLLBACK = 0x3 << 2
+SYSFLAG_TX_MASK = 0x3 << 2
+
+# Property names (RocketMQ MessageConst)
+PROP_TAGS = "TAGS"
+PROP_KEYS = "KEYS"
+PROP_UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
+PROP_DELAY = "DELAY"
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QUEUE_ID = "REAL_QID"
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_ORIGIN_MSG_ID = "ORIGIN_MESSAGE_ID"
+PROP_TRANSACTION_PREPARED = "TRAN_MSG"
+PROP_PRODUCER_GROUP = "PGROUP"
+KEY_SEPARATOR = " "
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+class RecordKind:
+    """What :func:`check_record` found at a position."""
+
+    MESSAGE = 0
+    BLANK = 1
+
+
+def record_size(body_bytes: int, topic_bytes: int, props_bytes: int) -> int:
+    """Total stored size of a record with the given variable parts."""
+    return MSG_HEADER.size + body_bytes + TOPIC_LEN.size + topic_bytes + PROPS_LEN.size + props_bytes
+
+
+def body_crc(body: bytes) -> int:
+    """RocketMQ's ``UtilAll.crc32(body)``: CRC32 with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_tail(topic_b: bytes, props_b: bytes) -> bytes:
+    """The bytes after the body: TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES."""
+    return TOPIC_LEN.pack(len(topic_b)) + topic_b + PROPS_LEN.pack(len(props_b)) + props_b
+
+
+def encode_record(topic_b: bytes, body: bytes, props_b: bytes, *, queue_id: int = 0, flag: int = 0,
+                  sys_flag: int = 0, born_ts_ms: int = 0, born_host: bytes = b"\0" * 8,
+                  store_ts_ms: int = 0, store_host: bytes = b"\0" * 8, reconsume_times: int = 0,
+                  prepared_tx_offset: int = 0, queue_offset: int = 0, phys_offset: int = 0,
+                  crc: int | None = None) -> bytes:
+    """One complete record. The writer patches queue/phys offsets and the store time later."""
+    tail = record_tail(topic_b, props_b)
+    total = MSG_HEADER.size + len(body) + len(tail)
+    head = MSG_HEADER.pack(total, MAGIC_CODE, body_crc(body) if crc is None else crc, queue_id, flag,
+                           queue_offset, phys_offset, sys_flag, born_ts_ms, born_host, store_ts_ms,
+                           store_host, reconsume_times, prepared_tx_offset, len(body))
+    return head + body + tail
+
+
+def _fail(pos: int, why: str) -> CorruptRecordError:
+    return CorruptRecordError("", pos, why)
+
+
+def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[int, int]:
+    """Validate the record at ``pos`` (bytes up to ``limit`` are available).
+
+    Returns ``(kind, total_size)``; raises CorruptRecordError for a torn, truncated or garbage record.
+    """
+    if limit - pos < SIZE_MAGIC.size:
+        raise _fail(pos, "truncated before size and magic")
+    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total < MIN_BLANK_BYTES or total > limit - pos:
+            raise _fail(pos, f"blank record of impossible size {total}")
+        return RecordKind.BLANK, total
+    if magic != MAGIC_CODE:
+        raise _fail(pos, f"bad magic 0x{magic:08X}")
+    if total < record_size(0, 0, 0) or total > limit - pos:
+        raise _fail(pos, f"impossible total size {total} (room {limit - pos})")
+    body_len = struct.unpack_from(">i", buf, pos + FIELD["body_length"])[0]
+    if body_len < 0 or MSG_HEADER.size + body_len + TOPIC_LEN.size > total:
+        raise _fail(pos, f"body length {body_len} does not fit total size {total}")
+    tpos = pos + MSG_HEADER.size + body_len
+    topic_len = buf[tpos]
+    ppos = tpos + TOPIC_LEN.size + topic_len
+    if ppos + PROPS_LEN.size > pos + total:
+        raise _fail(pos, "topic length does not fit")
+    props_len = PROPS_LEN.unpack_from(buf, ppos)[0]
+    if ppos + PROPS_LEN.size + props_len != pos + total:
+        raise _fail(pos, "lengths do not add up to the total size")
+    if verify_crc:
+        stored = struct.unpack_from(">I", buf, pos + FIELD["body_crc"])[0]
+        start = pos + MSG_HEADER.size
+        if body_crc(buf[start:start + body_len]) != stored:
+            raise _fail(pos, "body CRC mismatch")
+    return RecordKind.MESSAGE, total
+
+
+def record_topic(buf, pos: int) -> str:
+    """Topic of a (checked) record."""
+    body_len = struct.unpack_from(">i", buf, pos + FIELD["body_length"])[0]
+    tpos = pos + MSG_HEADER.size + body_len
+    n = buf[tpos]
+    return _topic_str(bytes(buf[tpos + 1:tpos + 1 + n]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_str(b: bytes) -> str:
+    return b.decode("utf-8")
+
+
+def record_properties_bytes(buf, pos: int) -> bytes:
+    """PROPERTIES bytes of a (checked) record."""
+    body_len = struct.unpack_from(">i", buf, pos + FIELD["body_length"])[0]
+    tpos = pos + MSG_HEADER.size + body_len
+    ppos = tpos + TOPIC_LEN.size + buf[tpos]
+    plen = PROPS_LEN.unpack_from(buf, ppos)[0]
+    return bytes(buf[ppos + PROPS_LEN.size:ppos + PROPS_LEN.size + plen])
+
+
+def decode_record(buf, pos: int = 0, limit: int | None = None, verify_crc: bool = True):
+    """Fully decode and validate one record: ``(RecordHeader, topic, body, properties)``."""
+    limit = len(buf) if limit is None else limit
+    kind, total = check_record(buf, pos, limit, verify_crc)
+    if kind != RecordKind.MESSAGE:
+        raise _fail(pos, "blank record where a message was expected")
+    h = RecordHeader._make(MSG_HEADER.unpack_from(buf, pos))
+    try:
+        topic = record_topic(buf, pos)
+    except UnicodeDecodeError as e:
+        raise _fail(pos, f"topic is not UTF-8: {e}") from None
+    props = decode_properties(record_properties_bytes(buf, pos))
+    start = pos + MSG_HEADER.size
+    return h, topic, bytes(buf[start:start + h.body_length]), props
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    """``name\\x01value\\x02`` for each pair (RocketMQ ``messageProperties2String``)."""
+    parts = []
+    for k, v in props.items():
+        k, v = str(k), str(v)
+        if not k or NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
+            raise ValidationError(f"property {k!r}: names must be non-empty and neither name nor value "
+                                  "may contain \\x01 or \\x02")
+        parts.append(f"{k}\x01{v}\x02")
+    return "".join(parts).encode("utf-8")
+
+
+def decode_properties(data: bytes) -> dict[str, str]:
+    """Inverse of :func:`encode_properties`; malformed input raises CorruptRecordError."""
+    if not data:
+        return {}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(0, f"properties are not UTF-8: {e}") from None
+    out = {}
+    for pair in text.split(PROPERTY_SEP):
+        if not pair:
+            continue
+        name, sep, value = pair.partition(NAME_VALUE_SEP)
+        if not sep or not name:
+            raise _fail(0, f"malformed property pair {pair[:40]!r}")
+        out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches: records encoded back to back, patched in place by the writer with numpy
+# ---------------------------------------------------------------------------------------------
+# The three fields the appender fills in, as one 24-byte scatter per record.
+_PATCH_COLS = np.concatenate([
+    np.arange(FIELD["queue_offset"], FIELD["queue_offset"] + 8),
+    np.arange(FIELD["phys_offset"], FIELD["phys_offset"] + 8),
+    np.arange(FIELD["store_ts_ms"], FIELD["store_ts_ms"] + 8),
+])
+_PATCH_DTYPE = np.dtype([("queue_offset", ">i8"), ("phys_offset", ">i8"), ("store_ts_ms", ">i8")])
+assert _PATCH_DTYPE.itemsize == len(_PATCH_COLS) == 24
+_ENC_QO = FIELD["queue_offset"]
+
+
+def encode_batch(records_: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """Concatenate encoded records; returns the blob and each record's start (int64) within it."""
+    sizes = np.fromiter((len(r) for r in records_), dtype=np.int64, count=len(records_))
+    starts = np.zeros(len(records_), dtype=np.int64)
+    if len(records_) > 1:
+        np.cumsum(sizes[:-1], out=starts[1:])
+    return b"".join(records_), starts
+
+
+def batch_record_sizes(blob, starts: np.ndarray) -> np.ndarray:
+    """TOTALSIZE of each record in a batch blob (vectorised read)."""
+    u8 = np.frombuffer(blob, dtype=np.uint8)
+    if len(starts) and (starts[-1] + 4 > len(u8) or starts.min() < 0):
+        raise _fail(int(starts[-1]), "batch record start beyond the blob")
+    idx = starts[:, None] + np.arange(4)
+    return u8[idx].view(">i4").ravel().astype(np.int64)
+
+
+def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, queue_offsets: np.ndarray,
+                phys_offsets: np.ndarray, store_ts_ms: int) -> None:
+    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of many records at once.
+
+    ``u8`` is a writable uint8 view of the destination, ``abs_starts`` the records' positions in it.
+    """
+    n = len(abs_starts)
+    vals = np.empty(n, dtype=_PATCH_DTYPE)
+    vals["queue_offset"] = queue_offsets
+    vals["phys_offset"] = phys_offsets
+    vals["store_ts_ms"] = store_ts_ms
+    u8[abs_starts[:, None] + _PATCH_COLS] = vals.view(np.uint8).reshape(n, 24)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message id, hosts, unique ids
+# ---------------------------------------------------------------------------------------------
+MSG_ID = struct.Struct(">8sq")     # STOREHOST, PHYSICALOFFSET
+assert MSG_ID.size == 16
+
+
+def encode_msg_id(store_host: bytes, phys_offset: int) -> str:
+    return MSG_ID.pack(store_host, phys_offset).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[bytes, int]:
+    """``(store_host, phys_offset)`` of a message id; ValidationError if it is not one."""
+    if not isinstance(msg_id, str) or len(msg_id) != 2 * MSG_ID.size:
+        raise ValidationError(f"message id must be {2 * MSG_ID.size} hex digits, got {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValidationError(f"message id is not hex: {msg_id!r}") from None
+    host, phys = MSG_ID.unpack(raw)
+    if phys < 0:
+        raise ValidationError(f"message id has a negative offset: {msg_id!r}")
+    return host, phys
+
+
+@functools.lru_cache(maxsize=1)
+def host_tag() -> bytes:
+    """4 bytes naming this machine (from /etc/machine-id, else the host name)."""
+    try:
+        with open("/etc/machine-id", "rb") as f:
+            seed = f.read().strip()
+    except OSError:
+        seed = b""
+    seed = seed or socket.gethostname().encode()
+    return hashlib.md5(seed).digest()[:4]
+
+
+def host_bytes(pid: int | None = None) -> bytes:
+    """BORNHOST / STOREHOST value: host tag + pid."""
+    return host_tag() + struct.pack(">I", (os.getpid() if pid is None else pid) & 0xFFFFFFFF)
+
+
+class _UniqueIds:
+    """RocketMQ-style client unique ids: a per-process prefix plus a time-seeded counter (32 hex)."""
+
+    def __init__(self) -> None:
+        self._pid = None
+        self._prefix = ""
+        self._next = None
+
+    def __call__(self) -> str:
+        pid = os.getpid()
+        if pid != self._pid:  # re-seed after fork so parent and child never share a sequence
+            self._pid = pid
+            self._prefix = host_bytes(pid).hex().upper()
+            self._next = itertools.count(int(time.time() * 1000) << 16).__next__
+        return f"{self._prefix}{self._next():016X}"
+
+
+new_unique_id = _UniqueIds()
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and hashing
+# ---------------------------------------------------------------------------------------------
+def validate_topic(topic) -> bytes:
+    """Encoded topic, or ValidationError (RocketMQ ``TopicValidator`` rules)."""
+    if not isinstance(topic, str) or not topic:
+        raise ValidationError(f"topic must be a non-empty string, got {topic!r}")
+    if len(topic) > MAX_TOPIC_CHARS:
+        raise ValidationError(f"topic is {len(topic)} characters; at most {MAX_TOPIC_CHARS} allowed")
+    if not _TOPIC_RE.match(topic):
+        raise ValidationError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
+    return topic.encode("ascii")
+
+
+@functools.lru_cache(maxsize=65536)
+def tag_hash(tag: str) -> int:
+    """Java ``String.hashCode`` of a tag (a signed 32-bit int), as stored in the consume queue."""
+    return java_string_hash(tag)
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode``: over UTF-16 code units, wrapping at 32 bits, signed."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+_POW31 = np.ones(256, dtype=np.uint32)
+for _i in range(1, 256):
+    _POW31[_i] = np.uint32((int(_POW31[_i - 1]) * 31) & 0xFFFFFFFF)
+# 31 is odd, so 31**k is invertible modulo 2**32: lets a right-padded row be hashed in one pass.
+_INV_POW31 = np.array([pow(int(p), -1, 1 << 32) for p in _POW31], dtype=np.uint32)
+
+
+def java_string_hash_many(strings: list[str]) -> np.ndarray:
+    """Vectorised :func:`java_string_hash` for many strings (int32 array)."""
+    n = len(strings)
+    out = np.empty(n, dtype=np.int32)
+    if n == 0:
+        return out
+    arr = np.array(strings, dtype=str)
+    width = arr.dtype.itemsize // 4
+    if width == 0 or width >= len(_POW31):
+        return np.array([java_string_hash(s) for s in strings], dtype=np.int32)
+    cp = arr.view(np.uint32).reshape(n, width)
+    if (cp > 0xFFFF).any():    # astral characters need surrogate pairs: take the exact path
+        return np.array([java_string_hash(s) for s in strings], dtype=np.int32)
+    lens = np.fromiter((len(s) for s in strings), dtype=np.intp, count=n)
+    with np.errstate(over="ignore"):
+        h = (cp * _POW31[width - 1::-1]).sum(axis=1, dtype=np.uint32)
+        h = h * _INV_POW31[width - lens]
+    return h.view(np.int32)
+
+
+def decompress_body(body: bytes) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error as e:
+        raise _fail(0, f"compressed body does not inflate: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Consume queue entry
+# ---------------------------------------------------------------------------------------------
+CQ_ENTRY = np.dtype([("phys_offset", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])
+assert CQ_ENTRY.itemsize == 20
+CQ_ENTRY_STRUCT = struct.Struct(">qiq")
+assert CQ_ENTRY_STRUCT.size == CQ_ENTRY.itemsize
+
+# ---------------------------------------------------------------------------------------------
+# Index file (RocketMQ IndexFile): header | hash slots | linked entries
+# ---------------------------------------------------------------------------------------------
+INDEX_HEADER = struct.Struct(">qqqqii")   # begin_ts_ms, end_ts_ms, begin_phys, end_phys, slots used, count
+IndexHeader = namedtuple("IndexHeader", "begin_ts_ms end_ts_ms begin_phys_offset end_phys_offset "
+                                        "hash_slot_count index_count")
+assert INDEX_HEADER.size == 40
+INDEX_SLOT = np.dtype(">i4")              # number of the newest entry in the slot's chain; 0 = empty
+INDEX_ENTRY = np.dtype([("key_hash", ">i4"), ("phys_offset", ">i8"), ("time_diff_s", ">i4"),
+                        ("prev_index", ">i4")])
+assert INDEX_ENTRY.itemsize == 20
+INDEX_ENTRY_STRUCT = struct.Struct(">iqii")
+
+
+def index_file_bytes(slots: int, entries: int) -> int:
+    return INDEX_HEADER.size + slots * INDEX_SLOT.itemsize + entries * INDEX_ENTRY.itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint (RocketMQ StoreCheckpoint plus the dispatched offsets, with a CRC)
+# ---------------------------------------------------------------------------------------------
+CHECKPOINT = struct.Struct(">qqqqqqqqI")
+Checkpoint = namedtuple("Checkpoint", "physic_msg_ts_ms logics_msg_ts_ms index_msg_ts_ms "
+                                      "master_flushed_offset confirm_phys_offset commitlog_flushed_offset "
+                                      "cq_flushed_phys_offset index_flushed_phys_offset")
+CHECKPOINT_FILE_BYTES = 4096
+
+
+def encode_checkpoint(cp: Checkpoint) -> bytes:
+    body = struct.pack(">qqqqqqqq", *cp)
+    return body + struct.pack(">I", zlib.crc32(body))
+
+
+def decode_checkpoint(data: bytes) -> Checkpoint:
+    if len(data) < CHECKPOINT.size:
+        raise _fail(0, f"checkpoint is {len(data)} bytes, needs {CHECKPOINT.size}")
+    *vals, crc = CHECKPOINT.unpack_from(data, 0)
+    if zlib.crc32(data[:CHECKPOINT.size - 4]) != crc:
+        raise _fail(0, "checkpoint CRC mismatch")
+    return Checkpoint(*vals)

@@ -1,0 +1,24 @@
+# Sourced by run.sh and test.sh: create .venv if missing and install hostmq with the given extras.
+# Usage: hostmq_venv EXTRAS   (e.g. "dev,spark"; empty for none)
+set -euo pipefail
+hostmq_venv() {
+    local top extras stamp want
+    top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    extras="$1"
+    if [ ! -x "$top/.venv/bin/python" ]; then
+        python3 -m venv "$top/.venv"
+    fi
+    # Reinstall only when pyproject.toml or the extras changed: keeps repeated runs fast.
+    stamp="$top/.venv/.hostmq-installed"
+    want="$(sha256sum "$top/pyproject.toml" | cut -c1-16)-$extras"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$top/.venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+        if [ -n "$extras" ]; then
+            "$top/.venv/bin/python" -m pip install --quiet -e "$top[$extras]"
+        else
+            "$top/.venv/bin/python" -m pip install --quiet -e "$top"
+        fi
+        echo "$want" > "$stamp"
+    fi
+    export PATH="$top/.venv/bin:$PATH"
+}

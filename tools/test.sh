@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Create .venv if missing, install hostmq with the dev and spark extras, run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/_venv.sh
+hostmq_venv "dev,spark"
+exec .venv/bin/python -m pytest "$@"
