@@ -7,6 +7,8 @@ and values of the wrong type raise :class:`~hostmq.errors.ConfigError` naming th
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +19,24 @@ from .errors import ConfigError
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_LEVEL_RE = re.compile(r"[0-9]+[smhd]")    # RocketMQ's units: seconds, minutes, hours, days
+
+
+def _check_numbers(section: str, obj: Any) -> None:
+    """Every count, size, duration and ratio of a section is a finite number ≥ 0."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (0 <= v < math.inf):
+            raise ConfigError(f"{section}.{f.name} must be a finite number ≥ 0, got {v!r}")
 
 
 @dataclass(frozen=True)
 class NamesrvConfig:
     scan_interval_s: float = 10.0        # how often silent brokers are looked for
     broker_expiry_s: float = 120.0       # a broker silent this long is dropped from routes
+
+    def __post_init__(self) -> None:
+        _check_numbers("namesrv", self)
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,14 @@ class BrokerConfig:
     long_polling_s: float = 15.0         # longest a pull with nothing new is held
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15      # check-backs before a half message is given up
+
+    def __post_init__(self) -> None:
+        _check_numbers("broker", self)
+        if self.default_topic_queues < 1:
+            raise ConfigError("broker.default_topic_queues must be ≥ 1")
+        if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):
+            raise ConfigError(f"broker.message_delay_level must be space-separated durations such as "
+                              f"'1s 5m 2h', got {self.message_delay_level!r}")
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,7 @@ class StoreConfig:
     sync_flush_timeout_ms: int = 5_000             # SYNC_FLUSH: answer FLUSH_DISK_TIMEOUT after this
     max_message_bytes: int = 4 * 1024 * 1024       # largest body accepted
     max_properties_bytes: int = (1 << 15) - 1      # largest encoded properties accepted
+    max_transfer_bytes: int = 256 * 1024           # most bytes one get() returns (at least one message)
     transient_store_pool_enable: bool = False      # write into mlocked buffers, commit to the file
     transient_store_pool_size: int = 5             # buffers in the pool
     warm_mapped_file: bool = False                 # pre-touch new mapped files
@@ -64,6 +87,7 @@ class StoreConfig:
     check_crc_on_recover: bool = True              # verify body CRCs during abnormal recovery
 
     def __post_init__(self) -> None:
+        _check_numbers("store", self)
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ConfigError(f"store.flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, "
                               f"got {self.flush_disk_type!r}")
@@ -89,6 +113,8 @@ class Config:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Config":
         """Build from ``{"store": {...}, ...}``; unknown sections or keys raise ConfigError."""
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"config must be a table of sections, got {type(data).__name__}")
         data = dict(data or {})
         sections = {f.name: f.type for f in dataclasses.fields(cls)}
         out = {}
@@ -118,6 +144,8 @@ class Config:
         """A copy with the given sections' keys replaced."""
         if not data:
             return self
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config overrides must be a table of sections, got {type(data).__name__}")
         base = {s: dataclasses.asdict(getattr(self, s)) for s in _SECTION_TYPES}
         for s, values in data.items():
             if s not in base:
@@ -159,7 +187,10 @@ def _coerce(default: Any, value: Any, key: str) -> Any:
             return value
     elif want is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:    # an int too large for a float
+                pass
     elif want is str:
         if isinstance(value, str):
             return value

@@ -152,7 +152,8 @@ class MessageExt(Message):
     @property
     def delay_level(self) -> int:  # type: ignore[override]
         d = self._properties().get(PROP_DELAY)
-        return int(d) if d and d.isdigit() else 0
+        # isdecimal(), not isdigit(): "²" is a digit that int() (and Java's parseInt) rejects
+        return int(d) if d and d.isdecimal() else 0
 
     @property
     def flag(self) -> int:  # type: ignore[override]

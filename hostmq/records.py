@@ -90,7 +90,8 @@ KEY_SEPARATOR = " "
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")    # used with fullmatch: "$" would accept a trailing \n
+_MSG_ID_RE = re.compile(r"[0-9A-Fa-f]{32}")     # bytes.fromhex alone would skip embedded whitespace
 
 
 class RecordKind:
@@ -112,6 +113,11 @@ def body_crc(body: bytes) -> int:
 
 def record_tail(topic_b: bytes, props_b: bytes) -> bytes:
     """The bytes after the body: TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES."""
+    # The length fields are a u8 and a u16: say so instead of leaking struct.error.
+    if len(topic_b) > 0xFF:
+        raise ValidationError(f"topic is {len(topic_b)} bytes; a record holds at most 255")
+    if len(props_b) > 0xFFFF:
+        raise ValidationError(f"properties are {len(props_b)} bytes; a record holds at most 65535")
     return TOPIC_LEN.pack(len(topic_b)) + topic_b + PROPS_LEN.pack(len(props_b)) + props_b
 
 
@@ -138,6 +144,7 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[in
 
     Returns ``(kind, total_size)``; raises CorruptRecordError for a torn, truncated or garbage record.
     """
+    limit = min(limit, len(buf))    # a limit past the buffer must not turn into struct.error
     if limit - pos < SIZE_MAGIC.size:
         raise _fail(pos, "truncated before size and magic")
     total, magic = SIZE_MAGIC.unpack_from(buf, pos)
@@ -153,7 +160,7 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[in
     if body_len < 0 or MSG_HEADER.size + body_len + TOPIC_LEN.size > total:
         raise _fail(pos, f"body length {body_len} does not fit total size {total}")
     tpos = pos + MSG_HEADER.size + body_len
-    topic_len = buf[tpos]
+    topic_len = int(buf[tpos])    # int(): a numpy uint8 would wrap when added to an offset
     ppos = tpos + TOPIC_LEN.size + topic_len
     if ppos + PROPS_LEN.size > pos + total:
         raise _fail(pos, "topic length does not fit")
@@ -172,7 +179,7 @@ def record_topic(buf, pos: int) -> str:
     """Topic of a (checked) record."""
     body_len = struct.unpack_from(">i", buf, pos + FIELD["body_length"])[0]
     tpos = pos + MSG_HEADER.size + body_len
-    n = buf[tpos]
+    n = int(buf[tpos])
     return _topic_str(bytes(buf[tpos + 1:tpos + 1 + n]))
 
 
@@ -185,7 +192,7 @@ def record_properties_bytes(buf, pos: int) -> bytes:
     """PROPERTIES bytes of a (checked) record."""
     body_len = struct.unpack_from(">i", buf, pos + FIELD["body_length"])[0]
     tpos = pos + MSG_HEADER.size + body_len
-    ppos = tpos + TOPIC_LEN.size + buf[tpos]
+    ppos = tpos + TOPIC_LEN.size + int(buf[tpos])
     plen = PROPS_LEN.unpack_from(buf, ppos)[0]
     return bytes(buf[ppos + PROPS_LEN.size:ppos + PROPS_LEN.size + plen])
 
@@ -218,7 +225,10 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
             raise ValidationError(f"property {k!r}: names must be non-empty and neither name nor value "
                                   "may contain \\x01 or \\x02")
         parts.append(f"{k}\x01{v}\x02")
-    return "".join(parts).encode("utf-8")
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as e:    # lone surrogates have no UTF-8 form
+        raise ValidationError(f"properties are not encodable as UTF-8: {e}") from None
 
 
 def decode_properties(data: bytes) -> dict[str, str]:
@@ -266,8 +276,8 @@ def encode_batch(records_: list[bytes]) -> tuple[bytes, np.ndarray]:
 def batch_record_sizes(blob, starts: np.ndarray) -> np.ndarray:
     """TOTALSIZE of each record in a batch blob (vectorised read)."""
     u8 = np.frombuffer(blob, dtype=np.uint8)
-    if len(starts) and (starts[-1] + 4 > len(u8) or starts.min() < 0):
-        raise _fail(int(starts[-1]), "batch record start beyond the blob")
+    if len(starts) and (starts.max() + 4 > len(u8) or starts.min() < 0):
+        raise _fail(int(starts.max()), "batch record start beyond the blob")
     idx = starts[:, None] + np.arange(4)
     return u8[idx].view(">i4").ravel().astype(np.int64)
 
@@ -301,11 +311,9 @@ def decode_msg_id(msg_id: str) -> tuple[bytes, int]:
     """``(store_host, phys_offset)`` of a message id; ValidationError if it is not one."""
     if not isinstance(msg_id, str) or len(msg_id) != 2 * MSG_ID.size:
         raise ValidationError(f"message id must be {2 * MSG_ID.size} hex digits, got {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValidationError(f"message id is not hex: {msg_id!r}") from None
-    host, phys = MSG_ID.unpack(raw)
+    if not _MSG_ID_RE.fullmatch(msg_id):
+        raise ValidationError(f"message id is not hex: {msg_id!r}")
+    host, phys = MSG_ID.unpack(bytes.fromhex(msg_id))
     if phys < 0:
         raise ValidationError(f"message id has a negative offset: {msg_id!r}")
     return host, phys
@@ -357,7 +365,7 @@ def validate_topic(topic) -> bytes:
         raise ValidationError(f"topic must be a non-empty string, got {topic!r}")
     if len(topic) > MAX_TOPIC_CHARS:
         raise ValidationError(f"topic is {len(topic)} characters; at most {MAX_TOPIC_CHARS} allowed")
-    if not _TOPIC_RE.match(topic):
+    if not _TOPIC_RE.fullmatch(topic):
         raise ValidationError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
     return topic.encode("ascii")
 
@@ -371,7 +379,7 @@ def tag_hash(tag: str) -> int:
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode``: over UTF-16 code units, wrapping at 32 bits, signed."""
     h = 0
-    data = s.encode("utf-16-be")
+    data = s.encode("utf-16-be", "surrogatepass")    # Java strings may hold lone surrogates
     for (unit,) in struct.iter_unpack(">H", data):
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - (1 << 32) if h >= (1 << 31) else h

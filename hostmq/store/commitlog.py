@@ -1,0 +1,346 @@
+"""The commitlog: every message of a broker, appended in arrival order (RocketMQ CommitLog).
+
+Files of ``commitlog_file_bytes`` under ``store/commitlog/`` named by their first physical offset.
+A record never spans two files: when the next record (plus an 8-byte minimum blank) does not fit,
+the rest of the file becomes one blank record and the record goes to the next file.
+
+Ownership: one appender (the writer process, or the embedded ``MessageStore``). It assigns each
+record its queue offset from ``topic_queue_table`` and its physical offset, and makes store
+timestamps non-decreasing so a time search over a queue is an exact binary search even if the wall
+clock steps back. Readers may see any prefix of the log; on a crash, ``recover`` scans from a
+point known to be good, stops at the first torn / garbage / zero record and truncates there.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import records as R
+from ..errors import CorruptRecordError, ValidationError
+from .dispatch import DispatchRequest
+from .mapped_file_queue import MappedFileQueue
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+_HDR = R.MSG_HEADER
+_BLANK_MAGIC = R.BLANK_MAGIC_CODE
+_MAGIC = R.MAGIC_CODE
+_PROPS_LEN = R.PROPS_LEN
+_U16 = struct.Struct(">H")
+_FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
+assert _FIXED_BYTES == 91
+_UNIQ_MARK = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
+_UNIQ_LEN = 32                                   # records.new_unique_id() is 32 hex digits
+_UNIQ_TAIL = len(_UNIQ_MARK) + _UNIQ_LEN + 1     # "UNIQ…\x01" + id + "\x02" ends the properties
+
+
+class AppendResult(NamedTuple):
+    phys_offset: int
+    size: int
+    queue_offset: int
+    store_ts_ms: int
+
+
+class BatchAppendResult(NamedTuple):
+    queue_offset: int            # queue offset of the first record
+    phys_offsets: np.ndarray     # int64, one per record
+    sizes: np.ndarray            # int64, one per record
+    store_ts_ms: int
+
+
+class CommitLog:
+    def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
+                 warm: bool = False, delay_levels_ms: tuple[int, ...] = ()) -> None:
+        self.directory = os.path.join(store_dir, "commitlog")
+        self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm)
+        self.file_bytes = file_bytes
+        self.store_host = store_host or R.host_bytes()
+        self.host_hex = self.store_host.hex().upper()
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.last_store_ts_ms = 0
+        self.delay_levels_ms = delay_levels_ms
+        self._cur = None      # the file being appended to (None: ask the file queue)
+        self._tail_cache: dict[bytes, tuple] = {}
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        return self.mfq.min_offset()
+
+    def max_offset(self) -> int:
+        return self.mfq.max_offset()
+
+    def msg_id(self, phys_offset: int) -> str:
+        return f"{self.host_hex}{phys_offset:016X}"
+
+    def _store_ts(self, now_ms: int | None) -> int:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if now < self.last_store_ts_ms:
+            now = self.last_store_ts_ms
+        self.last_store_ts_ms = now
+        return now
+
+    def _room_for(self, total: int):
+        """The file and position where a record of ``total`` bytes goes (padding and rolling)."""
+        if total + R.MIN_BLANK_BYTES > self.file_bytes:
+            raise ValidationError(f"record of {total} bytes does not fit a commitlog file of "
+                                  f"{self.file_bytes} bytes")
+        mf = self.mfq.last_for_write()
+        pos = mf.wrote_pos
+        if pos + total + R.MIN_BLANK_BYTES > self.file_bytes:
+            self._pad(mf)
+            mf = self.mfq.last_for_write()
+            pos = mf.wrote_pos
+        self._cur = mf
+        return mf, pos
+
+    def _pad(self, mf) -> None:
+        rest = self.file_bytes - mf.wrote_pos
+        R.BLANK.pack_into(mf.mm, mf.wrote_pos, rest, _BLANK_MAGIC)
+        mf.wrote_pos = mf.committed_pos = self.file_bytes
+
+    # -- appending --------------------------------------------------------------------------------
+    def append(self, topic: str, topic_b: bytes, queue_id: int, body: bytes, props_b: bytes, *,
+               flag: int = 0, sys_flag: int = 0, born_ts_ms: int = 0, born_host: bytes | None = None,
+               reconsume_times: int = 0, prepared_tx_offset: int = 0, crc: int | None = None,
+               now_ms: int | None = None) -> AppendResult:
+        """Append one message; returns where it went. The one-message hot path: keep it lean."""
+        blen = len(body)
+        total = _FIXED_BYTES + blen + len(topic_b) + len(props_b)
+        mf = self._cur
+        pos = mf.wrote_pos if mf is not None else self.file_bytes
+        if pos + total + 8 > self.file_bytes:       # 8 = R.MIN_BLANK_BYTES, the end-of-file blank
+            mf, pos = self._room_for(total)
+        key = (topic, queue_id)
+        qoff = self.topic_queue_table.get(key, 0)
+        phys = mf.file_from_offset + pos
+        ts = self._store_ts(now_ms)
+        mm = mf.mm
+        _HDR.pack_into(mm, pos, total, _MAGIC, R.body_crc(body) if crc is None else crc, queue_id,
+                       flag, qoff, phys, sys_flag, born_ts_ms or ts, born_host or self.store_host, ts,
+                       self.store_host, reconsume_times, prepared_tx_offset, blen)
+        p = pos + 88
+        mm[p:p + blen] = body
+        p += blen
+        tl = len(topic_b)
+        mm[p] = tl
+        mm[p + 1:p + 1 + tl] = topic_b
+        p += 1 + tl
+        _U16.pack_into(mm, p, len(props_b))
+        mm[p + 2:p + 2 + len(props_b)] = props_b
+        mf.wrote_pos = mf.committed_pos = pos + total
+        mf.store_ts_ms = ts
+        self.topic_queue_table[key] = qoff + 1
+        return AppendResult(phys, total, qoff, ts)
+
+    def append_batch(self, topic: str, queue_id: int, blob, starts: np.ndarray,
+                     sizes: np.ndarray | None = None, now_ms: int | None = None) -> BatchAppendResult:
+        """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
+
+        Records are copied in as few slices as the file boundaries allow; QUEUEOFFSET,
+        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter.
+        """
+        n = len(starts)
+        if sizes is None:
+            sizes = R.batch_record_sizes(blob, starts)
+        key = (topic, queue_id)
+        q0 = self.topic_queue_table.get(key, 0)
+        ts = self._store_ts(now_ms)
+        phys = np.empty(n, dtype=np.int64)
+        ends = starts + sizes
+        view = memoryview(blob)
+        i = 0
+        while i < n:
+            mf, pos = self._room_for(int(sizes[i]))
+            room = self.file_bytes - R.MIN_BLANK_BYTES - pos      # bytes this file can still take
+            j = int(np.searchsorted(ends, starts[i] + room, side="right"))
+            j = max(j, i + 1)
+            src0, src1 = int(starts[i]), int(ends[j - 1])
+            mf.mm[pos:pos + src1 - src0] = view[src0:src1]
+            rel = starts[i:j] - src0 + pos
+            phys[i:j] = rel + mf.file_from_offset
+            R.patch_batch(mf.u8, rel, np.arange(q0 + i, q0 + j, dtype=np.int64), phys[i:j], ts)
+            mf.wrote_pos = mf.committed_pos = pos + src1 - src0
+            mf.store_ts_ms = ts
+            i = j
+        self.topic_queue_table[key] = q0 + n
+        return BatchAppendResult(q0, phys, sizes, ts)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read(self, phys_offset: int, size: int) -> memoryview | None:
+        """A view of ``size`` bytes at ``phys_offset`` (inside one file), or None if not stored."""
+        mf = self.mfq.find(phys_offset)
+        if mf is None:
+            return None
+        pos = phys_offset - mf.file_from_offset
+        if pos + size > mf.wrote_pos:
+            return None
+        return memoryview(mf.mm)[pos:pos + size]
+
+    def record_at(self, phys_offset: int, verify_crc: bool = True) -> bytes:
+        """The checked record bytes at ``phys_offset``; CorruptRecordError if none is there."""
+        mf = self.mfq.find(phys_offset)
+        if mf is None:
+            raise CorruptRecordError(self.directory, phys_offset, "no commitlog file holds this offset")
+        pos = phys_offset - mf.file_from_offset
+        try:
+            kind, total = R.check_record(mf.mm, pos, mf.wrote_pos, verify_crc)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(mf.path, phys_offset, e.why) from None
+        if kind != R.RecordKind.MESSAGE:
+            raise CorruptRecordError(mf.path, phys_offset, "blank record, not a message")
+        return mf.mm[pos:pos + total]
+
+    def store_ts_at(self, phys_offset: int) -> int:
+        mf = self.mfq.find(phys_offset)
+        pos = phys_offset - mf.file_from_offset
+        return struct.unpack_from(">q", mf.mm, pos + R.FIELD["store_ts_ms"])[0]
+
+    # -- scanning (dispatch and recovery) ---------------------------------------------------------
+    def scan(self, from_phys: int, limit_phys: int, max_records: int = 4096
+             ) -> tuple[list[DispatchRequest], int]:
+        """Parse records from ``from_phys`` up to ``limit_phys``; returns requests and the next offset.
+
+        Trusts the bytes (they were written by this log's appender and passed recovery).
+        """
+        out: list[DispatchRequest] = []
+        append = out.append
+        phys = from_phys
+        while phys < limit_phys and len(out) < max_records:
+            mf = self.mfq.find(phys)
+            if mf is None:
+                break
+            base = mf.file_from_offset
+            mm = mf.mm
+            rel = phys - base
+            end = min(mf.wrote_pos, limit_phys - base)
+            budget = max_records - len(out)
+            last_header = self.file_bytes - _HDR.size
+            while rel < end and budget:
+                if rel > last_header:        # only a short blank record fits here
+                    rel = self.file_bytes
+                    break
+                h = _HDR.unpack_from(mm, rel)
+                total = h[0]
+                if h[1] == _BLANK_MAGIC:
+                    rel = self.file_bytes
+                    break
+                append(self._request(mm, rel, h))
+                rel += total
+                budget -= 1
+            phys = base + rel
+            if rel < self.file_bytes and rel >= mf.wrote_pos:
+                break
+        return out, phys
+
+    def _request(self, mm, rel: int, h) -> DispatchRequest:
+        # The tail (topic + properties) of most records differs only in the unique id, which the
+        # encoder puts last: parse the rest once per distinct tail and cache it.
+        tail = mm[rel + 88 + h[14]:rel + h[0]]
+        n = len(tail)
+        if tail[-_UNIQ_TAIL:-_UNIQ_LEN - 1] == _UNIQ_MARK and (
+                tail[n - _UNIQ_TAIL - 1] == 2 or tail[0] + 3 + _UNIQ_TAIL == n):  # a whole property
+            uniq = tail[-_UNIQ_LEN - 1:-1].decode("ascii", "replace")
+            tail = tail[:-_UNIQ_TAIL]
+        else:
+            uniq = None
+        parsed = self._tail_cache.get(tail)
+        if parsed is None:
+            parsed = self._parse_tail(tail)
+        topic, code, keys, parsed_uniq, delay = parsed
+        if delay:
+            code = h[10] + delay
+        return DispatchRequest(topic, h[3], h[6], h[0], code, h[10], h[5], keys,
+                               parsed_uniq if uniq is None else uniq, h[7])
+
+    def _parse_tail(self, tail: bytes) -> tuple:
+        tlen = tail[0]
+        topic = R._topic_str(tail[1:1 + tlen])
+        props = b"\x02" + tail[3 + tlen:]
+        tags = _prop(props, b"\x02TAGS\x01")
+        delay = 0
+        if topic == SCHEDULE_TOPIC and self.delay_levels_ms:
+            delay = self._delay_ms(_prop(props, b"\x02DELAY\x01"))
+        code = R.tag_hash(tags) if tags else 0
+        parsed = (topic, code, _prop(props, b"\x02KEYS\x01"),
+                  _prop(props, b"\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01"), delay)
+        if len(self._tail_cache) >= 4096:   # unique keys would grow it without bound
+            self._tail_cache.clear()
+        self._tail_cache[tail] = parsed
+        return parsed
+
+    def _delay_ms(self, level: str) -> int:
+        try:
+            n = int(level)
+        except (TypeError, ValueError):
+            return 0
+        n = min(max(n, 1), len(self.delay_levels_ms))
+        return self.delay_levels_ms[n - 1]
+
+    def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0) -> int:
+        """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
+        everything after it; return it.
+
+        Stops at the first record that is torn, garbage, zero-filled or fails its CRC. A blank record
+        moves to the next file (or ends the log if there is none); a hole in the file list ends it.
+        """
+        files = self.mfq.files
+        if not files:
+            self.last_store_ts_ms = known_last_ts_ms
+            return 0
+        mf = self.mfq.find(start_phys)
+        phys = start_phys if mf is not None else files[0].file_from_offset
+        idx = files.index(mf) if mf is not None else 0
+        last_ts = known_last_ts_ms
+        while idx < len(files):
+            mf = files[idx]
+            rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc)
+            last_ts = max(last_ts, ts)
+            phys = mf.file_from_offset + rel
+            if rel < self.file_bytes:
+                break
+            idx += 1
+            if idx < len(files) and files[idx].file_from_offset != phys:
+                break
+        self.mfq.truncate(phys)
+        self._cur = None
+        self.last_store_ts_ms = last_ts
+        return phys
+
+    def flush(self, least_pages: int = 0) -> int:
+        return self.mfq.flush(least_pages)
+
+    def close(self) -> None:
+        self._cur = None
+        self.mfq.close()
+
+
+def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool) -> tuple[int, int]:
+    """Walk valid records from ``rel``; returns (end of valid data, store time of the last message).
+
+    A blank record means "the file is complete": the end returned is then ``file_bytes``.
+    """
+    last_ts = 0
+    ts_at = R.FIELD["store_ts_ms"]
+    while rel < file_bytes:
+        try:
+            kind, total = R.check_record(mm, rel, file_bytes, check_crc)
+        except CorruptRecordError:
+            return rel, last_ts
+        if kind == R.RecordKind.BLANK:
+            return file_bytes, last_ts
+        last_ts = struct.unpack_from(">q", mm, rel + ts_at)[0]
+        rel += total
+    return rel, last_ts
+
+
+def _prop(props: bytes, name: bytes) -> str:
+    """Value of one property in ``\\x02``-prefixed PROPERTIES bytes; "" if absent."""
+    i = props.find(name)
+    if i < 0:
+        return ""
+    i += len(name)
+    j = props.find(b"\x02", i)
+    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace")

@@ -1,0 +1,79 @@
+"""Message → record bytes, shared by the embedded store and the producer (which encodes into its
+ring so the writer only copies and patches offsets)."""
+from __future__ import annotations
+
+import time
+
+from .. import records as R
+from ..errors import ValidationError
+from ..message import Message
+
+_SEPS = ("\x01", "\x02")
+
+
+def _clean(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x01" in value or "\x02" in value:
+        raise ValidationError(f"{what} may not contain \\x01 or \\x02")
+    return value
+
+
+def properties_bytes(msg: Message, uniq_key: str | None, max_bytes: int) -> bytes:
+    """PROPERTIES of a message: user properties, then TAGS, KEYS, DELAY and the unique id."""
+    tags = msg.tags
+    if not (msg.properties or msg.keys or msg.delay_level) and tags.__class__ is str and uniq_key:
+        # Common case (tags only): one format, same bytes as the general path below.
+        if "\x01" in tags or "\x02" in tags:
+            _clean(tags, "tags")
+        data = f"TAGS\x01{tags}\x02{R.PROP_UNIQ_KEY}\x01{uniq_key}\x02".encode("utf-8")
+        if len(data) > max_bytes:
+            raise ValidationError(f"properties are {len(data)} bytes encoded; at most {max_bytes} allowed")
+        return data
+    parts = []
+    if msg.properties:
+        parts.append(R.encode_properties(msg.properties).decode("utf-8"))
+    if msg.tags:
+        parts.append(f"TAGS\x01{_clean(msg.tags, 'tags')}\x02")
+    if msg.keys:
+        for k in msg.keys:
+            _clean(k, "key")
+            if not k or R.KEY_SEPARATOR in k:
+                raise ValidationError(f"key {k!r} must be non-empty and without spaces")
+        parts.append(f"KEYS\x01{R.KEY_SEPARATOR.join(msg.keys)}\x02")
+    if msg.delay_level:
+        if not isinstance(msg.delay_level, int) or msg.delay_level < 0:
+            raise ValidationError(f"delay_level must be a non-negative int, got {msg.delay_level!r}")
+        parts.append(f"DELAY\x01{msg.delay_level}\x02")
+    if uniq_key:
+        parts.append(f"{R.PROP_UNIQ_KEY}\x01{uniq_key}\x02")
+    data = "".join(parts).encode("utf-8")
+    if len(data) > max_bytes:
+        raise ValidationError(f"properties are {len(data)} bytes encoded; at most {max_bytes} allowed")
+    return data
+
+
+def check_body(body, max_bytes: int) -> bytes:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise ValidationError(f"body must be bytes, got {type(body).__name__}")
+    n = len(body)
+    if n == 0:
+        raise ValidationError("body is empty")
+    if n > max_bytes:
+        raise ValidationError(f"body is {n} bytes; at most {max_bytes} allowed")
+    return body
+
+
+def encode_message(msg: Message, topic_b: bytes, queue_id: int, *, max_body_bytes: int,
+                   max_props_bytes: int, born_host: bytes, store_host: bytes | None = None,
+                   sys_flag: int = 0,
+                   uniq_key: str | None = None, born_ts_ms: int | None = None,
+                   reconsume_times: int = 0) -> bytes:
+    """One validated record with queue/phys offset and store time left for the appender.
+
+    ``store_host`` is the broker's host bytes when known (the message id is built from it)."""
+    body = check_body(msg.body, max_body_bytes)
+    props = properties_bytes(msg, uniq_key or R.new_unique_id(), max_props_bytes)
+    return R.encode_record(topic_b, bytes(body), props, queue_id=queue_id, flag=msg.flag,
+                           sys_flag=sys_flag, born_ts_ms=born_ts_ms or int(time.time() * 1000),
+                           born_host=born_host, store_host=store_host or born_host, reconsume_times=reconsume_times)

@@ -1,0 +1,522 @@
+"""Message key index: RocketMQ's ``IndexFile`` and ``IndexService``.
+
+File format (layouts declared in :mod:`hostmq.records`, big-endian)::
+
+    +0    header (INDEX_HEADER, 40 bytes): begin_ts_ms i64 | end_ts_ms i64 | begin_phys_offset i64 |
+          end_phys_offset i64 | hash_slot_count i32 | index_count i32
+    +40   slots × INDEX_SLOT (i32): number of the newest entry of the slot's chain, 0 = empty
+    +...  entries × INDEX_ENTRY (20 bytes): key_hash i32 | phys_offset i64 | time_diff_s i32 | prev_index i32
+
+Entry number 0 is never written, so 0 means "none" in a slot or ``prev_index`` and ``index_count``
+starts at 1; a file is full when ``index_count >= entries``. The indexed string is ``topic#key`` for
+the message's unique id and for each space-separated word of its KEYS; ``key_hash`` is
+``abs(String.hashCode)`` (0 when that overflows) and the slot is ``key_hash % slots``. ``time_diff_s``
+is the store time in seconds after ``begin_ts_ms``. Files are named after their creation time,
+``yyyyMMddHHmmssSSS`` (local time, as RocketMQ), and live in ``STORE/index/``.
+
+Search: newest file first, among the files whose time range overlaps the query; in each, start at the
+key's slot and follow ``prev_index`` (always a smaller number) while entries are no older than the
+range, keeping the entries whose hash matches (callers check the message's real keys: two keys may
+share a hash). Results come out newest first.
+
+Ownership: one process writes the index, the dispatcher, through one :class:`IndexService`. Within it
+public methods are serialised by a lock. Entries are written before the slots, and the header last.
+Other readers may map files read-only; they must treat slot and ``prev_index`` values not in
+``1 .. index_count - 1`` as empty.
+
+Crash policy: after an abnormal exit, recovery calls :meth:`IndexService.truncate` with the end of the
+valid commitlog; whole files holding entries at or beyond it are deleted, and the re-dispatch from
+:meth:`IndexService.max_indexed_phys_offset` rebuilds them. Re-dispatch is idempotent: requests at or
+below the last indexed offset are skipped. Files left empty or with an impossible header by a crash
+are deleted at start-up (the index is derived data).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import mmap
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from operator import itemgetter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..config import StoreConfig
+from ..errors import ConfigError
+from ..records import (INDEX_ENTRY, INDEX_ENTRY_STRUCT, INDEX_HEADER, INDEX_SLOT, KEY_SEPARATOR,
+                       SYSFLAG_TX_MASK, SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK, IndexHeader,
+                       index_file_bytes, java_string_hash, java_string_hash_many)
+from .dispatch import DispatchRequest
+
+INDEX_DIR = "index"                     # under the store directory
+NO_ENTRY = 0                            # entry number 0 is never written: "none"
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+SCALAR_MAX_KEYS = 8                     # smaller batches are put one key at a time (no numpy overhead)
+_NAME_RE = re.compile(r"^\d{17}$")      # yyyyMMddHHmmssSSS
+_NAME_SECONDS = "%Y%m%d%H%M%S"
+_SKIPPED_TX = frozenset((SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK))
+
+
+def index_key(topic: str, key: str) -> str:
+    """The string stored for ``key`` of ``topic`` (RocketMQ ``IndexService.buildKey``)."""
+    return f"{topic}#{key}"
+
+
+def index_key_hash(key: str) -> int:
+    """RocketMQ ``indexKeyHashMethod``: ``abs(hashCode)``, 0 when the abs overflows."""
+    h = abs(java_string_hash(key))
+    return 0 if h > INT32_MAX else h
+
+
+def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """Vectorised :func:`index_key_hash` (int32, all ≥ 0)."""
+    h = np.abs(java_string_hash_many(list(keys)))    # abs(-2**31) wraps to itself in int32
+    h[h < 0] = 0
+    return h
+
+
+def time_diff_s(store_ts_ms: int, begin_ts_ms: int) -> int:
+    """Seconds from the file's begin time, clamped to ``0 .. INT32_MAX`` (0 if the file has none)."""
+    if begin_ts_ms <= 0:
+        return 0
+    return min(max((store_ts_ms - begin_ts_ms) // 1000, 0), INT32_MAX)
+
+
+def time_diffs_s(store_ts_ms: np.ndarray, begin_ts_ms: int) -> np.ndarray:
+    """Vectorised :func:`time_diff_s`."""
+    if begin_ts_ms <= 0:
+        return np.zeros(len(store_ts_ms), dtype=np.int64)
+    return np.clip((store_ts_ms - begin_ts_ms) // 1000, 0, INT32_MAX)
+
+
+def index_file_name(now_ms: int) -> str:
+    """RocketMQ ``UtilAll.timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
+    seconds = _dt.datetime.fromtimestamp(now_ms // 1000).strftime(_NAME_SECONDS)
+    return f"{seconds}{now_ms % 1000:03d}"
+
+
+def next_index_file_name(now_ms: int, newest_name: str | None) -> str:
+    """The name for a file created at ``now_ms``: later than ``newest_name`` even within one ms."""
+    name = index_file_name(now_ms)
+    if newest_name is None or name > newest_name:
+        return name
+    t = (_dt.datetime.strptime(newest_name[:14], _NAME_SECONDS)
+         + _dt.timedelta(milliseconds=int(newest_name[14:]) + 1))
+    return f"{t.strftime(_NAME_SECONDS)}{t.microsecond // 1000:03d}"
+
+
+def link_batch(slots: np.ndarray, numbers: np.ndarray, old_values: Callable[[np.ndarray], np.ndarray]):
+    """Chain a batch of entries into their slots, as if put one by one.
+
+    ``slots[i]`` is the slot of entry number ``numbers[i]`` (consecutive, at least one). Entries sharing a slot link
+    to each other in order; the first links to the slot's old value if it was a valid (smaller)
+    number. ``old_values(s)`` reads the slots ``s``. Returns ``(prev_index, new_slots, new_values,
+    slots_taken)``: each entry's link, the slots to set and their values, and how many slots were empty.
+    """
+    n = len(slots)
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    heads = np.flatnonzero(np.r_[True, sorted_slots[1:] != sorted_slots[:-1]])
+    tails = np.r_[heads[1:] - 1, n - 1]
+    prev_sorted = np.empty(n, dtype=np.int64)
+    prev_sorted[1:] = numbers[order[:-1]]
+    old = old_values(sorted_slots[heads]).astype(np.int64)
+    valid = (old > NO_ENTRY) & (old < numbers[order[heads]])
+    prev_sorted[heads] = np.where(valid, old, NO_ENTRY)
+    prev_index = np.empty(n, dtype=np.int64)
+    prev_index[order] = prev_sorted
+    return prev_index, sorted_slots[tails], numbers[order[tails]], int(len(heads) - valid.sum())
+
+
+_TOPIC, _PHYS, _TS, _KEYS, _UNIQ, _SYS_FLAG = (itemgetter(DispatchRequest._fields.index(f)) for f in (
+    "topic", "phys_offset", "store_ts_ms", "keys", "uniq_key", "sys_flag"))
+
+
+def collect_keys(reqs: Sequence[DispatchRequest], last_phys_offset: int, any_indexed: bool):
+    """The index strings of ``reqs``, each with its phys offset and store time, one request at a time.
+
+    A request is skipped if it is a prepared or rolled-back transaction message, or already indexed:
+    below the last indexed phys offset (or equal to it, once anything was indexed).
+    """
+    keys: list[str] = []
+    phys_offsets: list[int] = []
+    store_ts_ms: list[int] = []
+    for r in reqs:
+        phys = r.phys_offset
+        if phys < last_phys_offset or (phys == last_phys_offset and any_indexed):
+            continue
+        if (r.sys_flag & SYSFLAG_TX_MASK) in _SKIPPED_TX:
+            continue
+        n = len(keys)
+        if r.uniq_key:
+            keys.append(f"{r.topic}#{r.uniq_key}")
+        if r.keys:
+            keys.extend(f"{r.topic}#{k}" for k in r.keys.split(KEY_SEPARATOR) if k)
+        if len(keys) > n:
+            phys_offsets.extend((phys,) * (len(keys) - n))
+            store_ts_ms.extend((r.store_ts_ms,) * (len(keys) - n))
+            last_phys_offset, any_indexed = phys, True
+    return keys, phys_offsets, store_ts_ms
+
+
+def batch_keys(reqs: Sequence[DispatchRequest], last_phys_offset: int, any_indexed: bool):
+    """:func:`collect_keys` by columns, for phys offsets strictly increasing (else None).
+
+    Returns ``(keys, order, phys_offsets, store_ts_ms)``: entry ``i`` is ``keys[order[i]]`` (``order``
+    None: in place) with the two int64 arrays already in entry order.
+    """
+    n = len(reqs)
+    phys = np.fromiter(map(_PHYS, reqs), np.int64, n)
+    if not (phys[1:] > phys[:-1]).all():
+        return None
+    tx = np.fromiter(map(_SYS_FLAG, reqs), np.int64, n) & SYSFLAG_TX_MASK
+    keep = (tx != SYSFLAG_TX_PREPARED) & (tx != SYSFLAG_TX_ROLLBACK) & (phys >= last_phys_offset)
+    if any_indexed:
+        keep &= phys != last_phys_offset
+    if not keep.all():
+        kept = np.flatnonzero(keep)
+        reqs, phys = list(map(reqs.__getitem__, kept.tolist())), phys[kept]
+    topics, uniqs = list(map(_TOPIC, reqs)), list(map(_UNIQ, reqs))
+    owners = None                   # request of each key; None: one key per request, in order
+    if all(uniqs):
+        keys = list(map("#".join, zip(topics, uniqs)))
+    else:
+        owners = [i for i, u in enumerate(uniqs) if u]
+        keys = [f"{topics[i]}#{uniqs[i]}" for i in owners]
+    order = None
+    words_of = list(map(_KEYS, reqs))
+    if any(words_of):
+        owners = list(range(len(reqs))) if owners is None else owners
+        for i, words in enumerate(words_of):
+            for word in words.split(KEY_SEPARATOR) if words else ():
+                if word:
+                    keys.append(f"{topics[i]}#{word}")
+                    owners.append(i)
+        order = np.argsort(owners, kind="stable")   # a request's unique id first, then its keys
+    ts = np.fromiter(map(_TS, reqs), np.int64, len(reqs))
+    if owners is None:
+        return keys, None, phys, ts
+    owners = np.asarray(owners, dtype=np.int64)
+    owners = owners if order is None else owners[order]
+    return keys, order, phys[owners], ts[owners]
+
+
+class IndexFile:
+    """One memory-mapped index file (RocketMQ ``IndexFile``)."""
+
+    def __init__(self, path: Path, slots: int, entries: int, mm: mmap.mmap) -> None:
+        self.path = path
+        self.slots = slots
+        self.entries = entries
+        self._mm = mm
+        self._slot_view = np.frombuffer(mm, dtype=INDEX_SLOT, count=slots, offset=INDEX_HEADER.size)
+        self._entries_pos = INDEX_HEADER.size + slots * INDEX_SLOT.itemsize
+        self._entry_view = np.frombuffer(mm, dtype=INDEX_ENTRY, count=entries, offset=self._entries_pos)
+        self.header = IndexHeader._make(INDEX_HEADER.unpack_from(mm, 0))
+        self.dirty = False
+
+    @classmethod
+    def create(cls, path: Path, slots: int, entries: int, prev_end_phys_offset: int = 0,
+               prev_end_ts_ms: int = 0) -> "IndexFile":
+        """Allocate (posix_fallocate) and map a new file; its range starts where the previous ended."""
+        size = index_file_bytes(slots, entries)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        f = cls(path, slots, entries, mm)
+        f._set_header(IndexHeader(prev_end_ts_ms, prev_end_ts_ms, prev_end_phys_offset,
+                                  prev_end_phys_offset, 0, 1))
+        return f
+
+    @classmethod
+    def open(cls, path: Path, slots: int, entries: int) -> "IndexFile | None":
+        """Map an existing file; None if it is empty or its header is impossible (to be deleted).
+
+        ConfigError if its size does not match ``slots`` and ``entries``.
+        """
+        size = index_file_bytes(slots, entries)
+        with open(path, "r+b") as fh:
+            actual = os.fstat(fh.fileno()).st_size
+            if actual == 0:
+                return None
+            if actual != size:
+                raise ConfigError(f"index file {path} is {actual} bytes, but store.index_slots={slots} "
+                                  f"and store.index_entries={entries} make {size}; restore those settings")
+            f = cls(path, slots, entries, mmap.mmap(fh.fileno(), size))
+        h = f.header
+        if not (1 <= h.index_count <= entries and 0 <= h.begin_phys_offset <= h.end_phys_offset):
+            f.close()
+            return None
+        return f
+
+    # -- writing ---------------------------------------------------------------------------------
+    def is_write_full(self) -> bool:
+        return self.header.index_count >= self.entries
+
+    def put_key(self, key: str, phys_offset: int, store_ts_ms: int) -> bool:
+        """Append one entry for ``key`` (RocketMQ ``putKey``); False when the file is full."""
+        return self.put_key_hash(index_key_hash(key), phys_offset, store_ts_ms)
+
+    def put_key_hash(self, key_hash: int, phys_offset: int, store_ts_ms: int) -> bool:
+        h = self.header
+        if h.index_count >= self.entries:
+            return False
+        slot = key_hash % self.slots
+        old = int(self._slot_view[slot])
+        prev = old if NO_ENTRY < old < h.index_count else NO_ENTRY
+        first = h.index_count == 1
+        begin_ts_ms = store_ts_ms if first else h.begin_ts_ms
+        INDEX_ENTRY_STRUCT.pack_into(self._mm, self._entry_pos(h.index_count), key_hash, phys_offset,
+                                     time_diff_s(store_ts_ms, begin_ts_ms), prev)
+        self._slot_view[slot] = h.index_count
+        self._set_header(IndexHeader(
+            begin_ts_ms, store_ts_ms, phys_offset if first else h.begin_phys_offset, phys_offset,
+            h.hash_slot_count + (prev == NO_ENTRY), h.index_count + 1))
+        return True
+
+    def put_key_hashes(self, key_hashes: np.ndarray, phys_offsets: np.ndarray,
+                       store_ts_ms: np.ndarray) -> int:
+        """Append entries in order, exactly as repeated :meth:`put_key_hash`; returns how many fit."""
+        h = self.header
+        n = min(len(key_hashes), self.entries - h.index_count)
+        if n <= 0:
+            return 0
+        key_hashes, phys_offsets, store_ts_ms = key_hashes[:n], phys_offsets[:n], store_ts_ms[:n]
+        numbers = np.arange(h.index_count, h.index_count + n, dtype=np.int64)
+        prev, set_slots, set_values, taken = link_batch(
+            key_hashes.astype(np.int64) % self.slots, numbers, self._slot_view.__getitem__)
+        first = h.index_count == 1
+        begin_ts_ms = int(store_ts_ms[0]) if first else h.begin_ts_ms
+        rows = np.empty(n, dtype=INDEX_ENTRY)
+        rows["key_hash"] = key_hashes
+        rows["phys_offset"] = phys_offsets
+        rows["time_diff_s"] = time_diffs_s(store_ts_ms, begin_ts_ms)
+        rows["prev_index"] = prev
+        self._entry_view[h.index_count:h.index_count + n] = rows
+        self._slot_view[set_slots] = set_values
+        self._set_header(IndexHeader(
+            begin_ts_ms, int(store_ts_ms[-1]), int(phys_offsets[0]) if first else h.begin_phys_offset,
+            int(phys_offsets[-1]), h.hash_slot_count + taken, h.index_count + n))
+        return n
+
+    def _set_header(self, header: IndexHeader) -> None:
+        self.header = header
+        INDEX_HEADER.pack_into(self._mm, 0, *header)
+        self.dirty = True
+
+    def _entry_pos(self, number: int) -> int:
+        return self._entries_pos + number * INDEX_ENTRY.itemsize
+
+    # -- reading ---------------------------------------------------------------------------------
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether ``[begin_ms, end_ms]`` overlaps the file's store-time range."""
+        return begin_ms <= self.header.end_ts_ms and end_ms >= self.header.begin_ts_ms
+
+    def select_phys_offsets(self, key_hash: int, max_num: int, begin_ms: int = 0,
+                            end_ms: int = INT64_MAX) -> list[int]:
+        """Phys offsets of entries with ``key_hash`` stored within ``[begin_ms, end_ms]``, newest first."""
+        h = self.header
+        out: list[int] = []
+        number = int(self._slot_view[key_hash % self.slots])
+        if not NO_ENTRY < number < h.index_count:
+            return out
+        while len(out) < max_num:
+            hash_read, phys_offset, diff_s, prev = INDEX_ENTRY_STRUCT.unpack_from(
+                self._mm, self._entry_pos(number))
+            if diff_s < 0:
+                break
+            ts_ms = h.begin_ts_ms + diff_s * 1000
+            if hash_read == key_hash and begin_ms <= ts_ms <= end_ms:
+                out.append(phys_offset)
+            if not NO_ENTRY < prev < number or ts_ms < begin_ms:
+                break
+            number = prev
+        return out
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self.dirty:
+            self._mm.flush()
+            self.dirty = False
+
+    def close(self) -> None:
+        """Unmap (the numpy views must go first: they pin the mapping)."""
+        del self._slot_view, self._entry_view
+        self._mm.close()
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class IndexService:
+    """All index files of a store (RocketMQ ``IndexService``); see the module docstring."""
+
+    def __init__(self, store_dir: str, config: StoreConfig,
+                 clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        if config.index_entries < 2:
+            raise ConfigError("store.index_entries must be ≥ 2 (entry 0 of an index file is never used)")
+        self.dir = Path(store_dir) / INDEX_DIR
+        self.slots = config.index_slots
+        self.entries = config.index_entries
+        self.enabled = config.message_index_enable
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._files: list[IndexFile] = self._load()
+
+    def _load(self) -> list[IndexFile]:
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if _NAME_RE.match(n))
+        except FileNotFoundError:
+            return []
+        files: list[IndexFile] = []
+        for name in names:
+            path = self.dir / name
+            try:
+                f = IndexFile.open(path, self.slots, self.entries)
+            except FileNotFoundError:
+                continue
+            if f is not None and files and f.header.end_phys_offset < files[-1].header.end_phys_offset:
+                f.close()     # goes backwards: not a file this service wrote in order
+                f = None
+            if f is None:
+                path.unlink(missing_ok=True)
+                continue
+            files.append(f)
+        return files
+
+    # -- writing ---------------------------------------------------------------------------------
+    def build_index(self, reqs: Sequence[DispatchRequest]) -> int:
+        """Index the unique id and keys of each request, in order; returns the entries added.
+
+        Skips prepared and rolled-back transaction messages and requests already indexed (phys
+        offset below, or equal to, the last one indexed), so re-dispatch after recovery is harmless.
+        """
+        if not self.enabled or not reqs:
+            return 0
+        with self._lock:
+            last = self._last_indexed()
+            batch = batch_keys(reqs, *last) if len(reqs) >= SCALAR_MAX_KEYS else None
+            if batch is None:
+                keys, phys_offsets, store_ts_ms = collect_keys(reqs, *last)
+                if len(keys) < SCALAR_MAX_KEYS:
+                    for key, phys_offset, ts_ms in zip(keys, phys_offsets, store_ts_ms):
+                        self._writable_file().put_key(key, phys_offset, ts_ms)   # never full: see there
+                    return len(keys)
+                batch = keys, None, np.array(phys_offsets, np.int64), np.array(store_ts_ms, np.int64)
+            keys, order, phys_offsets, store_ts_ms = batch
+            key_hashes = index_key_hashes(keys)
+            self._put_batch(key_hashes if order is None else key_hashes[order], phys_offsets, store_ts_ms)
+            return len(keys)
+
+    def _last_indexed(self) -> tuple[int, bool]:
+        """``(end_phys_offset of the newest file, whether anything was indexed up to it)``."""
+        if not self._files:
+            return 0, False
+        newest = self._files[-1]
+        return newest.header.end_phys_offset, newest.header.index_count > 1 or len(self._files) > 1
+
+    def _put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_ts_ms: np.ndarray) -> None:
+        done = 0
+        while done < len(key_hashes):
+            done += self._writable_file().put_key_hashes(
+                key_hashes[done:], phys_offsets[done:], store_ts_ms[done:])
+
+    def _writable_file(self) -> IndexFile:
+        """The newest file, or a new one when it is full (RocketMQ ``getAndCreateLastIndexFile``)."""
+        if self._files and not self._files[-1].is_write_full():
+            return self._files[-1]
+        prev = self._files[-1].header if self._files else None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        name = next_index_file_name(self._clock_ms(), self._files[-1].path.name if self._files else None)
+        f = IndexFile.create(self.dir / name, self.slots, self.entries,
+                             prev.end_phys_offset if prev else 0, prev.end_ts_ms if prev else 0)
+        self._files.append(f)
+        return f
+
+    # -- reading ---------------------------------------------------------------------------------
+    def query(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+              end_ms: int | None = None) -> list[int]:
+        """Phys offsets of messages indexed under ``key`` of ``topic``, newest first, at most ``max_num``.
+
+        A hash match only: the caller confirms the key on the message itself.
+        """
+        end_ms = INT64_MAX if end_ms is None else end_ms
+        key_hash = index_key_hash(index_key(topic, key))
+        out: list[int] = []
+        with self._lock:
+            for f in reversed(self._files):
+                if len(out) >= max_num:
+                    break
+                if f.header.index_count <= 1:
+                    continue
+                if f.is_time_matched(begin_ms, end_ms):
+                    out += f.select_phys_offsets(key_hash, max_num - len(out), begin_ms, end_ms)
+                if f.header.begin_ts_ms < begin_ms:
+                    break     # older files hold older entries only
+        return out
+
+    def max_indexed_phys_offset(self) -> int:
+        """Phys offset of the last indexed message (end of the newest file), 0 if none."""
+        with self._lock:
+            return self._files[-1].header.end_phys_offset if self._files else 0
+
+    def files(self) -> list[str]:
+        with self._lock:
+            return [str(f.path) for f in self._files]
+
+    # -- recovery, retention, lifetime -----------------------------------------------------------
+    def truncate(self, max_phys_offset: int) -> int:
+        """Delete files indexing anything at or beyond ``max_phys_offset`` (the end of the valid
+        commitlog); returns how many. Re-dispatch from :meth:`max_indexed_phys_offset` rebuilds them.
+        """
+        with self._lock:
+            doomed = [f for f in self._files if f.header.end_phys_offset >= max_phys_offset]
+            return self._delete(doomed)
+
+    def delete_expired(self, min_phys_offset: int) -> int:
+        """Delete the oldest files (never the newest) whose entries all precede ``min_phys_offset``."""
+        with self._lock:
+            doomed = []
+            for f in self._files[:-1]:
+                if f.header.end_phys_offset >= min_phys_offset:
+                    break
+                doomed.append(f)
+            return self._delete(doomed)
+
+    def _delete(self, doomed: list[IndexFile]) -> int:
+        for f in doomed:
+            self._files.remove(f)
+            f.destroy()
+        return len(doomed)
+
+    def flush(self) -> None:
+        """msync the files written since the last flush."""
+        with self._lock:
+            for f in self._files:
+                f.flush()
+
+    def close(self) -> None:
+        """Flush and unmap every file; the service is empty afterwards."""
+        with self._lock:
+            for f in self._files:
+                f.flush()
+                f.close()
+            self._files = []

@@ -1,0 +1,158 @@
+"""One fixed-size memory-mapped store file named by the offset of its first byte (20 digits).
+
+Positions (bytes from the file start):
+  * ``wrote_pos``     — end of what the appender has written;
+  * ``committed_pos`` — end of what has reached the file (equals wrote_pos unless a transient store
+    pool buffers writes, see issue 7);
+  * ``flushed_pos``   — end of what has been msync'ed to disk.
+
+Ownership: exactly one process writes a given file (the commitlog writer, or the dispatcher for
+consume-queue and index files); others map it read-only and may see any prefix of a write. On a
+crash the positions are lost and recovery finds the real end by scanning (see ``recovery``).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+PAGE_BYTES = mmap.PAGESIZE
+MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by the mmap module
+
+
+def file_name(start_offset: int) -> str:
+    return f"{start_offset:020d}"
+
+
+def offset_of(name: str) -> int:
+    """Start offset encoded in a store file name; ValueError if the name is not 20 digits."""
+    base = os.path.basename(name)
+    if len(base) != 20 or not base.isdigit():
+        raise ValueError(f"not a store file name: {name!r}")
+    return int(base)
+
+
+class MappedFile:
+    """A store file of ``file_bytes`` mapped into memory."""
+
+    def __init__(self, path: str, file_bytes: int, *, create: bool = False, writable: bool = True,
+                 warm: bool = False) -> None:
+        self.path = path
+        self.file_bytes = file_bytes
+        self.file_from_offset = offset_of(path)
+        self.writable = writable
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if create and size < file_bytes:
+                # Reserve the blocks now: ENOSPC here, never a SIGBUS on a later write.
+                os.posix_fallocate(fd, 0, file_bytes)
+            elif size != file_bytes:
+                raise ValueError(f"{path} is {size} bytes, expected {file_bytes}")
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.mm = mmap.mmap(fd, file_bytes, access=access)
+        finally:
+            os.close(fd)
+        # A uint8 view for vectorised reads and writes; shares the mapping, no copy.
+        self.u8 = np.frombuffer(self.mm, dtype=np.uint8)
+        self._views: dict = {}
+        self.wrote_pos = 0
+        self.committed_pos = 0
+        self.flushed_pos = 0
+        self.store_ts_ms = 0  # store time of the last message appended (commitlog only)
+        if warm and writable:
+            self.warm()
+
+    # -- positions --------------------------------------------------------------------------------
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_bytes
+
+    def is_full(self) -> bool:
+        return self.wrote_pos >= self.file_bytes
+
+    def set_positions(self, pos: int) -> None:
+        """After recovery: everything up to ``pos`` is valid, written and durable."""
+        self.wrote_pos = self.committed_pos = self.flushed_pos = pos
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write_at(self, pos: int, data) -> None:
+        self.mm[pos:pos + len(data)] = data
+
+    def append(self, data) -> int:
+        """Append at wrote_pos; returns the position written at."""
+        pos = self.wrote_pos
+        self.mm[pos:pos + len(data)] = data
+        self.wrote_pos = self.committed_pos = pos + len(data)
+        return pos
+
+    def zero_from(self, pos: int) -> None:
+        """Zero the file from ``pos`` to its end (drops a torn or garbage tail for good)."""
+        if pos < self.file_bytes:
+            self.u8[pos:] = 0
+
+    def flush(self, least_pages: int = 0) -> int:
+        """msync the dirty range if at least ``least_pages`` pages are dirty; returns flushed_pos."""
+        end = self.committed_pos
+        if end <= self.flushed_pos:
+            return self.flushed_pos
+        if least_pages > 0 and (end // PAGE_BYTES - self.flushed_pos // PAGE_BYTES) < least_pages:
+            return self.flushed_pos
+        start = (self.flushed_pos // PAGE_BYTES) * PAGE_BYTES
+        self.mm.flush(start, end - start)
+        self.flushed_pos = end
+        return end
+
+    def dirty_pages(self) -> int:
+        return self.committed_pos // PAGE_BYTES - self.flushed_pos // PAGE_BYTES
+
+    # -- page cache ---------------------------------------------------------------------------------
+    def warm(self) -> None:
+        """Pre-fault every page so the hot path never takes a fresh-page fault (OS_NOTES 18)."""
+        try:
+            self.mm.madvise(MADV_POPULATE_WRITE)
+        except OSError:
+            # Older kernels: touch one byte per page (writing zero keeps the content unchanged).
+            self.u8[::PAGE_BYTES] = self.u8[::PAGE_BYTES]
+
+    def madvise(self, advice: int) -> bool:
+        try:
+            self.mm.madvise(advice)
+            return True
+        except OSError:
+            return False
+
+    def view(self, dtype: np.dtype) -> np.ndarray:
+        """The whole file as an array of fixed-size entries (cached; released by ``close``)."""
+        v = self._views.get(dtype)
+        if v is None:
+            v = self._views[dtype] = np.frombuffer(self.mm, dtype=dtype,
+                                                   count=self.file_bytes // dtype.itemsize)
+        return v
+
+    # -- life -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap. If a caller still holds a view into the map, it stays mapped until that view dies."""
+        self.u8 = None
+        self._views = {}
+        if self.mm is not None and not self.mm.closed:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass  # exported memoryviews (zero-copy reads) keep it alive; GC unmaps later
+        self.mm = None
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_pos}, "
+                f"flushed={self.flushed_pos})")

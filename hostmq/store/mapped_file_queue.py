@@ -1,0 +1,162 @@
+"""A directory of equal-size mapped files forming one contiguous log (RocketMQ MappedFileQueue).
+
+File ``N`` starts at offset ``first + N * file_bytes``; finding the file of an offset is arithmetic,
+with a binary search over the start offsets as fallback when a file is missing in the middle.
+The process that owns the log (commitlog: writer; consume queue: dispatcher) is the only one that
+creates, truncates or deletes its files.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import time
+
+from .mapped_file import MappedFile, file_name, offset_of
+
+
+class MappedFileQueue:
+    def __init__(self, directory: str, file_bytes: int, *, warm: bool = False,
+                 writable: bool = True) -> None:
+        self.directory = directory
+        self.file_bytes = file_bytes
+        self.warm = warm
+        self.writable = writable
+        self.files: list[MappedFile] = []
+
+    # -- loading ----------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map the existing files in offset order, all positions at their end (recovery sets them).
+
+        A file of the wrong size (a crash while creating it) or with a misaligned name is removed when
+        it is the last one, else reported: the log cannot be trusted past it.
+        """
+        self.files = []
+        if not os.path.isdir(self.directory):
+            return
+        names = []
+        for n in os.listdir(self.directory):
+            try:
+                names.append((offset_of(n), n))
+            except ValueError:
+                continue
+        names.sort()
+        for i, (start, n) in enumerate(names):
+            path = os.path.join(self.directory, n)
+            if os.path.getsize(path) != self.file_bytes or start % self.file_bytes:
+                if i == len(names) - 1 and self.writable:
+                    os.unlink(path)
+                    break
+                raise ValueError(f"{path}: size {os.path.getsize(path)} or name does not match "
+                                 f"file size {self.file_bytes}")
+            mf = MappedFile(path, self.file_bytes, writable=self.writable)
+            mf.set_positions(self.file_bytes)
+            self.files.append(mf)
+
+    # -- lookup -----------------------------------------------------------------------------------
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding ``offset``, or None."""
+        files = self.files
+        if not files:
+            return None
+        i = (offset - files[0].file_from_offset) // self.file_bytes
+        if 0 <= i < len(files) and files[i].file_from_offset <= offset < files[i].file_end_offset:
+            return files[i]
+        starts = [f.file_from_offset for f in files]   # a hole in the file list: search
+        j = bisect.bisect_right(starts, offset) - 1
+        if j >= 0 and offset < files[j].file_end_offset:
+            return files[j]
+        return None
+
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    def max_offset(self) -> int:
+        """End of what has been written (next append position)."""
+        last = self.last()
+        return last.file_from_offset + last.wrote_pos if last else 0
+
+    def flushed_offset(self) -> int:
+        last = self.last()
+        return last.file_from_offset + last.flushed_pos if last else 0
+
+    # -- growth -----------------------------------------------------------------------------------
+    def last_for_write(self, start_offset: int = 0) -> MappedFile:
+        """The file to append to, creating the next one when the last is full (or none exists)."""
+        last = self.last()
+        if last is not None and not last.is_full():
+            return last
+        start = last.file_end_offset if last is not None else start_offset - start_offset % self.file_bytes
+        return self.create(start)
+
+    def create(self, start: int) -> MappedFile:
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, file_name(start)), self.file_bytes, create=True,
+                        warm=self.warm)
+        self.files.append(mf)
+        return mf
+
+    # -- shrinking --------------------------------------------------------------------------------
+    def truncate(self, offset: int) -> None:
+        """Drop everything at or after ``offset``: later files are deleted, the tail is zeroed."""
+        keep = []
+        for i, mf in enumerate(self.files):
+            if mf.file_from_offset >= offset and i > 0:
+                mf.destroy()
+                continue
+            if mf.file_end_offset > offset:
+                # The first file stays (emptied) so the log keeps its start offset.
+                pos = max(0, offset - mf.file_from_offset)
+                mf.zero_from(pos)
+                mf.set_positions(pos)
+            keep.append(mf)
+        self.files = keep
+
+    def delete_first(self, count: int = 1) -> list[str]:
+        """Delete the oldest ``count`` files (never the last one)."""
+        gone = []
+        while count > 0 and len(self.files) > 1:
+            mf = self.files.pop(0)
+            gone.append(mf.path)
+            mf.destroy()
+            count -= 1
+        return gone
+
+    def delete_expired_by_time(self, reserved_ms: float, now_ms: float | None = None,
+                               force: bool = False, max_files: int = 10) -> list[str]:
+        """Delete files not modified for ``reserved_ms`` (all old files when ``force``); never the last."""
+        now_ms = time.time() * 1000 if now_ms is None else now_ms
+        gone = []
+        while len(self.files) > 1 and len(gone) < max_files:
+            mf = self.files[0]
+            age_ms = now_ms - os.path.getmtime(mf.path) * 1000
+            if not force and age_ms < reserved_ms:
+                break
+            gone.extend(self.delete_first(1))
+        return gone
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush every file with unflushed data; returns the flushed offset of the log."""
+        for mf in self.files:
+            if mf.committed_pos > mf.flushed_pos:
+                mf.flush(least_pages if mf is self.files[-1] else 0)
+        return self.flushed_offset()
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self.files = []
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        try:
+            os.rmdir(self.directory)
+        except OSError:
+            pass

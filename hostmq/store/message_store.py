@@ -1,0 +1,452 @@
+"""The embedded store: commitlog + consume queues + index + checkpoint in one process.
+
+``MessageStore(path)`` opens (and recovers) the store directory::
+
+    path/commitlog/00000000000000000000 …       path/consumequeue/TOPIC/QUEUEID/… 
+    path/index/<yyyyMMddHHmmssSSS> …            path/checkpoint  path/abort  path/lock
+
+Ownership: the process holding ``lock`` (an exclusive ``flock``, released by the kernel if it dies)
+is the only writer of everything under ``path``; a second open raises StoreLockedError. ``abort``
+exists while the store is open; finding it at open means the last run died, and recovery rescans
+(see ``recovery``). In the broker the same parts are driven by separate processes (writer,
+dispatcher, flusher); this facade runs them inline: ``put`` appends, ``dispatch`` builds consume
+queues and the index, flushing follows the configured policy.
+"""
+from __future__ import annotations
+
+import enum
+import fcntl
+import functools
+import os
+import time
+from typing import Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+from .. import records as R
+from ..config import ASYNC_FLUSH, Config, StoreConfig, store_config
+from ..client.filter import parse_tag_expression
+from ..errors import (CorruptRecordError, MessageNotFoundError, StoreFullError, StoreLockedError,
+                      ValidationError)
+from ..message import Message, MessageExt, MessageQueue
+from . import cleanup, recovery
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .consume_queue import ConsumeQueue
+from .encode import check_body, encode_message, properties_bytes
+from .flush import AsyncFlushState, async_flush_pages
+from .reader import GetResult, MessageBatch, get_batch, get_messages
+
+DISK_CHECK_INTERVAL_MS = 10_000
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PutResult(NamedTuple):
+    status: PutStatus
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+
+
+class PutBatchResult(Sequence):
+    """Results of ``put_batch``: arrays for all messages, a PutResult per message on demand."""
+
+    def __init__(self, status: PutStatus, queue_id: int, first_queue_offset: int,
+                 phys_offsets: np.ndarray, host_hex: str) -> None:
+        self.status = status
+        self.queue_id = queue_id
+        self.queue_offsets = np.arange(first_queue_offset, first_queue_offset + len(phys_offsets))
+        self.phys_offsets = phys_offsets
+        self._host_hex = host_hex
+
+    def __len__(self) -> int:
+        return len(self.phys_offsets)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        phys = int(self.phys_offsets[i])
+        return PutResult(self.status, f"{self._host_hex}{phys:016X}", self.queue_id,
+                         int(self.queue_offsets[i]), phys)
+
+    @property
+    def msg_ids(self) -> list[str]:
+        return [f"{self._host_hex}{p:016X}" for p in self.phys_offsets.tolist()]
+
+
+def delay_levels_ms(spec: str) -> tuple[int, ...]:
+    """``"1s 5s 1m 2h"`` → milliseconds per level (level 1 first)."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    out = []
+    for item in spec.split():
+        try:
+            out.append(int(item[:-1]) * units[item[-1]])
+        except (KeyError, ValueError):
+            raise ValidationError(f"bad delay level {item!r} in {spec!r}") from None
+    return tuple(out)
+
+
+class MessageStore:
+    def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
+                 broker: str = "", store_host: bytes | None = None) -> None:
+        self.path = os.path.abspath(path)
+        self.config = store_config(config)
+        levels = config.broker.message_delay_level if isinstance(config, Config) else None
+        self.broker = broker
+        os.makedirs(self.path, exist_ok=True)
+        self._lock_fd = _take_lock(os.path.join(self.path, "lock"))
+        self.closed = False
+        try:
+            self._open(store_host, delay_levels_ms(levels or Config().broker.message_delay_level))
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self, store_host: bytes | None, levels: tuple[int, ...]) -> None:
+        cfg = self.config
+        self.abort_path = os.path.join(self.path, "abort")
+        self.abnormal = os.path.exists(self.abort_path)
+        self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
+                                   warm=cfg.warm_mapped_file, delay_levels_ms=levels)
+        self.commitlog.mfq.load()
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.consume_queues_present = self._load_consume_queues()
+        self.index = None
+        if cfg.message_index_enable:
+            from .index import IndexService
+            self.index = IndexService(self.path, cfg)
+        self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
+        self.dispatched_phys = 0
+        self.recovery = recovery.run(self)
+        self.dispatched_phys = self.recovery.commitlog_max_offset
+        with open(self.abort_path, "wb") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        self._flush_state = AsyncFlushState(time.time() * 1000, time.time() * 1000)
+        self._next_disk_check_ms = 0.0
+        self._refuse_writes = False
+        self._topics: dict[str, bytes] = {}
+
+    # -- consume queues ---------------------------------------------------------------------------
+    def _load_consume_queues(self) -> bool:
+        root = os.path.join(self.path, "consumequeue")
+        if not os.path.isdir(root):
+            return False
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in os.listdir(tdir):
+                if qid.isdigit():
+                    cq = ConsumeQueue(self.path, topic, int(qid), self.config.consume_queue_file_entries)
+                    cq.load()
+                    self.queues[(topic, int(qid))] = cq
+        return bool(self.queues)
+
+    def all_consume_queues(self) -> list[ConsumeQueue]:
+        return list(self.queues.values())
+
+    def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None and create:
+            cq = self.queues[(topic, queue_id)] = ConsumeQueue(
+                self.path, topic, queue_id, self.config.consume_queue_file_entries)
+        return cq
+
+    def rebuild_topic_queue_table(self) -> None:
+        self.commitlog.topic_queue_table = {k: cq.max_offset() for k, cq in self.queues.items()}
+
+    # -- writing ----------------------------------------------------------------------------------
+    def _topic_bytes(self, topic) -> bytes:
+        b = self._topics.get(topic)
+        if b is None:
+            b = self._topics[topic] = R.validate_topic(topic)
+        return b
+
+    def _check_writable(self, queue_id, now_ms: float) -> None:
+        if self.closed:
+            raise ValidationError("the store is closed")
+        if not isinstance(queue_id, int) or not 0 <= queue_id < (1 << 31):
+            raise ValidationError(f"queue_id must be an int in [0, 2**31), got {queue_id!r}")
+        if now_ms >= self._next_disk_check_ms:
+            self._check_disk(now_ms)
+        if self._refuse_writes:
+            raise StoreFullError(f"disk holding {self.path} is over "
+                                 f"{self.config.disk_refuse_ratio:.0%} full; writes refused")
+
+    def put(self, msg: Message, queue_id: int = 0) -> PutResult:
+        """Append one message. Bad input raises ValidationError and stores nothing.
+
+        The one-message hot path: common checks are inlined, the rest is in ``_check_writable``.
+        """
+        now_ms = int(time.time() * 1000)
+        if (now_ms >= self._next_disk_check_ms or self._refuse_writes or self.closed
+                or queue_id.__class__ is not int or not 0 <= queue_id < 2147483648):
+            self._check_writable(queue_id, now_ms)
+        topic = msg.topic
+        topic_b = self._topics.get(topic) or self._topic_bytes(topic)
+        cfg = self.config
+        body = msg.body
+        if body.__class__ is not bytes or not 0 < len(body) <= cfg.max_message_bytes:
+            body = bytes(check_body(body, cfg.max_message_bytes))
+        props = properties_bytes(msg, R.new_unique_id(), cfg.max_properties_bytes)
+        flag = msg.flag
+        if flag.__class__ is not int:
+            raise ValidationError(f"flag must be an int, got {flag!r}")
+        cl = self.commitlog
+        r = cl.append(topic, topic_b, queue_id, body, props, flag=flag, now_ms=now_ms)
+        if cfg.flush_disk_type != ASYNC_FLUSH or now_ms - self._flush_state.last_flush_ms >= cfg.flush_interval_ms:
+            status = self._after_append(now_ms)
+        else:
+            status = PutStatus.PUT_OK
+        return PutResult(status, f"{cl.host_hex}{r.phys_offset:016X}", queue_id, r.queue_offset,
+                         r.phys_offset)
+
+    def put_batch(self, msgs: Iterable[Message], queue_id: int = 0) -> PutBatchResult:
+        """Append messages of one topic to one queue in one go (all validated first)."""
+        now_ms = int(time.time() * 1000)
+        self._check_writable(queue_id, now_ms)
+        msgs = list(msgs)
+        if not msgs:
+            raise ValidationError("put_batch needs at least one message")
+        topic = msgs[0].topic
+        topic_b = self._topic_bytes(topic)
+        cfg, cl = self.config, self.commitlog
+        recs = []
+        for m in msgs:
+            if m.topic != topic:
+                raise ValidationError(f"a batch holds one topic; got {topic!r} and {m.topic!r}")
+            if m.delay_level:
+                raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
+            recs.append(encode_message(m, topic_b, queue_id, max_body_bytes=cfg.max_message_bytes,
+                                       max_props_bytes=cfg.max_properties_bytes,
+                                       born_host=cl.store_host, born_ts_ms=now_ms))
+        blob, starts = R.encode_batch(recs)
+        return self.append_encoded(topic, queue_id, blob, starts, now_ms=now_ms)
+
+    def append_encoded(self, topic: str, queue_id: int, blob, starts: np.ndarray,
+                       sizes: np.ndarray | None = None, now_ms: int | None = None) -> PutBatchResult:
+        """Append a pre-encoded batch (``records.encode_batch``) — the writer's path."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self._check_writable(queue_id, now_ms)
+        self._topic_bytes(topic)
+        r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+        status = self._after_append(now_ms)
+        return PutBatchResult(status, queue_id, r.queue_offset, r.phys_offsets, self.commitlog.host_hex)
+
+    def _after_append(self, now_ms: float) -> PutStatus:
+        cfg = self.config
+        if cfg.flush_disk_type != ASYNC_FLUSH:
+            self.commitlog.flush(0)          # SYNC_FLUSH inline: durable before we answer
+            return PutStatus.PUT_OK
+        pages = async_flush_pages(now_ms, self._flush_state, cfg.flush_interval_ms,
+                                  cfg.flush_least_pages, cfg.flush_thorough_interval_ms)
+        if pages is not None:
+            self.commitlog.flush(pages)
+        return PutStatus.PUT_OK
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def dispatch(self) -> int:
+        """Build consume-queue and index entries up to the commitlog's write position."""
+        n, _ = self.redispatch(self.dispatched_phys, self.commitlog.max_offset())
+        return n
+
+    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
+        """Dispatch records in [start, end); returns (count, whether a queue had a gap)."""
+        phys, n, gap = start, 0, False
+        while phys < end:
+            reqs, nxt = self.commitlog.scan(phys, end, batch)
+            if reqs:
+                gap |= self._dispatch_requests(reqs, full=start == self.commitlog.min_offset())
+                n += len(reqs)
+            if nxt <= phys:
+                break
+            phys = nxt
+        self.dispatched_phys = max(self.dispatched_phys, phys)
+        return n, gap
+
+    def _dispatch_requests(self, reqs: list, full: bool) -> bool:
+        topics, qids, phys, sizes, tags, _, qoffs, *_ = zip(*reqs)
+        keys = list(zip(topics, qids))
+        ids: dict = {}
+        gid = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, len(keys))
+        cols = np.array([qoffs, phys, sizes, tags], dtype=np.int64)
+        gap = False
+        if len(ids) == 1:
+            runs = [(next(iter(ids)), slice(None))]
+            order = None
+        else:
+            order = np.argsort(gid, kind="stable")
+            bounds = np.flatnonzero(np.diff(gid[order])) + 1
+            key_list = list(ids)
+            runs = [(key_list[int(gid[order[s]])], order[s:e])
+                    for s, e in zip(np.r_[0, bounds], np.r_[bounds, len(order)])]
+        for key, sel in runs:
+            c = cols[:, sel]
+            gap |= not self._put_entries(key, c[0], c[1], c[2], c[3], full)
+        if self.index is not None:
+            self.index.build_index(reqs)
+        return gap
+
+    def _put_entries(self, key, qoffs, phys, sizes, tags, full: bool) -> bool:
+        cq = self.consume_queue(key[0], key[1], create=True)
+        breaks = np.flatnonzero(np.diff(qoffs) != 1) + 1   # runs of consecutive queue offsets
+        ok = True
+        for s, e in zip(np.r_[0, breaks], np.r_[breaks, len(qoffs)]):
+            q0 = int(qoffs[s])
+            if not cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e]):
+                if full:  # the commitlog no longer holds what came before: restart the queue here
+                    cq.destroy()
+                    cq.min_logic_offset = 0
+                    cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e])
+                else:
+                    ok = False
+        return ok
+
+    # -- reading ----------------------------------------------------------------------------------
+    def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+            expression: str | None = "*") -> GetResult:
+        cfg = self.config
+        return get_messages(self.queues.get((topic, queue_id)), self.commitlog, queue_offset, max_count,
+                            _tag_filter(expression), cfg.max_transfer_bytes, self.broker)
+
+    def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
+        return get_batch(self.queues.get((topic, queue_id)), self.commitlog,
+                         MessageQueue(topic, self.broker, queue_id), queue_offset, max_count)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset() if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset() if cq else 0
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.offset_for_timestamp(ts_ms, self.commitlog.store_ts_at) if cq else 0
+
+    def view(self, msg_id: str) -> MessageExt:
+        """The message with this id; MessageNotFoundError if there is none."""
+        _, phys = R.decode_msg_id(msg_id)
+        return self._message_at(phys, msg_id)
+
+    def _message_at(self, phys: int, what: str) -> MessageExt:
+        try:
+            raw = self.commitlog.record_at(phys) if phys < self.commitlog.max_offset() else None
+        except CorruptRecordError:
+            raw = None
+        m = MessageExt(raw, self.broker) if raw is not None else None
+        if m is None or m.commitlog_offset != phys:
+            raise MessageNotFoundError(f"no message {what} in {self.path}")
+        return m
+
+    def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0,
+                     end_ms: int | None = None) -> list[MessageExt]:
+        """Messages of ``topic`` with this key (or unique id) stored within [begin_ms, end_ms]."""
+        if self.index is None:
+            return []
+        end_ms = (1 << 62) if end_ms is None else end_ms
+        found = []
+        for phys in sorted(set(self.index.query(topic, key, max_count * 2, begin_ms, end_ms))):
+            try:
+                m = self._message_at(phys, f"at {phys}")
+            except MessageNotFoundError:
+                continue
+            if m.topic == topic and (key in m.keys or m.unique_id == key) \
+                    and begin_ms <= m.store_timestamp_ms <= end_ms:
+                found.append(m)
+        return found[-max_count:]
+
+    # -- durability and life --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Make everything appended and dispatched durable, then record it in the checkpoint."""
+        cl = self.commitlog
+        cl_end = cl.flush(0)
+        dispatched = self.dispatched_phys
+        for cq in self.queues.values():
+            cq.flush(0)
+        if self.index is not None:
+            self.index.flush()
+        self.checkpoint.update(physic_msg_ts_ms=cl.last_store_ts_ms, logics_msg_ts_ms=cl.last_store_ts_ms,
+                               index_msg_ts_ms=cl.last_store_ts_ms, commitlog_flushed_offset=cl_end,
+                               cq_flushed_phys_offset=dispatched, index_flushed_phys_offset=dispatched)
+        self.checkpoint.flush()
+
+    def _check_disk(self, now_ms: float) -> None:
+        self._next_disk_check_ms = now_ms + DISK_CHECK_INTERVAL_MS
+        cfg = self.config
+        d = cleanup.decide(time.localtime(now_ms / 1000).tm_hour, cleanup.disk_used_ratio(self.path),
+                           cfg.delete_when, cfg.disk_max_used_ratio, cfg.disk_force_clean_ratio,
+                           cfg.disk_refuse_ratio)
+        if d.delete_expired or d.force:
+            self.clean_expired(now_ms, force=d.force)
+        self._refuse_writes = cleanup.disk_used_ratio(self.path) > cfg.disk_refuse_ratio
+
+    def clean_expired(self, now_ms: float | None = None, force: bool = False) -> list[str]:
+        """Delete commitlog files past ``file_reserved_hours`` (the oldest ones anyway if ``force``),
+        then consume-queue and index files that only point at deleted data."""
+        cfg, cl = self.config, self.commitlog
+        # Never delete what has not been dispatched yet.
+        gone = []
+        while True:
+            first = cl.mfq.first()
+            if first is None or first.file_end_offset > self.dispatched_phys:
+                break
+            step = cl.mfq.delete_expired_by_time(cfg.file_reserved_hours * 3_600_000, now_ms, force, 1)
+            if not step:
+                break
+            gone += step
+            if len(gone) >= cfg.delete_files_batch_max:
+                break
+        if gone:
+            for cq in self.queues.values():
+                cq.delete_expired(cl.min_offset())
+            if self.index is not None:
+                self.index.delete_expired(cl.min_offset())
+        return gone
+
+    def close(self) -> None:
+        """Clean close: dispatch, flush, checkpoint the confirmed end, remove ``abort``, unlock."""
+        if self.closed:
+            return
+        self.dispatch()
+        self.checkpoint.update(confirm_phys_offset=self.commitlog.max_offset())
+        self.flush()
+        for cq in self.queues.values():
+            cq.close()
+        if self.index is not None:
+            self.index.close()
+        self.commitlog.close()
+        os.unlink(self.abort_path)
+        self.closed = True
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_filter(expression):
+    return parse_tag_expression(expression)
+
+
+def _take_lock(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise StoreLockedError(os.path.dirname(path), f"pid {holder}" if holder else "") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
