@@ -259,9 +259,7 @@ _PATCH_COLS = np.concatenate([
     np.arange(FIELD["phys_offset"], FIELD["phys_offset"] + 8),
     np.arange(FIELD["store_ts_ms"], FIELD["store_ts_ms"] + 8),
 ])
-_PATCH_DTYPE = np.dtype([("queue_offset", ">i8"), ("phys_offset", ">i8"), ("store_ts_ms", ">i8")])
-assert _PATCH_DTYPE.itemsize == len(_PATCH_COLS) == 24
-_ENC_QO = FIELD["queue_offset"]
+assert len(_PATCH_COLS) == 24 and FIELD["phys_offset"] == FIELD["queue_offset"] + 8
 
 
 def encode_batch(records_: list[bytes]) -> tuple[bytes, np.ndarray]:
@@ -282,18 +280,26 @@ def batch_record_sizes(blob, starts: np.ndarray) -> np.ndarray:
     return u8[idx].view(">i4").ravel().astype(np.int64)
 
 
-def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, queue_offsets: np.ndarray,
-                phys_offsets: np.ndarray, store_ts_ms: int) -> None:
+def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, first_queue_offset, phys_offsets: np.ndarray,
+                store_ts_ms: int) -> None:
     """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of many records at once.
 
-    ``u8`` is a writable uint8 view of the destination, ``abs_starts`` the records' positions in it.
+    ``u8`` is a writable uint8 view of the destination, ``abs_starts`` the records' positions in it;
+    queue offsets are ``first_queue_offset + i`` (or an array of them).
     """
     n = len(abs_starts)
-    vals = np.empty(n, dtype=_PATCH_DTYPE)
-    vals["queue_offset"] = queue_offsets
-    vals["phys_offset"] = phys_offsets
-    vals["store_ts_ms"] = store_ts_ms
+    vals = np.empty((n, 3), dtype=">i8")
+    if isinstance(first_queue_offset, np.ndarray):
+        vals[:, 0] = first_queue_offset
+    else:
+        vals[:, 0] = _ARANGE[:n] + first_queue_offset if n <= len(_ARANGE) else \
+            np.arange(first_queue_offset, first_queue_offset + n)
+    vals[:, 1] = phys_offsets
+    vals[:, 2] = store_ts_ms
     u8[abs_starts[:, None] + _PATCH_COLS] = vals.view(np.uint8).reshape(n, 24)
+
+
+_ARANGE = np.arange(4096, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,24 +342,19 @@ def host_bytes(pid: int | None = None) -> bytes:
     return host_tag() + struct.pack(">I", (os.getpid() if pid is None else pid) & 0xFFFFFFFF)
 
 
-class _UniqueIds:
-    """RocketMQ-style client unique ids: a per-process prefix plus a time-seeded counter (32 hex)."""
-
-    def __init__(self) -> None:
-        self._pid = None
-        self._prefix = ""
-        self._next = None
-
-    def __call__(self) -> str:
-        pid = os.getpid()
-        if pid != self._pid:  # re-seed after fork so parent and child never share a sequence
-            self._pid = pid
-            self._prefix = host_bytes(pid).hex().upper()
-            self._next = itertools.count(int(time.time() * 1000) << 16).__next__
-        return f"{self._prefix}{self._next():016X}"
+def _seed_unique_ids() -> None:
+    """RocketMQ-style client unique ids: a per-process prefix (host tag + pid) and a counter seeded
+    from the clock, 32 hex digits. Re-seeded in a forked child so parent and child never share one;
+    call it as ``records.new_unique_id()`` (the module attribute is replaced on fork)."""
+    global new_unique_id
+    prefix = host_bytes(os.getpid()).hex().upper()
+    counter = itertools.count(int(time.time() * 1000) << 16).__next__
+    new_unique_id = lambda: f"{prefix}{counter():016X}"  # noqa: E731 - the hot path wants no frame
 
 
-new_unique_id = _UniqueIds()
+new_unique_id = None
+_seed_unique_ids()
+os.register_at_fork(after_in_child=_seed_unique_ids)
 
 
 # ---------------------------------------------------------------------------------------------

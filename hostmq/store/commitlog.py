@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,19 @@ _BLANK_MAGIC = R.BLANK_MAGIC_CODE
 _MAGIC = R.MAGIC_CODE
 _PROPS_LEN = R.PROPS_LEN
 _U16 = struct.Struct(">H")
+_TOPIC_LEN = R.TOPIC_LEN
+_crc32 = zlib.crc32
+# Whole-record formats by (body, topic, properties) length: one pack_into per message when the
+# sizes repeat, as they usually do. Bounded: a workload of ever-new sizes just uses two writes.
+_RECORD_STRUCTS: dict[tuple[int, int, int], struct.Struct] = {}
+_RECORD_STRUCTS_MAX = 256
+
+
+def _remember_struct(blen: int, tl: int, plen: int) -> None:
+    if len(_RECORD_STRUCTS) < _RECORD_STRUCTS_MAX:
+        _RECORD_STRUCTS[(blen, tl, plen)] = struct.Struct(f"{R.MSG_HEADER.format}{blen}sB{tl}sH{plen}s")
+
+
 _FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
 assert _FIXED_BYTES == 91
 _UNIQ_MARK = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
@@ -116,20 +130,23 @@ class CommitLog:
         key = (topic, queue_id)
         qoff = self.topic_queue_table.get(key, 0)
         phys = mf.file_from_offset + pos
-        ts = self._store_ts(now_ms)
-        mm = mf.mm
-        _HDR.pack_into(mm, pos, total, _MAGIC, R.body_crc(body) if crc is None else crc, queue_id,
-                       flag, qoff, phys, sys_flag, born_ts_ms or ts, born_host or self.store_host, ts,
-                       self.store_host, reconsume_times, prepared_tx_offset, blen)
-        p = pos + 88
-        mm[p:p + blen] = body
-        p += blen
-        tl = len(topic_b)
-        mm[p] = tl
-        mm[p + 1:p + 1 + tl] = topic_b
-        p += 1 + tl
-        _U16.pack_into(mm, p, len(props_b))
-        mm[p + 2:p + 2 + len(props_b)] = props_b
+        if now_ms is None or now_ms < self.last_store_ts_ms:
+            now_ms = self._store_ts(now_ms)
+        ts = self.last_store_ts_ms = now_ms
+        host = self.store_host
+        crc = _crc32(body) & 0x7FFFFFFF if crc is None else crc
+        tl, plen = len(topic_b), len(props_b)
+        whole = _RECORD_STRUCTS.get((blen, tl, plen))
+        if whole is not None:      # the whole record in one pack (sizes seen before)
+            whole.pack_into(mf.mm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+                            born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
+                            prepared_tx_offset, blen, body, tl, topic_b, plen, props_b)
+        else:
+            _HDR.pack_into(mf.mm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+                           born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
+                           prepared_tx_offset, blen)
+            mf.mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
+            _remember_struct(blen, tl, plen)
         mf.wrote_pos = mf.committed_pos = pos + total
         mf.store_ts_ms = ts
         self.topic_queue_table[key] = qoff + 1
@@ -148,6 +165,26 @@ class CommitLog:
         key = (topic, queue_id)
         q0 = self.topic_queue_table.get(key, 0)
         ts = self._store_ts(now_ms)
+        nbytes = len(blob)
+        mf = self._cur
+        if (mf is not None and mf.wrote_pos + nbytes + R.MIN_BLANK_BYTES <= self.file_bytes
+                and int(starts[0]) == 0 and int(starts[-1] + sizes[-1]) == nbytes):
+            # Common case: the whole contiguous batch fits the current file — one copy, one scatter.
+            pos = mf.wrote_pos
+            mf.mm[pos:pos + nbytes] = blob
+            rel = starts + pos
+            phys = rel + mf.file_from_offset
+            R.patch_batch(mf.u8, rel, q0, phys, ts)
+            mf.wrote_pos = mf.committed_pos = pos + nbytes
+            mf.store_ts_ms = ts
+        else:
+            phys = self._append_split(blob, starts, sizes, q0, ts)
+        self.topic_queue_table[key] = q0 + n
+        return BatchAppendResult(q0, phys, sizes, ts)
+
+    def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int) -> np.ndarray:
+        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece."""
+        n = len(starts)
         phys = np.empty(n, dtype=np.int64)
         ends = starts + sizes
         view = memoryview(blob)
@@ -155,18 +192,19 @@ class CommitLog:
         while i < n:
             mf, pos = self._room_for(int(sizes[i]))
             room = self.file_bytes - R.MIN_BLANK_BYTES - pos      # bytes this file can still take
-            j = int(np.searchsorted(ends, starts[i] + room, side="right"))
-            j = max(j, i + 1)
+            j = max(int(np.searchsorted(ends, starts[i] + room, side="right")), i + 1)
+            contiguous = bool((starts[i + 1:j] == ends[i:j - 1]).all())
+            if not contiguous:
+                j = i + 1
             src0, src1 = int(starts[i]), int(ends[j - 1])
             mf.mm[pos:pos + src1 - src0] = view[src0:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, np.arange(q0 + i, q0 + j, dtype=np.int64), phys[i:j], ts)
+            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts)
             mf.wrote_pos = mf.committed_pos = pos + src1 - src0
             mf.store_ts_ms = ts
             i = j
-        self.topic_queue_table[key] = q0 + n
-        return BatchAppendResult(q0, phys, sizes, ts)
+        return phys
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, phys_offset: int, size: int) -> memoryview | None:

@@ -69,6 +69,20 @@ class ConsumeQueue:
     def last_entry(self) -> tuple[int, int, int] | None:
         return self.entry(self.max_offset() - 1) if self.max_offset() > self.min_offset() else None
 
+    def last_entry_end(self) -> int:
+        """Commitlog offset just past the record of the last entry (0 if there is none)."""
+        e = self.last_entry()
+        return e[0] + e[1] if e is not None and e[1] != BLANK_SIZE else 0
+
+    def may_miss_newer_files(self) -> bool:
+        """Whether files after the last one may be missing: it is full and no successor exists.
+
+        Files roll only when full, so this is also the normal state of a queue whose entry count is
+        a multiple of ``entries_per_file``; recovery then re-dispatches from :meth:`last_entry_end`.
+        """
+        last = self.mfq.last()
+        return last is not None and last.is_full()
+
     # -- writing ----------------------------------------------------------------------------------
     def put(self, queue_offset: int, phys_offset: int, size: int, tag_hash: int) -> bool:
         """Store one entry. Returns False on a gap (queue_offset beyond max + 0, entries missing)."""
@@ -84,6 +98,12 @@ class ConsumeQueue:
         Returns False, storing nothing, if ``queue_offset`` leaves a gap after the current end.
         """
         n = len(phys_offsets)
+        if self.mfq.files and queue_offset < self.min_offset():
+            # The commitlog holds entries from before this queue's first file (its head was lost):
+            # the existing files cannot take them, so the queue restarts here; the caller supplies
+            # the rest in commitlog order.
+            self.destroy()
+            self.min_logic_offset = 0
         cur = self.max_offset()
         if not self.mfq.files and queue_offset > 0:
             self._start_at(queue_offset)

@@ -1,11 +1,20 @@
-"""What the dispatcher learns about one committed record (RocketMQ ``DispatchRequest``).
+"""What the dispatcher learns about committed records (RocketMQ ``DispatchRequest``).
 
-Built by ``commitlog.CommitLog.scan`` from the record bytes; consumed by the consume queues and the
-index. A plain tuple so that a batch of thousands costs little.
+``DispatchRequest`` is one record as a plain tuple (``CommitLog.scan``); ``DispatchBatch`` is many
+records as numpy columns (``scan_batch``), the dispatcher's fast path: record positions are found by
+hopping (or by one vectorised check over a run of equal-size records), header fields are gathered
+for all records at once, and a record's tail (topic + properties) is parsed once per distinct tail —
+tails usually differ only in the unique id, which the encoder puts last and which is sliced out as
+bytes. Both are read-only over the commitlog; consumed by the consume queues and the index.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import numpy as np
+
+from .. import records as R
 
 
 class DispatchRequest(NamedTuple):
@@ -19,3 +28,246 @@ class DispatchRequest(NamedTuple):
     keys: str               # KEYS property as stored ("k1 k2"), "" if none
     uniq_key: str           # UNIQ_KEY property, "" if none
     sys_flag: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Columnar scan: the dispatcher's fast path
+# ---------------------------------------------------------------------------------------------
+_SIZE_MAGIC = R.SIZE_MAGIC
+_HDR_BYTES = R.MSG_HEADER.size
+_UNIQ_MARK = np.frombuffer((R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode(), np.uint8)
+UNIQ_LEN = 32                                   # records.new_unique_id() is 32 hex digits
+UNIQ_TAIL = len(_UNIQ_MARK) + UNIQ_LEN + 1      # "UNIQ…\x01" + id + "\x02" ends the properties
+_MAGIC_I32 = np.int32(R.MAGIC_CODE - (1 << 32))  # MAGICCODE as the signed int read_be returns
+_MIN_RUN = 8                                    # equal-size records worth a vectorised guess
+
+
+@dataclass
+class DispatchBatch:
+    """Dispatch facts of many records as columns (row i = i-th record in commitlog order)."""
+
+    topics: list[str] = field(default_factory=list)   # distinct topics; ``topic_ids`` index it
+    topic_ids: np.ndarray = None
+    queue_ids: np.ndarray = None
+    phys_offsets: np.ndarray = None
+    sizes: np.ndarray = None
+    tag_codes: np.ndarray = None
+    store_ts_ms: np.ndarray = None
+    queue_offsets: np.ndarray = None
+    sys_flags: np.ndarray = None
+    keys: list = field(default_factory=list)          # (row, "k1 k2") for rows with KEYS
+    uniq_rows: np.ndarray = None                      # rows whose unique id is in ``uniq_bytes``
+    uniq_bytes: np.ndarray = None                     # (len(uniq_rows), 32) uint8
+    uniq_other: list = field(default_factory=list)    # (row, id) for ids found by full parsing
+
+    def __len__(self) -> int:
+        return 0 if self.phys_offsets is None else len(self.phys_offsets)
+
+    def requests(self) -> list[DispatchRequest]:
+        """The same facts as one DispatchRequest per record (for tests and slow consumers)."""
+        keys = dict(self.keys)
+        uniq = dict(self.uniq_other)
+        for r, b in zip(self.uniq_rows.tolist(), self.uniq_bytes):
+            uniq[r] = b.tobytes().decode("ascii", "replace")
+        return [DispatchRequest(self.topics[t], q, p, s, c, ts, qo, keys.get(i, ""), uniq.get(i, ""), f)
+                for i, (t, q, p, s, c, ts, qo, f) in enumerate(zip(
+                    self.topic_ids.tolist(), self.queue_ids.tolist(), self.phys_offsets.tolist(),
+                    self.sizes.tolist(), self.tag_codes.tolist(), self.store_ts_ms.tolist(),
+                    self.queue_offsets.tolist(), self.sys_flags.tolist()))]
+
+
+def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, int]:
+    """Positions of the records in ``mf`` from ``rel`` up to ``end`` (at most ``budget``).
+
+    Returns the positions and where scanning stopped (``file_bytes`` after a blank record). Runs of
+    equal-size records are found with one vectorised check instead of a hop per record.
+    """
+    mm, file_bytes = mf.mm, mf.file_bytes
+    last_header = file_bytes - _HDR_BYTES
+    pieces: list = []
+    singles: list[int] = []
+    count = 0
+    while rel < end and count < budget:
+        if rel > last_header:
+            return _join(pieces, singles), file_bytes
+        total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
+        if magic == R.BLANK_MAGIC_CODE:
+            return _join(pieces, singles), file_bytes
+        run = min((end - rel) // total, budget - count) if total > 0 else 0
+        if run >= _MIN_RUN and rel + total <= last_header and \
+                _SIZE_MAGIC.unpack_from(mm, rel + total)[0] == total:
+            cand = rel + total * np.arange(run, dtype=np.int64)
+            same = (mf.read_be(cand, 4) == total) & (mf.read_be(cand + 4, 4) == _MAGIC_I32)
+            k = run if same.all() else int(np.argmin(same))
+            if singles:
+                pieces.append(np.array(singles, np.int64))
+                singles = []
+            pieces.append(cand[:k])
+            rel += k * total
+            count += k
+            continue
+        singles.append(rel)
+        rel += total
+        count += 1
+    return _join(pieces, singles), rel
+
+
+def _join(pieces: list, singles: list) -> np.ndarray:
+    if singles:
+        pieces.append(np.array(singles, np.int64))
+    if not pieces:
+        return np.empty(0, np.int64)
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def scan_batch(commitlog, from_phys: int, limit_phys: int, max_records: int = 8192
+               ) -> tuple[DispatchBatch, int]:
+    """Dispatch facts of the records in [from_phys, limit_phys), vectorised; and the next offset."""
+    out = _Builder(commitlog)
+    phys = from_phys
+    while phys < limit_phys and out.count < max_records:
+        mf = commitlog.mfq.find(phys)
+        if mf is None:
+            break
+        base = mf.file_from_offset
+        rel0 = phys - base
+        pos, rel = record_positions(mf, rel0, min(mf.wrote_pos, limit_phys - base),
+                                    max_records - out.count)
+        if len(pos):
+            out.add_file_piece(mf, pos)
+        phys = base + rel
+        if rel < mf.file_bytes and rel >= mf.wrote_pos or rel == rel0:
+            break
+    return out.build(), phys
+
+
+class _Builder:
+    def __init__(self, commitlog) -> None:
+        self.cl = commitlog
+        self.count = 0
+        self.cols: list[tuple] = []
+        self.topic_index: dict[str, int] = {}
+        self.keys: list = []
+        self.uniq_rows: list = []
+        self.uniq_bytes: list = []
+        self.uniq_other: list = []
+
+    def add_file_piece(self, mf, pos: np.ndarray) -> None:
+        rd = mf.read_be
+        sizes = rd(pos, 4).astype(np.int64)
+        blen = rd(pos + 84, 4).astype(np.int64)
+        ts = rd(pos + 56, 8)
+        topic_ids = np.empty(len(pos), np.int64)
+        codes = np.empty(len(pos), np.int64)
+        tstart = pos + _HDR_BYTES + blen
+        tlen = sizes - _HDR_BYTES - blen
+        first_row = self.count
+        for length in np.unique(tlen).tolist():
+            rows = np.flatnonzero(tlen == length)
+            self._tails(mf, tstart[rows], int(length), rows, first_row, topic_ids, codes, ts)
+        self.cols.append((topic_ids, rd(pos + 12, 4).astype(np.int64), mf.file_from_offset + pos, sizes,
+                          codes, ts, rd(pos + 20, 8), rd(pos + 36, 4).astype(np.int64)))
+        self.count += len(pos)
+
+    def _tails(self, mf, starts, length, rows, first_row, topic_ids, codes, ts) -> None:
+        mat = mf.u8[starts[:, None] + np.arange(length)]
+        ut = UNIQ_TAIL
+        if length >= ut + 3:
+            mark = (mat[:, length - ut:length - ut + len(_UNIQ_MARK)] == _UNIQ_MARK).all(axis=1)
+            whole = (mat[:, length - ut - 1] == 2) | (mat[:, 0].astype(np.int64) + 3 + ut == length)
+            fast = mark & whole
+        else:
+            fast = np.zeros(len(rows), bool)
+        if fast.any():
+            sel = np.flatnonzero(fast)
+            self.uniq_rows.append(rows[sel] + first_row)
+            self.uniq_bytes.append(mat[sel, length - UNIQ_LEN - 1:length - 1])
+            self._prefixes(mat[sel, :length - ut], rows[sel], first_row, topic_ids, codes, ts, False)
+        if not fast.all():
+            sel = np.flatnonzero(~fast)
+            self._prefixes(mat[sel], rows[sel], first_row, topic_ids, codes, ts, True)
+
+    def _prefixes(self, mat, rows, first_row, topic_ids, codes, ts, has_uniq_inside: bool) -> None:
+        """Parse each distinct tail prefix once; spread the results over its rows."""
+        if (mat == mat[0]).all():
+            groups = [(mat[0].tobytes(), rows)]
+        else:
+            flat = np.ascontiguousarray(mat).view(np.dtype((np.void, mat.shape[1]))).ravel()
+            uniq, inv = np.unique(flat, return_inverse=True)
+            groups = [(u.tobytes(), rows[inv.ravel() == k]) for k, u in enumerate(uniq)]
+        for tail, grp in groups:
+            parsed = self.cl._tail_cache.get(tail)
+            if parsed is None:
+                parsed = self.cl._parse_tail(tail)
+            topic, code, keys, uniq_key, delay = parsed
+            tid = self.topic_index.setdefault(topic, len(self.topic_index))
+            topic_ids[grp] = tid
+            codes[grp] = code if not delay else ts[grp] + delay
+            if keys:
+                self.keys.extend((int(r) + first_row, keys) for r in grp)
+            if has_uniq_inside and uniq_key:
+                self.uniq_other.extend((int(r) + first_row, uniq_key) for r in grp)
+
+    def build(self) -> DispatchBatch:
+        b = DispatchBatch(topics=list(self.topic_index), keys=sorted(self.keys),
+                          uniq_other=sorted(self.uniq_other))
+        if not self.cols:
+            empty = np.empty(0, np.int64)
+            (b.topic_ids, b.queue_ids, b.phys_offsets, b.sizes, b.tag_codes, b.store_ts_ms,
+             b.queue_offsets, b.sys_flags) = (empty,) * 8
+        else:
+            cols = [np.concatenate(c) if len(self.cols) > 1 else c[0] for c in zip(*self.cols)]
+            (b.topic_ids, b.queue_ids, b.phys_offsets, b.sizes, b.tag_codes, b.store_ts_ms,
+             b.queue_offsets, b.sys_flags) = [np.asarray(c, np.int64) for c in cols]
+        if self.uniq_rows:
+            b.uniq_rows = np.concatenate(self.uniq_rows)
+            b.uniq_bytes = np.concatenate(self.uniq_bytes)
+        else:
+            b.uniq_rows, b.uniq_bytes = np.empty(0, np.int64), np.empty((0, UNIQ_LEN), np.uint8)
+        return b
+
+
+_POW31_ID = np.array([pow(31, UNIQ_LEN - 1 - i, 1 << 32) for i in range(UNIQ_LEN)], np.uint32)
+_POW31_LEN = np.uint32(pow(31, UNIQ_LEN, 1 << 32))
+
+
+def index_entries(batch: DispatchBatch, prefix_hash, key_hashes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index entries of a batch in RocketMQ's order (per message: unique id, then each key).
+
+    ``prefix_hash(topic)`` is Java's hash of ``topic + "#"`` as uint32; ``key_hashes(topics, keys)``
+    hashes ``topic#key`` strings. Unique ids sliced out as bytes are hashed here without making
+    strings: ``hash(p + id) = hash(p) * 31**32 + hash(id)`` modulo 2**32. Prepared and rolled-back
+    transaction messages are not indexed. Returns (key_hash int32 ≥ 0, phys_offset, store_ts_ms).
+    """
+    rows_parts, sub_parts, hash_parts = [], [], []
+    if len(batch.uniq_rows):
+        pre = np.array([prefix_hash(t) for t in batch.topics], np.uint32)[batch.topic_ids[batch.uniq_rows]]
+        with np.errstate(over="ignore"):
+            h = pre * _POW31_LEN + (batch.uniq_bytes.astype(np.uint32) * _POW31_ID).sum(axis=1, dtype=np.uint32)
+        h = np.abs(h.view(np.int32))
+        h[h < 0] = 0        # abs(-2**31) overflows: RocketMQ uses 0
+        rows_parts.append(batch.uniq_rows)
+        sub_parts.append(np.zeros(len(h), np.int64))
+        hash_parts.append(h)
+    strs_rows, strs_sub, strs_topics, strs_keys = [], [], [], []
+    for row, uniq in batch.uniq_other:
+        strs_rows.append(row), strs_sub.append(0), strs_topics.append(batch.topics[batch.topic_ids[row]])
+        strs_keys.append(uniq)
+    for row, keys in batch.keys:
+        topic = batch.topics[batch.topic_ids[row]]
+        for j, k in enumerate(k for k in keys.split(R.KEY_SEPARATOR) if k):
+            strs_rows.append(row), strs_sub.append(j + 1), strs_topics.append(topic), strs_keys.append(k)
+    if strs_keys:
+        rows_parts.append(np.array(strs_rows, np.int64))
+        sub_parts.append(np.array(strs_sub, np.int64))
+        hash_parts.append(np.asarray(key_hashes(strs_topics, strs_keys), np.int32))
+    if not rows_parts:
+        e = np.empty(0, np.int64)
+        return np.empty(0, np.int32), e, e
+    rows, sub, hashes = (np.concatenate(p) for p in (rows_parts, sub_parts, hash_parts))
+    order = np.lexsort((sub, rows))
+    rows, hashes = rows[order], hashes[order]
+    tx = batch.sys_flags[rows] & R.SYSFLAG_TX_MASK
+    keep = (tx != R.SYSFLAG_TX_PREPARED) & (tx != R.SYSFLAG_TX_ROLLBACK)
+    rows, hashes = rows[keep], hashes[keep]
+    return hashes, batch.phys_offsets[rows], batch.store_ts_ms[rows]

@@ -2,44 +2,44 @@
 
 File format (layouts declared in :mod:`hostmq.records`, big-endian)::
 
-    +0    header (INDEX_HEADER, 40 bytes): begin_ts_ms i64 | end_ts_ms i64 | begin_phys_offset i64 |
-          end_phys_offset i64 | hash_slot_count i32 | index_count i32
-    +40   slots × INDEX_SLOT (i32): number of the newest entry of the slot's chain, 0 = empty
+    +0    INDEX_HEADER (40 bytes): begin_ts_ms i64 | end_ts_ms i64 | begin_phys_offset i64 |
+          end_phys_offset i64 | hash_slot_count i32 (slots in use) | index_count i32
+    +40   slots × INDEX_SLOT i32: number of the newest entry of the slot's chain, 0 = empty
     +...  entries × INDEX_ENTRY (20 bytes): key_hash i32 | phys_offset i64 | time_diff_s i32 | prev_index i32
 
-Entry number 0 is never written, so 0 means "none" in a slot or ``prev_index`` and ``index_count``
-starts at 1; a file is full when ``index_count >= entries``. The indexed string is ``topic#key`` for
-the message's unique id and for each space-separated word of its KEYS; ``key_hash`` is
-``abs(String.hashCode)`` (0 when that overflows) and the slot is ``key_hash % slots``. ``time_diff_s``
-is the store time in seconds after ``begin_ts_ms``. Files are named after their creation time,
-``yyyyMMddHHmmssSSS`` (local time, as RocketMQ), and live in ``STORE/index/``.
+Entry 0 is never written, so 0 means "none" in a slot or ``prev_index``; ``index_count`` starts at 1
+and a file is full when ``index_count >= entries``. Indexed strings are ``topic#uniq_key`` and
+``topic#word`` for each space-separated word of KEYS; ``key_hash = abs(String.hashCode)`` (0 if that
+overflows), slot ``key_hash % slots``; ``time_diff_s`` counts from ``begin_ts_ms``. Files live in
+``STORE/index/``, named by creation time ``yyyyMMddHHmmssSSS`` (local time, as RocketMQ).
 
-Search: newest file first, among the files whose time range overlaps the query; in each, start at the
-key's slot and follow ``prev_index`` (always a smaller number) while entries are no older than the
-range, keeping the entries whose hash matches (callers check the message's real keys: two keys may
-share a hash). Results come out newest first.
+Search: newest file first, over files whose time range overlaps the query; in each, from the key's
+slot follow ``prev_index`` (always smaller) while entries are no older than the range, keeping those
+whose hash matches. Results are newest first and are hash matches only: callers check the message.
 
-Ownership: one process writes the index, the dispatcher, through one :class:`IndexService`. Within it
-public methods are serialised by a lock. Entries are written before the slots, and the header last.
-Other readers may map files read-only; they must treat slot and ``prev_index`` values not in
-``1 .. index_count - 1`` as empty.
+Ownership: one process, the dispatcher, writes the index through one :class:`IndexService` (its
+public methods hold a lock). A batch writes entries, then slots, then the header. Other readers may
+map files read-only and must treat slot and ``prev_index`` values outside ``1 .. index_count - 1`` as
+empty.
 
-Crash policy: after an abnormal exit, recovery calls :meth:`IndexService.truncate` with the end of the
-valid commitlog; whole files holding entries at or beyond it are deleted, and the re-dispatch from
-:meth:`IndexService.max_indexed_phys_offset` rebuilds them. Re-dispatch is idempotent: requests at or
-below the last indexed offset are skipped. Files left empty or with an impossible header by a crash
-are deleted at start-up (the index is derived data).
+Crash policy: after an abnormal exit recovery calls :meth:`IndexService.truncate` with the end of the
+valid commitlog; whole files holding entries at or beyond it are deleted, and re-dispatch from
+:meth:`IndexService.max_indexed_phys_offset` rebuilds them (requests up to the last indexed offset
+are skipped, so re-dispatch is idempotent). Files a crash left empty or with an impossible header
+are deleted at start-up: the index is derived data.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import mmap
 import os
 import re
 import threading
 import time
-from pathlib import Path
+from itertools import compress, repeat
 from operator import itemgetter
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -55,10 +55,12 @@ INDEX_DIR = "index"                     # under the store directory
 NO_ENTRY = 0                            # entry number 0 is never written: "none"
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-SCALAR_MAX_KEYS = 8                     # smaller batches are put one key at a time (no numpy overhead)
+SCALAR_MAX_KEYS = 8                     # smaller batches go key by key (numpy's fixed cost is higher)
 _NAME_RE = re.compile(r"^\d{17}$")      # yyyyMMddHHmmssSSS
 _NAME_SECONDS = "%Y%m%d%H%M%S"
 _SKIPPED_TX = frozenset((SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK))
+_TOPIC, _PHYS, _TS, _KEYS, _UNIQ, _SYS_FLAG = (itemgetter(DispatchRequest._fields.index(f)) for f in (
+    "topic", "phys_offset", "store_ts_ms", "keys", "uniq_key", "sys_flag"))
 
 
 def index_key(topic: str, key: str) -> str:
@@ -72,25 +74,37 @@ def index_key_hash(key: str) -> int:
     return 0 if h > INT32_MAX else h
 
 
-def index_key_hashes(keys: Sequence[str]) -> np.ndarray:
-    """Vectorised :func:`index_key_hash` (int32, all ≥ 0)."""
-    h = np.abs(java_string_hash_many(list(keys)))    # abs(-2**31) wraps to itself in int32
+@functools.lru_cache(maxsize=4096)
+def _prefix_hash(topic: str) -> int:
+    return java_string_hash(index_key(topic, "")) & 0xFFFFFFFF
+
+
+def _utf16_units(s: str) -> int:
+    return len(s.encode("utf-16-le")) // 2
+
+
+def index_key_hashes(topics: Sequence[str], keys: Sequence[str], owners: np.ndarray | None = None):
+    """int32 array of ``index_key_hash(index_key(topics[owners[i]], keys[i]))`` (``owners`` None:
+    ``topics[i]``), without building the strings: ``hash(p + k) = hash(p) * 31**len(k) + hash(k)``
+    modulo 2**32, ``len`` in UTF-16 units."""
+    if len(set(topics)) == 1:
+        prefix = np.full(len(keys), _prefix_hash(topics[0]), dtype=np.uint32)
+    else:
+        prefix = np.fromiter(map(_prefix_hash, topics), dtype=np.uint32, count=len(topics))
+        prefix = prefix if owners is None else prefix[owners]
+    counter = len if all(map(str.isascii, keys)) else _utf16_units
+    units = np.fromiter(map(counter, keys), dtype=np.uint32, count=len(keys))
+    with np.errstate(over="ignore"):
+        h = prefix * np.power(np.uint32(31), units) + java_string_hash_many(list(keys)).view(np.uint32)
+    h = np.abs(h.view(np.int32))        # abs(-2**31) stays negative in int32: RocketMQ makes it 0
     h[h < 0] = 0
     return h
 
 
-def time_diff_s(store_ts_ms: int, begin_ts_ms: int) -> int:
-    """Seconds from the file's begin time, clamped to ``0 .. INT32_MAX`` (0 if the file has none)."""
-    if begin_ts_ms <= 0:
-        return 0
-    return min(max((store_ts_ms - begin_ts_ms) // 1000, 0), INT32_MAX)
-
-
-def time_diffs_s(store_ts_ms: np.ndarray, begin_ts_ms: int) -> np.ndarray:
-    """Vectorised :func:`time_diff_s`."""
-    if begin_ts_ms <= 0:
-        return np.zeros(len(store_ts_ms), dtype=np.int64)
-    return np.clip((store_ts_ms - begin_ts_ms) // 1000, 0, INT32_MAX)
+def time_diff_s(store_ts_ms, begin_ts_ms: int):
+    """Seconds after ``begin_ts_ms`` clamped to ``0 .. INT32_MAX``, 0 if the file has no begin time
+    (an int, or an array for an array)."""
+    return np.clip((store_ts_ms - begin_ts_ms) // 1000, 0, INT32_MAX) * (begin_ts_ms > 0)
 
 
 def index_file_name(now_ms: int) -> str:
@@ -109,14 +123,11 @@ def next_index_file_name(now_ms: int, newest_name: str | None) -> str:
     return f"{t.strftime(_NAME_SECONDS)}{t.microsecond // 1000:03d}"
 
 
-def link_batch(slots: np.ndarray, numbers: np.ndarray, old_values: Callable[[np.ndarray], np.ndarray]):
-    """Chain a batch of entries into their slots, as if put one by one.
-
-    ``slots[i]`` is the slot of entry number ``numbers[i]`` (consecutive, at least one). Entries sharing a slot link
-    to each other in order; the first links to the slot's old value if it was a valid (smaller)
-    number. ``old_values(s)`` reads the slots ``s``. Returns ``(prev_index, new_slots, new_values,
-    slots_taken)``: each entry's link, the slots to set and their values, and how many slots were empty.
-    """
+def link_batch(slots: np.ndarray, numbers: np.ndarray, slot_values: np.ndarray):
+    """Chain new entries ``numbers`` (consecutive, at least one) into their ``slots`` as if put one by
+    one: entries sharing a slot link to each other in order, the first to the slot's old value in
+    ``slot_values`` if that is a valid smaller number. Returns ``(prev_index, set_slots, set_values,
+    slots_taken)``: each entry's link, the slot writes, and how many slots were empty."""
     n = len(slots)
     order = np.argsort(slots, kind="stable")
     sorted_slots = slots[order]
@@ -124,7 +135,7 @@ def link_batch(slots: np.ndarray, numbers: np.ndarray, old_values: Callable[[np.
     tails = np.r_[heads[1:] - 1, n - 1]
     prev_sorted = np.empty(n, dtype=np.int64)
     prev_sorted[1:] = numbers[order[:-1]]
-    old = old_values(sorted_slots[heads]).astype(np.int64)
+    old = slot_values[sorted_slots[heads]].astype(np.int64)
     valid = (old > NO_ENTRY) & (old < numbers[order[heads]])
     prev_sorted[heads] = np.where(valid, old, NO_ENTRY)
     prev_index = np.empty(n, dtype=np.int64)
@@ -132,19 +143,11 @@ def link_batch(slots: np.ndarray, numbers: np.ndarray, old_values: Callable[[np.
     return prev_index, sorted_slots[tails], numbers[order[tails]], int(len(heads) - valid.sum())
 
 
-_TOPIC, _PHYS, _TS, _KEYS, _UNIQ, _SYS_FLAG = (itemgetter(DispatchRequest._fields.index(f)) for f in (
-    "topic", "phys_offset", "store_ts_ms", "keys", "uniq_key", "sys_flag"))
-
-
 def collect_keys(reqs: Sequence[DispatchRequest], last_phys_offset: int, any_indexed: bool):
-    """The index strings of ``reqs``, each with its phys offset and store time, one request at a time.
-
-    A request is skipped if it is a prepared or rolled-back transaction message, or already indexed:
-    below the last indexed phys offset (or equal to it, once anything was indexed).
-    """
-    keys: list[str] = []
-    phys_offsets: list[int] = []
-    store_ts_ms: list[int] = []
+    """``(index strings, phys offsets, store times)`` of ``reqs``, one request at a time. Skipped:
+    prepared and rolled-back transaction messages, and requests already indexed, i.e. below the last
+    indexed phys offset (or equal to it, once anything was indexed)."""
+    keys, phys_offsets, store_ts_ms = [], [], []
     for r in reqs:
         phys = r.phys_offset
         if phys < last_phys_offset or (phys == last_phys_offset and any_indexed):
@@ -153,66 +156,59 @@ def collect_keys(reqs: Sequence[DispatchRequest], last_phys_offset: int, any_ind
             continue
         n = len(keys)
         if r.uniq_key:
-            keys.append(f"{r.topic}#{r.uniq_key}")
-        if r.keys:
-            keys.extend(f"{r.topic}#{k}" for k in r.keys.split(KEY_SEPARATOR) if k)
+            keys.append(index_key(r.topic, r.uniq_key))
+        keys.extend(index_key(r.topic, k) for k in r.keys.split(KEY_SEPARATOR) if k)
         if len(keys) > n:
-            phys_offsets.extend((phys,) * (len(keys) - n))
-            store_ts_ms.extend((r.store_ts_ms,) * (len(keys) - n))
+            phys_offsets += [phys] * (len(keys) - n)
+            store_ts_ms += [r.store_ts_ms] * (len(keys) - n)
             last_phys_offset, any_indexed = phys, True
     return keys, phys_offsets, store_ts_ms
 
 
 def batch_keys(reqs: Sequence[DispatchRequest], last_phys_offset: int, any_indexed: bool):
-    """:func:`collect_keys` by columns, for phys offsets strictly increasing (else None).
-
-    Returns ``(keys, order, phys_offsets, store_ts_ms)``: entry ``i`` is ``keys[order[i]]`` (``order``
-    None: in place) with the two int64 arrays already in entry order.
-    """
+    """:func:`collect_keys` by columns, hashed: ``(key_hashes, phys_offsets, store_ts_ms)`` arrays in
+    entry order; None unless the phys offsets strictly increase (then one at a time is the rule)."""
     n = len(reqs)
     phys = np.fromiter(map(_PHYS, reqs), np.int64, n)
     if not (phys[1:] > phys[:-1]).all():
         return None
-    tx = np.fromiter(map(_SYS_FLAG, reqs), np.int64, n) & SYSFLAG_TX_MASK
-    keep = (tx != SYSFLAG_TX_PREPARED) & (tx != SYSFLAG_TX_ROLLBACK) & (phys >= last_phys_offset)
-    if any_indexed:
-        keep &= phys != last_phys_offset
+    keep = phys > last_phys_offset if any_indexed else phys >= last_phys_offset
+    flags = list(map(_SYS_FLAG, reqs))
+    if any(flags):
+        tx = np.array(flags, dtype=np.int64) & SYSFLAG_TX_MASK
+        keep &= (tx != SYSFLAG_TX_PREPARED) & (tx != SYSFLAG_TX_ROLLBACK)
     if not keep.all():
         kept = np.flatnonzero(keep)
         reqs, phys = list(map(reqs.__getitem__, kept.tolist())), phys[kept]
-    topics, uniqs = list(map(_TOPIC, reqs)), list(map(_UNIQ, reqs))
-    owners = None                   # request of each key; None: one key per request, in order
-    if all(uniqs):
-        keys = list(map("#".join, zip(topics, uniqs)))
-    else:
-        owners = [i for i, u in enumerate(uniqs) if u]
-        keys = [f"{topics[i]}#{uniqs[i]}" for i in owners]
-    order = None
-    words_of = list(map(_KEYS, reqs))
-    if any(words_of):
-        owners = list(range(len(reqs))) if owners is None else owners
-        for i, words in enumerate(words_of):
-            for word in words.split(KEY_SEPARATOR) if words else ():
-                if word:
-                    keys.append(f"{topics[i]}#{word}")
-                    owners.append(i)
-        order = np.argsort(owners, kind="stable")   # a request's unique id first, then its keys
+    words, owners = _words(reqs)
+    hashes = index_key_hashes(list(map(_TOPIC, reqs)), words, owners)
     ts = np.fromiter(map(_TS, reqs), np.int64, len(reqs))
     if owners is None:
-        return keys, None, phys, ts
-    owners = np.asarray(owners, dtype=np.int64)
-    owners = owners if order is None else owners[order]
-    return keys, order, phys[owners], ts[owners]
+        return hashes, phys, ts
+    order = np.argsort(owners, kind="stable")      # a request's unique id first, then its keys
+    owners = owners[order]
+    return hashes[order], phys[owners], ts[owners]
+
+
+def _words(reqs: Sequence[DispatchRequest]) -> tuple[list[str], np.ndarray | None]:
+    """Unique ids, then KEYS words, and the request of each (None: exactly one unique id each)."""
+    words = list(map(_UNIQ, reqs))
+    key_lists = list(map(_KEYS, reqs))
+    if all(words) and not any(key_lists):
+        return words, None
+    n = len(reqs)
+    per_request = np.fromiter(map(str.count, key_lists, repeat(KEY_SEPARATOR)), np.int64, n) + 1
+    owners = np.concatenate([np.arange(n), np.repeat(np.arange(n), per_request)])
+    words += KEY_SEPARATOR.join(key_lists).split(KEY_SEPARATOR)   # as many words as separators + 1
+    present = np.fromiter(map(bool, words), dtype=bool, count=len(words))
+    return list(compress(words, present.tolist())), owners[present]
 
 
 class IndexFile:
     """One memory-mapped index file (RocketMQ ``IndexFile``)."""
 
     def __init__(self, path: Path, slots: int, entries: int, mm: mmap.mmap) -> None:
-        self.path = path
-        self.slots = slots
-        self.entries = entries
-        self._mm = mm
+        self.path, self.slots, self.entries, self._mm = path, slots, entries, mm
         self._slot_view = np.frombuffer(mm, dtype=INDEX_SLOT, count=slots, offset=INDEX_HEADER.size)
         self._entries_pos = INDEX_HEADER.size + slots * INDEX_SLOT.itemsize
         self._entry_view = np.frombuffer(mm, dtype=INDEX_ENTRY, count=entries, offset=self._entries_pos)
@@ -240,10 +236,8 @@ class IndexFile:
 
     @classmethod
     def open(cls, path: Path, slots: int, entries: int) -> "IndexFile | None":
-        """Map an existing file; None if it is empty or its header is impossible (to be deleted).
-
-        ConfigError if its size does not match ``slots`` and ``entries``.
-        """
+        """Map an existing file; None if it is empty or its header is impossible (delete it then).
+        ConfigError if its size does not match ``slots`` and ``entries``."""
         size = index_file_bytes(slots, entries)
         with open(path, "r+b") as fh:
             actual = os.fstat(fh.fileno()).st_size
@@ -259,25 +253,22 @@ class IndexFile:
             return None
         return f
 
-    # -- writing ---------------------------------------------------------------------------------
     def is_write_full(self) -> bool:
         return self.header.index_count >= self.entries
 
     def put_key(self, key: str, phys_offset: int, store_ts_ms: int) -> bool:
         """Append one entry for ``key`` (RocketMQ ``putKey``); False when the file is full."""
-        return self.put_key_hash(index_key_hash(key), phys_offset, store_ts_ms)
-
-    def put_key_hash(self, key_hash: int, phys_offset: int, store_ts_ms: int) -> bool:
         h = self.header
         if h.index_count >= self.entries:
             return False
+        key_hash = index_key_hash(key)
         slot = key_hash % self.slots
         old = int(self._slot_view[slot])
         prev = old if NO_ENTRY < old < h.index_count else NO_ENTRY
         first = h.index_count == 1
         begin_ts_ms = store_ts_ms if first else h.begin_ts_ms
         INDEX_ENTRY_STRUCT.pack_into(self._mm, self._entry_pos(h.index_count), key_hash, phys_offset,
-                                     time_diff_s(store_ts_ms, begin_ts_ms), prev)
+                                     int(time_diff_s(store_ts_ms, begin_ts_ms)), prev)
         self._slot_view[slot] = h.index_count
         self._set_header(IndexHeader(
             begin_ts_ms, store_ts_ms, phys_offset if first else h.begin_phys_offset, phys_offset,
@@ -286,7 +277,7 @@ class IndexFile:
 
     def put_key_hashes(self, key_hashes: np.ndarray, phys_offsets: np.ndarray,
                        store_ts_ms: np.ndarray) -> int:
-        """Append entries in order, exactly as repeated :meth:`put_key_hash`; returns how many fit."""
+        """Append entries in order, exactly as repeated :meth:`put_key`; returns how many fit."""
         h = self.header
         n = min(len(key_hashes), self.entries - h.index_count)
         if n <= 0:
@@ -294,13 +285,13 @@ class IndexFile:
         key_hashes, phys_offsets, store_ts_ms = key_hashes[:n], phys_offsets[:n], store_ts_ms[:n]
         numbers = np.arange(h.index_count, h.index_count + n, dtype=np.int64)
         prev, set_slots, set_values, taken = link_batch(
-            key_hashes.astype(np.int64) % self.slots, numbers, self._slot_view.__getitem__)
+            key_hashes.astype(np.int64) % self.slots, numbers, self._slot_view)
         first = h.index_count == 1
         begin_ts_ms = int(store_ts_ms[0]) if first else h.begin_ts_ms
         rows = np.empty(n, dtype=INDEX_ENTRY)
         rows["key_hash"] = key_hashes
         rows["phys_offset"] = phys_offsets
-        rows["time_diff_s"] = time_diffs_s(store_ts_ms, begin_ts_ms)
+        rows["time_diff_s"] = time_diff_s(store_ts_ms, begin_ts_ms)
         rows["prev_index"] = prev
         self._entry_view[h.index_count:h.index_count + n] = rows
         self._slot_view[set_slots] = set_values
@@ -317,7 +308,6 @@ class IndexFile:
     def _entry_pos(self, number: int) -> int:
         return self._entries_pos + number * INDEX_ENTRY.itemsize
 
-    # -- reading ---------------------------------------------------------------------------------
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
         """Whether ``[begin_ms, end_ms]`` overlaps the file's store-time range."""
         return begin_ms <= self.header.end_ts_ms and end_ms >= self.header.begin_ts_ms
@@ -343,23 +333,19 @@ class IndexFile:
             number = prev
         return out
 
-    # -- lifetime --------------------------------------------------------------------------------
     def flush(self) -> None:
         if self.dirty:
             self._mm.flush()
             self.dirty = False
 
     def close(self) -> None:
-        """Unmap (the numpy views must go first: they pin the mapping)."""
+        """Unmap (the numpy views go first: they pin the mapping)."""
         del self._slot_view, self._entry_view
         self._mm.close()
 
     def destroy(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self.path.unlink(missing_ok=True)
 
 
 def _wall_clock_ms() -> int:
@@ -374,41 +360,35 @@ class IndexService:
         if config.index_entries < 2:
             raise ConfigError("store.index_entries must be ≥ 2 (entry 0 of an index file is never used)")
         self.dir = Path(store_dir) / INDEX_DIR
-        self.slots = config.index_slots
-        self.entries = config.index_entries
+        self.slots, self.entries = config.index_slots, config.index_entries
         self.enabled = config.message_index_enable
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
-        self._files: list[IndexFile] = self._load()
-
-    def _load(self) -> list[IndexFile]:
+        self._files: list[IndexFile] = []
         try:
             names = sorted(n for n in os.listdir(self.dir) if _NAME_RE.match(n))
         except FileNotFoundError:
-            return []
-        files: list[IndexFile] = []
+            names = []
         for name in names:
-            path = self.dir / name
-            try:
-                f = IndexFile.open(path, self.slots, self.entries)
-            except FileNotFoundError:
-                continue
-            if f is not None and files and f.header.end_phys_offset < files[-1].header.end_phys_offset:
-                f.close()     # goes backwards: not a file this service wrote in order
-                f = None
-            if f is None:
-                path.unlink(missing_ok=True)
-                continue
-            files.append(f)
-        return files
+            self._load(self.dir / name)
 
-    # -- writing ---------------------------------------------------------------------------------
+    def _load(self, path: Path) -> None:
+        try:
+            f = IndexFile.open(path, self.slots, self.entries)
+        except FileNotFoundError:
+            return
+        if f is not None and self._files and f.header.end_phys_offset < self._last_indexed()[0]:
+            f.close()           # ends before its predecessor: not written by this service in order
+            f = None
+        if f is None:
+            path.unlink(missing_ok=True)
+        else:
+            self._files.append(f)
+
     def build_index(self, reqs: Sequence[DispatchRequest]) -> int:
-        """Index the unique id and keys of each request, in order; returns the entries added.
-
-        Skips prepared and rolled-back transaction messages and requests already indexed (phys
-        offset below, or equal to, the last one indexed), so re-dispatch after recovery is harmless.
-        """
+        """Index each request's unique id and keys, in order; returns the entries added. Prepared and
+        rolled-back transaction messages are skipped, and so are requests already indexed (phys offset
+        below, or equal to, the last one indexed): re-dispatch after recovery is harmless."""
         if not self.enabled or not reqs:
             return 0
         with self._lock:
@@ -416,15 +396,15 @@ class IndexService:
             batch = batch_keys(reqs, *last) if len(reqs) >= SCALAR_MAX_KEYS else None
             if batch is None:
                 keys, phys_offsets, store_ts_ms = collect_keys(reqs, *last)
-                if len(keys) < SCALAR_MAX_KEYS:
-                    for key, phys_offset, ts_ms in zip(keys, phys_offsets, store_ts_ms):
-                        self._writable_file().put_key(key, phys_offset, ts_ms)   # never full: see there
-                    return len(keys)
-                batch = keys, None, np.array(phys_offsets, np.int64), np.array(store_ts_ms, np.int64)
-            keys, order, phys_offsets, store_ts_ms = batch
-            key_hashes = index_key_hashes(keys)
-            self._put_batch(key_hashes if order is None else key_hashes[order], phys_offsets, store_ts_ms)
-            return len(keys)
+                for key, phys_offset, ts_ms in zip(keys, phys_offsets, store_ts_ms):
+                    self._writable_file().put_key(key, phys_offset, ts_ms)   # never full: see there
+                return len(keys)
+            key_hashes, phys_offsets, store_ts_ms = batch
+            done = 0
+            while done < len(key_hashes):
+                done += self._writable_file().put_key_hashes(
+                    key_hashes[done:], phys_offsets[done:], store_ts_ms[done:])
+            return done
 
     def _last_indexed(self) -> tuple[int, bool]:
         """``(end_phys_offset of the newest file, whether anything was indexed up to it)``."""
@@ -433,31 +413,23 @@ class IndexService:
         newest = self._files[-1]
         return newest.header.end_phys_offset, newest.header.index_count > 1 or len(self._files) > 1
 
-    def _put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_ts_ms: np.ndarray) -> None:
-        done = 0
-        while done < len(key_hashes):
-            done += self._writable_file().put_key_hashes(
-                key_hashes[done:], phys_offsets[done:], store_ts_ms[done:])
-
     def _writable_file(self) -> IndexFile:
-        """The newest file, or a new one when it is full (RocketMQ ``getAndCreateLastIndexFile``)."""
+        """The newest file, or a new one if it is full (RocketMQ ``getAndCreateLastIndexFile``)."""
         if self._files and not self._files[-1].is_write_full():
             return self._files[-1]
-        prev = self._files[-1].header if self._files else None
+        newest = self._files[-1] if self._files else None
         self.dir.mkdir(parents=True, exist_ok=True)
-        name = next_index_file_name(self._clock_ms(), self._files[-1].path.name if self._files else None)
+        name = next_index_file_name(self._clock_ms(), newest.path.name if newest else None)
         f = IndexFile.create(self.dir / name, self.slots, self.entries,
-                             prev.end_phys_offset if prev else 0, prev.end_ts_ms if prev else 0)
+                             newest.header.end_phys_offset if newest else 0,
+                             newest.header.end_ts_ms if newest else 0)
         self._files.append(f)
         return f
 
-    # -- reading ---------------------------------------------------------------------------------
     def query(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
               end_ms: int | None = None) -> list[int]:
-        """Phys offsets of messages indexed under ``key`` of ``topic``, newest first, at most ``max_num``.
-
-        A hash match only: the caller confirms the key on the message itself.
-        """
+        """Phys offsets of messages indexed under ``key`` of ``topic`` and stored within
+        ``[begin_ms, end_ms]``, newest first, at most ``max_num``: hash matches, to be confirmed."""
         end_ms = INT64_MAX if end_ms is None else end_ms
         key_hash = index_key_hash(index_key(topic, key))
         out: list[int] = []
@@ -465,31 +437,26 @@ class IndexService:
             for f in reversed(self._files):
                 if len(out) >= max_num:
                     break
-                if f.header.index_count <= 1:
-                    continue
-                if f.is_time_matched(begin_ms, end_ms):
+                if f.header.index_count > 1 and f.is_time_matched(begin_ms, end_ms):
                     out += f.select_phys_offsets(key_hash, max_num - len(out), begin_ms, end_ms)
-                if f.header.begin_ts_ms < begin_ms:
-                    break     # older files hold older entries only
+                if f.header.index_count > 1 and f.header.begin_ts_ms < begin_ms:
+                    break       # older files hold older entries only
         return out
 
     def max_indexed_phys_offset(self) -> int:
         """Phys offset of the last indexed message (end of the newest file), 0 if none."""
         with self._lock:
-            return self._files[-1].header.end_phys_offset if self._files else 0
+            return self._last_indexed()[0]
 
     def files(self) -> list[str]:
         with self._lock:
             return [str(f.path) for f in self._files]
 
-    # -- recovery, retention, lifetime -----------------------------------------------------------
     def truncate(self, max_phys_offset: int) -> int:
-        """Delete files indexing anything at or beyond ``max_phys_offset`` (the end of the valid
-        commitlog); returns how many. Re-dispatch from :meth:`max_indexed_phys_offset` rebuilds them.
-        """
+        """Delete the files indexing anything at or beyond ``max_phys_offset`` (the end of the valid
+        commitlog); returns how many. Re-dispatch from :meth:`max_indexed_phys_offset` rebuilds them."""
         with self._lock:
-            doomed = [f for f in self._files if f.header.end_phys_offset >= max_phys_offset]
-            return self._delete(doomed)
+            return self._delete([f for f in self._files if f.header.end_phys_offset >= max_phys_offset])
 
     def delete_expired(self, min_phys_offset: int) -> int:
         """Delete the oldest files (never the newest) whose entries all precede ``min_phys_offset``."""

@@ -134,6 +134,20 @@ class MappedFile:
                                                    count=self.file_bytes // dtype.itemsize)
         return v
 
+    def read_be(self, positions: np.ndarray, width: int) -> np.ndarray:
+        """Big-endian signed ints of ``width`` (4 or 8) bytes at many unaligned positions at once.
+
+        Uses ``width`` strided views (one per alignment, no copy) so the gather is one fancy index
+        per field instead of ``width`` bytes per position.
+        """
+        key = ("be", width)
+        v = self._views.get(key)
+        if v is None:
+            dtype = np.dtype(f">i{width}")
+            v = self._views[key] = np.ndarray(shape=(width, self.file_bytes // width - 1), dtype=dtype,
+                                              buffer=self.mm, offset=0, strides=(1, width))
+        return v[positions % width, positions // width]
+
     # -- life -------------------------------------------------------------------------------------
     def close(self) -> None:
         """Unmap. If a caller still holds a view into the map, it stays mapped until that view dies."""

@@ -33,11 +33,22 @@ from . import cleanup, recovery
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
+from .dispatch import DispatchBatch, index_entries, scan_batch
 from .encode import check_body, encode_message, properties_bytes
 from .flush import AsyncFlushState, async_flush_pages
 from .reader import GetResult, MessageBatch, get_batch, get_messages
 
 DISK_CHECK_INTERVAL_MS = 10_000
+
+
+def _prefix_hash(topic: str) -> int:
+    from .index import _prefix_hash as h
+    return h(topic)
+
+
+def index_key_hashes(topics, keys):
+    from .index import index_key_hashes as f
+    return f(topics, keys)
 
 
 class PutStatus(enum.Enum):
@@ -60,9 +71,13 @@ class PutBatchResult(Sequence):
                  phys_offsets: np.ndarray, host_hex: str) -> None:
         self.status = status
         self.queue_id = queue_id
-        self.queue_offsets = np.arange(first_queue_offset, first_queue_offset + len(phys_offsets))
+        self.first_queue_offset = first_queue_offset
         self.phys_offsets = phys_offsets
         self._host_hex = host_hex
+
+    @property
+    def queue_offsets(self) -> np.ndarray:
+        return np.arange(self.first_queue_offset, self.first_queue_offset + len(self.phys_offsets))
 
     def __len__(self) -> int:
         return len(self.phys_offsets)
@@ -72,7 +87,7 @@ class PutBatchResult(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         phys = int(self.phys_offsets[i])
         return PutResult(self.status, f"{self._host_hex}{phys:016X}", self.queue_id,
-                         int(self.queue_offsets[i]), phys)
+                         self.first_queue_offset + range(len(self))[i], phys)
 
     @property
     def msg_ids(self) -> list[str]:
@@ -259,38 +274,37 @@ class MessageStore:
     def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
         """Dispatch records in [start, end); returns (count, whether a queue had a gap)."""
         phys, n, gap = start, 0, False
+        full = start == self.commitlog.min_offset()
         while phys < end:
-            reqs, nxt = self.commitlog.scan(phys, end, batch)
-            if reqs:
-                gap |= self._dispatch_requests(reqs, full=start == self.commitlog.min_offset())
-                n += len(reqs)
+            b, nxt = scan_batch(self.commitlog, phys, end, batch)
+            if len(b):
+                gap |= self._dispatch_batch(b, full)
+                n += len(b)
             if nxt <= phys:
                 break
             phys = nxt
         self.dispatched_phys = max(self.dispatched_phys, phys)
         return n, gap
 
-    def _dispatch_requests(self, reqs: list, full: bool) -> bool:
-        topics, qids, phys, sizes, tags, _, qoffs, *_ = zip(*reqs)
-        keys = list(zip(topics, qids))
-        ids: dict = {}
-        gid = np.fromiter((ids.setdefault(k, len(ids)) for k in keys), np.int64, len(keys))
-        cols = np.array([qoffs, phys, sizes, tags], dtype=np.int64)
+    def _dispatch_batch(self, b: DispatchBatch, full: bool) -> bool:
+        """Consume-queue entries per (topic, queue) in numpy runs, then the index."""
+        gid = (b.topic_ids << 32) | b.queue_ids
         gap = False
-        if len(ids) == 1:
-            runs = [(next(iter(ids)), slice(None))]
-            order = None
+        if (gid == gid[0]).all():
+            runs = [(int(gid[0]), slice(None))]
         else:
             order = np.argsort(gid, kind="stable")
             bounds = np.flatnonzero(np.diff(gid[order])) + 1
-            key_list = list(ids)
-            runs = [(key_list[int(gid[order[s]])], order[s:e])
-                    for s, e in zip(np.r_[0, bounds], np.r_[bounds, len(order)])]
-        for key, sel in runs:
-            c = cols[:, sel]
-            gap |= not self._put_entries(key, c[0], c[1], c[2], c[3], full)
+            runs = [(int(gid[order[s]]), order[s:e]) for s, e in zip(np.r_[0, bounds], np.r_[bounds, len(order)])]
+        for g, sel in runs:
+            key = (b.topics[g >> 32], g & 0xFFFFFFFF)
+            gap |= not self._put_entries(key, b.queue_offsets[sel], b.phys_offsets[sel], b.sizes[sel],
+                                         b.tag_codes[sel], full)
         if self.index is not None:
-            self.index.build_index(reqs)
+            if hasattr(self.index, "build_index_hashes"):
+                self.index.build_index_hashes(*index_entries(b, _prefix_hash, index_key_hashes))
+            else:
+                self.index.build_index(b.requests())
         return gap
 
     def _put_entries(self, key, qoffs, phys, sizes, tags, full: bool) -> bool:

@@ -123,40 +123,67 @@ class MessageBatch:
     """Messages of one queue for bulk consumers; bodies are views into the mapped store.
 
     ``bodies[i]`` is a memoryview valid until the next poll (decompressed bytes for a compressed
-    body); ``queue_offsets`` and ``store_timestamps_ms`` are int64 arrays; ``b[i]`` builds a
+    body); ``queue_offsets``, ``store_timestamps_ms`` and ``body_lengths`` are int64 arrays (the
+    last two gathered from the records on first use, for all messages at once); ``b[i]`` builds a
     MessageExt on demand.
     """
 
-    def __init__(self, queue: MessageQueue, queue_offsets: np.ndarray, store_timestamps_ms: np.ndarray,
-                 file_views: list, file_index: np.ndarray, rel_pos: np.ndarray, sizes: np.ndarray,
-                 body_lengths: np.ndarray, sys_flags: np.ndarray, status: GetStatus = GetStatus.FOUND,
+    def __init__(self, queue: MessageQueue, queue_offsets: np.ndarray, files: list, file_index,
+                 rel_pos: np.ndarray, sizes: np.ndarray, status: GetStatus = GetStatus.FOUND,
                  next_offset: int = 0) -> None:
         self.queue = queue
         self.queue_offsets = queue_offsets
-        self.store_timestamps_ms = store_timestamps_ms
-        self.body_lengths = body_lengths
-        self.sys_flags = sys_flags
         self.status = status
         self.next_offset = next_offset
-        self._views = file_views
-        self._file = file_index
-        self._pos = rel_pos
+        self._files = files            # MappedFiles the messages live in
+        self._file = file_index        # per message index into _files, or None: all in _files[0]
+        self._pos = rel_pos            # record position inside its file
         self._sizes = sizes
+        self._cache: dict[str, np.ndarray] = {}
         self.bodies = _Bodies(self)
 
     def __len__(self) -> int:
         return len(self.queue_offsets)
 
+    def _field(self, name: str, at: int, width: int) -> np.ndarray:
+        v = self._cache.get(name)
+        if v is None:
+            if self._file is None:
+                v = self._files[0].read_be(self._pos + at, width).astype(np.int64) if len(self) else \
+                    np.empty(0, np.int64)
+            else:
+                v = np.empty(len(self), np.int64)
+                for k, mf in enumerate(self._files):
+                    sel = self._file == k
+                    v[sel] = mf.read_be(self._pos[sel] + at, width)
+            self._cache[name] = v
+        return v
+
+    @property
+    def store_timestamps_ms(self) -> np.ndarray:
+        return self._field("store_ts", _STORE_TS_AT, 8)
+
+    @property
+    def body_lengths(self) -> np.ndarray:
+        return self._field("body_len", _BODY_LEN_AT, 4)
+
+    @property
+    def sys_flags(self) -> np.ndarray:
+        return self._field("sys_flag", _SYSFLAG_AT, 4)
+
+    def _mm(self, i: int):
+        return self._files[0 if self._file is None else int(self._file[i])].mm
+
     def __getitem__(self, i: int) -> MessageExt:
-        f, p, s = int(self._file[i]), int(self._pos[i]), int(self._sizes[i])
-        return MessageExt(bytes(self._views[f][p:p + s]), self.queue.broker)
+        p = int(self._pos[i])
+        return MessageExt(self._mm(i)[p:p + int(self._sizes[i])], self.queue.broker)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
     def record_view(self, i: int) -> memoryview:
-        f, p = int(self._file[i]), int(self._pos[i])
-        return self._views[f][p:p + int(self._sizes[i])]
+        p = int(self._pos[i])
+        return memoryview(self._mm(i))[p:p + int(self._sizes[i])]
 
 
 class _Bodies:
@@ -175,61 +202,52 @@ class _Bodies:
         if not 0 <= i < len(b):
             raise IndexError(i)
         start = int(b._pos[i]) + R.MSG_HEADER.size
-        view = b._views[int(b._file[i])][start:start + int(b.body_lengths[i])]
+        view = memoryview(b._mm(i))[start:start + int(b.body_lengths[i])]
         if b.sys_flags[i] & R.SYSFLAG_COMPRESSED:
             return R.decompress_body(bytes(view))
         return view
 
     def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-
-def _gather_be(u8: np.ndarray, pos: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """Read one big-endian field at ``pos + at`` for many records at once."""
-    width = np.dtype(dtype).itemsize
-    return u8[(pos + at)[:, None] + np.arange(width)].view(dtype).ravel()
+        b = self._b
+        lens, flags = b.body_lengths.tolist(), b.sys_flags.tolist()
+        starts = (b._pos + R.MSG_HEADER.size).tolist()
+        views = [memoryview(mf.mm) for mf in b._files]
+        which = [0] * len(b) if b._file is None else b._file.tolist()
+        for f, s, n, fl in zip(which, starts, lens, flags):
+            v = views[f][s:s + n]
+            yield R.decompress_body(bytes(v)) if fl & R.SYSFLAG_COMPRESSED else v
 
 
 def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: int) -> MessageBatch:
     """Up to ``max_count`` messages from ``queue_offset`` as a zero-copy :class:`MessageBatch`."""
     empty = np.empty(0, np.int64)
-
-    def nothing(status: GetStatus, nxt: int) -> MessageBatch:
-        return MessageBatch(queue, empty, empty, [], empty, empty, empty, empty, empty, status, nxt)
-
     if cq is None:
-        return nothing(GetStatus.NO_MESSAGE_IN_QUEUE, 0)
+        return MessageBatch(queue, empty, [], None, empty, empty, GetStatus.NO_MESSAGE_IN_QUEUE, 0)
     early = check_offset(queue_offset, cq.min_offset(), cq.max_offset())
     if early:
-        return nothing(*early)
+        return MessageBatch(queue, empty, [], None, empty, empty, *early)
     ents = cq.entries(queue_offset, max_count)
     scanned = len(ents)
     phys = ents["phys_offset"].astype(np.int64)
     sizes = ents["size"].astype(np.int64)
+    offsets = np.arange(queue_offset, queue_offset + scanned, dtype=np.int64)
+    nxt = queue_offset + scanned
+    mf = commitlog.mfq.find(int(phys[0]))
+    cl_min = commitlog.min_offset()
+    if mf is not None and phys[0] >= cl_min and phys[-1] < mf.file_end_offset:
+        return MessageBatch(queue, offsets, [mf], None, phys - mf.file_from_offset, sizes,
+                            GetStatus.FOUND, nxt)
+    # Spans commitlog files, or starts in data retention already deleted.
     files = commitlog.mfq.files
     starts = np.fromiter((f.file_from_offset for f in files), dtype=np.int64, count=len(files))
     fidx = np.searchsorted(starts, phys, side="right") - 1
-    live = (fidx >= 0) & (phys >= commitlog.min_offset())
-    if not live.all():          # entries whose data retention already deleted are skipped
-        phys, sizes, fidx, ents = phys[live], sizes[live], fidx[live], ents[live]
-    offsets = queue_offset + np.flatnonzero(live).astype(np.int64)
-    rel = phys - starts[fidx] if len(fidx) else phys
-    n = len(phys)
-    blen = np.empty(n, np.int64)
-    sts = np.empty(n, np.int64)
-    sflag = np.empty(n, np.int64)
-    for k in np.unique(fidx).tolist():
-        sel = fidx == k
-        u8 = files[k].u8
-        blen[sel] = _gather_be(u8, rel[sel], _BODY_LEN_AT, ">i4")
-        sts[sel] = _gather_be(u8, rel[sel], _STORE_TS_AT, ">i8")
-        sflag[sel] = _gather_be(u8, rel[sel], _SYSFLAG_AT, ">i4")
-    fmap = {k: i for i, k in enumerate(np.unique(fidx).tolist())}
-    views = [memoryview(files[k].mm) for k in fmap]
-    local = np.array([fmap[k] for k in fidx.tolist()], np.int64) if len(fmap) > 1 else np.zeros(n, np.int64)
-    status = GetStatus.FOUND if n else GetStatus.MESSAGE_WAS_REMOVING
-    return MessageBatch(queue, offsets, sts, views, local, rel, sizes, blen, sflag, status,
-                        queue_offset + scanned)
+    live = (fidx >= 0) & (phys >= cl_min)
+    phys, sizes, fidx, offsets = phys[live], sizes[live], fidx[live], offsets[live]
+    used = np.unique(fidx)
+    local = np.searchsorted(used, fidx)
+    rel = phys - starts[fidx]
+    status = GetStatus.FOUND if len(phys) else GetStatus.MESSAGE_WAS_REMOVING
+    return MessageBatch(queue, offsets, [files[k] for k in used.tolist()], local, rel, sizes, status, nxt)
 
 
 def store_ts_at(commitlog, phys_offset: int) -> int:

@@ -14,6 +14,13 @@ torn, garbage or zero record. Then, in both cases:
    hole (entries missing before the re-dispatch point) everything is re-dispatched from the
    commitlog's first offset.
 
+Consume-queue files can go missing where the checkpoint cannot tell (a new file's directory entry
+is not fsynced): a queue whose last file is full may have lost the files after it, so re-dispatch
+starts no later than the end of its last entry; a queue with entries missing at its head (its min
+offset is above 0 while the commitlog still starts at 0), or one that re-appears during re-dispatch
+at an offset above 0, means a full re-dispatch. Entries lost *inside* data the checkpoint records as
+flushed are not a crash outcome and are not looked for (as in RocketMQ).
+
 The planning functions are pure; :func:`run` applies them to a ``MessageStore``'s parts.
 """
 from __future__ import annotations
@@ -71,19 +78,28 @@ def run(store) -> RecoveryReport:
     scan_from = commitlog_scan_start(abnormal, cp, cp_file.valid, starts, cl.file_bytes)
     max_phys = cl.recover(scan_from, check_crc=abnormal and cfg.check_crc_on_recover,
                           known_last_ts_ms=cp.physic_msg_ts_ms if cp_file.valid else 0)
-    intact = store.consume_queues_present or max_phys == cl.min_offset()
+    cl_min = cl.min_offset()
+    intact = store.consume_queues_present or max_phys == cl_min
+    tails = []                 # ends of queues that may have lost their newest files
     for cq in store.all_consume_queues():
         intact &= cq.recover()
         cq.truncate_dirty(max_phys)
-        cq.correct_min_offset(cl.min_offset())
+        cq.correct_min_offset(cl_min)
+        intact &= not (cl_min == 0 and cq.min_offset() > 0)
+        if cq.may_miss_newer_files():
+            tails.append(cq.last_entry_end())
     index_end = 0
     if store.index is not None:
         store.index.truncate(max_phys)
         index_end = store.index.max_indexed_phys_offset()
     start = redispatch_start(cp, cp_file.valid, intact, index_end, store.index is not None,
-                             cl.min_offset(), max_phys)
-    full = start == cl.min_offset() and start < max_phys
+                             cl_min, max_phys)
+    if tails:
+        start = max(min(start, min(tails)), cl_min)
+    full = start == cl_min and start < max_phys
+    known = set(store.queues)
     n, gap = store.redispatch(start, max_phys)
+    gap |= any(cq.min_offset() > 0 for k, cq in store.queues.items() if k not in known)
     if gap and not full:
         full = True
         n2, _ = store.redispatch(cl.min_offset(), max_phys)
