@@ -73,6 +73,8 @@ def encode_message(msg: Message, topic_b: bytes, queue_id: int, *, max_body_byte
 
     ``store_host`` is the broker's host bytes when known (the message id is built from it)."""
     body = check_body(msg.body, max_body_bytes)
+    if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):
+        raise ValidationError(f"flag must be a 32-bit int, got {msg.flag!r}")
     props = properties_bytes(msg, uniq_key or R.new_unique_id(), max_props_bytes)
     return R.encode_record(topic_b, bytes(body), props, queue_id=queue_id, flag=msg.flag,
                            sys_flag=sys_flag, born_ts_ms=born_ts_ms or int(time.time() * 1000),

@@ -15,7 +15,8 @@ overflows), slot ``key_hash % slots``; ``time_diff_s`` counts from ``begin_ts_ms
 
 Search: newest file first, over files whose time range overlaps the query; in each, from the key's
 slot follow ``prev_index`` (always smaller) while entries are no older than the range, keeping those
-whose hash matches. Results are newest first and are hash matches only: callers check the message.
+whose hash matches. Results are newest first and a superset: hashes may collide, and an entry's time
+is only known to the second (it may be up to 999 ms before ``begin_ms``), so callers check the message.
 
 Ownership: one process, the dispatcher, writes the index through one :class:`IndexService` (its
 public methods hold a lock). A batch writes entries, then slots, then the header. Other readers may
@@ -45,7 +46,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..config import StoreConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, ValidationError
 from ..records import (INDEX_ENTRY, INDEX_ENTRY_STRUCT, INDEX_HEADER, INDEX_SLOT, KEY_SEPARATOR,
                        SYSFLAG_TX_MASK, SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK, IndexHeader,
                        index_file_bytes, java_string_hash, java_string_hash_many)
@@ -55,7 +56,8 @@ INDEX_DIR = "index"                     # under the store directory
 NO_ENTRY = 0                            # entry number 0 is never written: "none"
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-SCALAR_MAX_KEYS = 8                     # smaller batches go key by key (numpy's fixed cost is higher)
+SECOND_MS = 1000                        # unit of time_diff_s: an entry's time is known to the second
+SCALAR_BELOW_REQUESTS = 12              # smaller batches go key by key: numpy costs ~100 µs a batch
 _NAME_RE = re.compile(r"^\d{17}$")      # yyyyMMddHHmmssSSS
 _NAME_SECONDS = "%Y%m%d%H%M%S"
 _SKIPPED_TX = frozenset((SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK))
@@ -101,10 +103,14 @@ def index_key_hashes(topics: Sequence[str], keys: Sequence[str], owners: np.ndar
     return h
 
 
-def time_diff_s(store_ts_ms, begin_ts_ms: int):
-    """Seconds after ``begin_ts_ms`` clamped to ``0 .. INT32_MAX``, 0 if the file has no begin time
-    (an int, or an array for an array)."""
-    return np.clip((store_ts_ms - begin_ts_ms) // 1000, 0, INT32_MAX) * (begin_ts_ms > 0)
+def time_diff_s(store_ts_ms: int, begin_ts_ms: int) -> int:
+    """Seconds after ``begin_ts_ms`` clamped to ``0 .. INT32_MAX``; 0 if the file has no begin time."""
+    return min(max((store_ts_ms - begin_ts_ms) // SECOND_MS, 0), INT32_MAX) if begin_ts_ms > 0 else 0
+
+
+def time_diffs_s(store_ts_ms: np.ndarray, begin_ts_ms: int) -> np.ndarray:
+    """Vectorised :func:`time_diff_s`."""
+    return np.clip((store_ts_ms - begin_ts_ms) // SECOND_MS, 0, INT32_MAX) * (begin_ts_ms > 0)
 
 
 def index_file_name(now_ms: int) -> str:
@@ -268,7 +274,7 @@ class IndexFile:
         first = h.index_count == 1
         begin_ts_ms = store_ts_ms if first else h.begin_ts_ms
         INDEX_ENTRY_STRUCT.pack_into(self._mm, self._entry_pos(h.index_count), key_hash, phys_offset,
-                                     int(time_diff_s(store_ts_ms, begin_ts_ms)), prev)
+                                     time_diff_s(store_ts_ms, begin_ts_ms), prev)
         self._slot_view[slot] = h.index_count
         self._set_header(IndexHeader(
             begin_ts_ms, store_ts_ms, phys_offset if first else h.begin_phys_offset, phys_offset,
@@ -291,7 +297,7 @@ class IndexFile:
         rows = np.empty(n, dtype=INDEX_ENTRY)
         rows["key_hash"] = key_hashes
         rows["phys_offset"] = phys_offsets
-        rows["time_diff_s"] = time_diff_s(store_ts_ms, begin_ts_ms)
+        rows["time_diff_s"] = time_diffs_s(store_ts_ms, begin_ts_ms)
         rows["prev_index"] = prev
         self._entry_view[h.index_count:h.index_count + n] = rows
         self._slot_view[set_slots] = set_values
@@ -314,7 +320,8 @@ class IndexFile:
 
     def select_phys_offsets(self, key_hash: int, max_num: int, begin_ms: int = 0,
                             end_ms: int = INT64_MAX) -> list[int]:
-        """Phys offsets of entries with ``key_hash`` stored within ``[begin_ms, end_ms]``, newest first."""
+        """Phys offsets of entries with ``key_hash`` that may be stored within ``[begin_ms, end_ms]``
+        (to the second: see the module docstring), newest first."""
         h = self.header
         out: list[int] = []
         number = int(self._slot_view[key_hash % self.slots])
@@ -325,10 +332,10 @@ class IndexFile:
                 self._mm, self._entry_pos(number))
             if diff_s < 0:
                 break
-            ts_ms = h.begin_ts_ms + diff_s * 1000
-            if hash_read == key_hash and begin_ms <= ts_ms <= end_ms:
+            ts_ms = h.begin_ts_ms + diff_s * SECOND_MS     # store time rounded down to the second
+            if hash_read == key_hash and ts_ms <= end_ms and ts_ms + SECOND_MS > begin_ms:
                 out.append(phys_offset)
-            if not NO_ENTRY < prev < number or ts_ms < begin_ms:
+            if not NO_ENTRY < prev < number or ts_ms + SECOND_MS <= begin_ms:
                 break
             number = prev
         return out
@@ -393,18 +400,35 @@ class IndexService:
             return 0
         with self._lock:
             last = self._last_indexed()
-            batch = batch_keys(reqs, *last) if len(reqs) >= SCALAR_MAX_KEYS else None
+            batch = batch_keys(reqs, *last) if len(reqs) >= SCALAR_BELOW_REQUESTS else None
             if batch is None:
                 keys, phys_offsets, store_ts_ms = collect_keys(reqs, *last)
                 for key, phys_offset, ts_ms in zip(keys, phys_offsets, store_ts_ms):
                     self._writable_file().put_key(key, phys_offset, ts_ms)   # never full: see there
                 return len(keys)
-            key_hashes, phys_offsets, store_ts_ms = batch
-            done = 0
-            while done < len(key_hashes):
-                done += self._writable_file().put_key_hashes(
-                    key_hashes[done:], phys_offsets[done:], store_ts_ms[done:])
-            return done
+            return self._put_entries(*batch)
+
+    def build_index_hashes(self, key_hashes: np.ndarray, phys_offsets: np.ndarray,
+                           store_ts_ms: np.ndarray) -> int:
+        """Like :meth:`build_index` for entries already chosen and hashed (``index_key_hashes``),
+        in entry order with phys offsets not decreasing; entries already indexed are skipped."""
+        if not self.enabled or not len(key_hashes):
+            return 0
+        phys_offsets = np.asarray(phys_offsets, dtype=np.int64)
+        if (phys_offsets[1:] < phys_offsets[:-1]).any():
+            raise ValidationError("index entries must come in commitlog order (phys offsets not decreasing)")
+        with self._lock:
+            last_phys_offset, any_indexed = self._last_indexed()
+            first = int(np.searchsorted(phys_offsets, last_phys_offset, "right" if any_indexed else "left"))
+            return self._put_entries(np.asarray(key_hashes, dtype=np.int32)[first:], phys_offsets[first:],
+                                     np.asarray(store_ts_ms, dtype=np.int64)[first:])
+
+    def _put_entries(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_ts_ms: np.ndarray) -> int:
+        done = 0
+        while done < len(key_hashes):
+            done += self._writable_file().put_key_hashes(
+                key_hashes[done:], phys_offsets[done:], store_ts_ms[done:])
+        return done
 
     def _last_indexed(self) -> tuple[int, bool]:
         """``(end_phys_offset of the newest file, whether anything was indexed up to it)``."""
@@ -428,8 +452,8 @@ class IndexService:
 
     def query(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
               end_ms: int | None = None) -> list[int]:
-        """Phys offsets of messages indexed under ``key`` of ``topic`` and stored within
-        ``[begin_ms, end_ms]``, newest first, at most ``max_num``: hash matches, to be confirmed."""
+        """Phys offsets of messages indexed under ``key`` of ``topic`` that may be stored within
+        ``[begin_ms, end_ms]``, newest first, at most ``max_num``: a superset, to be confirmed."""
         end_ms = INT64_MAX if end_ms is None else end_ms
         key_hash = index_key_hash(index_key(topic, key))
         out: list[int] = []

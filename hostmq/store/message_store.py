@@ -178,7 +178,7 @@ class MessageStore:
 
     # -- writing ----------------------------------------------------------------------------------
     def _topic_bytes(self, topic) -> bytes:
-        b = self._topics.get(topic)
+        b = self._topics.get(topic) if isinstance(topic, str) else None
         if b is None:
             b = self._topics[topic] = R.validate_topic(topic)
         return b
@@ -186,7 +186,7 @@ class MessageStore:
     def _check_writable(self, queue_id, now_ms: float) -> None:
         if self.closed:
             raise ValidationError("the store is closed")
-        if not isinstance(queue_id, int) or not 0 <= queue_id < (1 << 31):
+        if queue_id.__class__ is not int or not 0 <= queue_id < (1 << 31):
             raise ValidationError(f"queue_id must be an int in [0, 2**31), got {queue_id!r}")
         if now_ms >= self._next_disk_check_ms:
             self._check_disk(now_ms)
@@ -204,7 +204,7 @@ class MessageStore:
                 or queue_id.__class__ is not int or not 0 <= queue_id < 2147483648):
             self._check_writable(queue_id, now_ms)
         topic = msg.topic
-        topic_b = self._topics.get(topic) or self._topic_bytes(topic)
+        topic_b = (self._topics.get(topic) if topic.__class__ is str else None) or self._topic_bytes(topic)
         cfg = self.config
         body = msg.body
         if body.__class__ is not bytes or not 0 < len(body) <= cfg.max_message_bytes:
@@ -325,11 +325,13 @@ class MessageStore:
     # -- reading ----------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
             expression: str | None = "*") -> GetResult:
+        _check_read(queue_offset, max_count)
         cfg = self.config
         return get_messages(self.queues.get((topic, queue_id)), self.commitlog, queue_offset, max_count,
                             _tag_filter(expression), cfg.max_transfer_bytes, self.broker)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
+        _check_read(queue_offset, max_count)
         return get_batch(self.queues.get((topic, queue_id)), self.commitlog,
                          MessageQueue(topic, self.broker, queue_id), queue_offset, max_count)
 
@@ -446,6 +448,13 @@ class MessageStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _check_read(queue_offset, max_count) -> None:
+    if queue_offset.__class__ is not int:
+        raise ValidationError(f"queue_offset must be an int, got {queue_offset!r}")
+    if max_count.__class__ is not int or max_count < 1:
+        raise ValidationError(f"max_count must be a positive int, got {max_count!r}")
 
 
 @functools.lru_cache(maxsize=256)
