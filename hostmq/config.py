@@ -93,8 +93,9 @@ class StoreConfig:
                               f"got {self.flush_disk_type!r}")
         if self.commitlog_file_bytes < 4096:
             raise ConfigError("store.commitlog_file_bytes must be at least 4096")
-        if self.consume_queue_file_entries < 1 or self.index_slots < 1 or self.index_entries < 1:
-            raise ConfigError("store.consume_queue_file_entries, index_slots and index_entries must be ≥ 1")
+        if self.consume_queue_file_entries < 1 or self.index_slots < 1 or self.index_entries < 2:
+            raise ConfigError("store.consume_queue_file_entries and index_slots must be ≥ 1 and "
+                              "index_entries ≥ 2 (entry 0 of an index file is never used)")
         if not 0 < self.max_message_bytes:
             raise ConfigError("store.max_message_bytes must be positive")
         if not 0 <= self.max_properties_bytes <= (1 << 15) - 1:

@@ -77,8 +77,12 @@ def index_key_hash(key: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _prefix_hash(topic: str) -> int:
+def prefix_hash(topic: str) -> int:
+    """Java hash of ``topic + "#"`` as uint32 (cached): the start of every index key of a topic."""
     return java_string_hash(index_key(topic, "")) & 0xFFFFFFFF
+
+
+_prefix_hash = prefix_hash
 
 
 def _utf16_units(s: str) -> int:

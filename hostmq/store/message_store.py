@@ -34,6 +34,7 @@ from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
 from .dispatch import DispatchBatch, index_entries, scan_batch
+from .index import IndexService, index_key_hashes, prefix_hash
 from .encode import check_body, encode_message, properties_bytes
 from .flush import AsyncFlushState, async_flush_pages
 from .reader import GetResult, MessageBatch, get_batch, get_messages
@@ -41,14 +42,7 @@ from .reader import GetResult, MessageBatch, get_batch, get_messages
 DISK_CHECK_INTERVAL_MS = 10_000
 
 
-def _prefix_hash(topic: str) -> int:
-    from .index import _prefix_hash as h
-    return h(topic)
 
-
-def index_key_hashes(topics, keys):
-    from .index import index_key_hashes as f
-    return f(topics, keys)
 
 
 class PutStatus(enum.Enum):
@@ -133,7 +127,6 @@ class MessageStore:
         self.consume_queues_present = self._load_consume_queues()
         self.index = None
         if cfg.message_index_enable:
-            from .index import IndexService
             self.index = IndexService(self.path, cfg)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
         self.dispatched_phys = 0
@@ -301,10 +294,7 @@ class MessageStore:
             gap |= not self._put_entries(key, b.queue_offsets[sel], b.phys_offsets[sel], b.sizes[sel],
                                          b.tag_codes[sel], full)
         if self.index is not None:
-            if hasattr(self.index, "build_index_hashes"):
-                self.index.build_index_hashes(*index_entries(b, _prefix_hash, index_key_hashes))
-            else:
-                self.index.build_index(b.requests())
+            self.index.build_index_hashes(*index_entries(b, prefix_hash, index_key_hashes))
         return gap
 
     def _put_entries(self, key, qoffs, phys, sizes, tags, full: bool) -> bool:
