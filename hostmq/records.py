@@ -253,13 +253,17 @@ def decode_properties(data: bytes) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 # Batches: records encoded back to back, patched in place by the writer with numpy
 # ---------------------------------------------------------------------------------------------
-# The three fields the appender fills in, as one 24-byte scatter per record.
+# The fields the appender fills in — QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP — as one
+# 28-byte scatter per record (QUEUEID too, so a record always names the queue it was counted in).
 _PATCH_COLS = np.concatenate([
-    np.arange(FIELD["queue_offset"], FIELD["queue_offset"] + 8),
-    np.arange(FIELD["phys_offset"], FIELD["phys_offset"] + 8),
+    np.arange(FIELD["queue_id"], FIELD["queue_id"] + 4),
+    np.arange(FIELD["queue_offset"], FIELD["queue_offset"] + 16),      # queue offset, phys offset
     np.arange(FIELD["store_ts_ms"], FIELD["store_ts_ms"] + 8),
 ])
-assert len(_PATCH_COLS) == 24 and FIELD["phys_offset"] == FIELD["queue_offset"] + 8
+_PATCH_DTYPE = np.dtype([("queue_id", ">i4"), ("queue_offset", ">i8"), ("phys_offset", ">i8"),
+                         ("store_ts_ms", ">i8")])
+assert len(_PATCH_COLS) == _PATCH_DTYPE.itemsize == 28
+assert FIELD["phys_offset"] == FIELD["queue_offset"] + 8
 
 
 def encode_batch(records_: list[bytes]) -> tuple[bytes, np.ndarray]:
@@ -281,22 +285,28 @@ def batch_record_sizes(blob, starts: np.ndarray) -> np.ndarray:
 
 
 def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, first_queue_offset, phys_offsets: np.ndarray,
-                store_ts_ms: int) -> None:
-    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of many records at once.
+                store_ts_ms: int, queue_id: int | None = None) -> None:
+    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (and QUEUEID) of many records at once.
 
     ``u8`` is a writable uint8 view of the destination, ``abs_starts`` the records' positions in it;
-    queue offsets are ``first_queue_offset + i`` (or an array of them).
+    queue offsets are ``first_queue_offset + i`` (or an array of them). With ``queue_id`` None the
+    records keep the queue id they were encoded with.
     """
     n = len(abs_starts)
-    vals = np.empty((n, 3), dtype=">i8")
+    vals = np.empty(n, dtype=_PATCH_DTYPE)
     if isinstance(first_queue_offset, np.ndarray):
-        vals[:, 0] = first_queue_offset
+        vals["queue_offset"] = first_queue_offset
     else:
-        vals[:, 0] = _ARANGE[:n] + first_queue_offset if n <= len(_ARANGE) else \
+        vals["queue_offset"] = _ARANGE[:n] + first_queue_offset if n <= len(_ARANGE) else \
             np.arange(first_queue_offset, first_queue_offset + n)
-    vals[:, 1] = phys_offsets
-    vals[:, 2] = store_ts_ms
-    u8[abs_starts[:, None] + _PATCH_COLS] = vals.view(np.uint8).reshape(n, 24)
+    vals["phys_offset"] = phys_offsets
+    vals["store_ts_ms"] = store_ts_ms
+    raw = vals.view(np.uint8).reshape(n, _PATCH_DTYPE.itemsize)
+    if queue_id is None:
+        u8[abs_starts[:, None] + _PATCH_COLS[4:]] = raw[:, 4:]
+    else:
+        vals["queue_id"] = queue_id
+        u8[abs_starts[:, None] + _PATCH_COLS] = raw
 
 
 _ARANGE = np.arange(4096, dtype=np.int64)

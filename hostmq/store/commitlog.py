@@ -156,7 +156,7 @@ class CommitLog:
                      sizes: np.ndarray | None = None, now_ms: int | None = None) -> BatchAppendResult:
         """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
 
-        Records are copied in as few slices as the file boundaries allow; QUEUEOFFSET,
+        Records are copied in as few slices as the file boundaries allow; QUEUEID, QUEUEOFFSET,
         PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter.
         """
         n = len(starts)
@@ -174,15 +174,16 @@ class CommitLog:
             mf.mm[pos:pos + nbytes] = blob
             rel = starts + pos
             phys = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0, phys, ts)
+            R.patch_batch(mf.u8, rel, q0, phys, ts, queue_id)
             mf.wrote_pos = mf.committed_pos = pos + nbytes
             mf.store_ts_ms = ts
         else:
-            phys = self._append_split(blob, starts, sizes, q0, ts)
+            phys = self._append_split(blob, starts, sizes, q0, ts, queue_id)
         self.topic_queue_table[key] = q0 + n
         return BatchAppendResult(q0, phys, sizes, ts)
 
-    def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int) -> np.ndarray:
+    def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int,
+                      queue_id: int) -> np.ndarray:
         """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece."""
         n = len(starts)
         phys = np.empty(n, dtype=np.int64)
@@ -200,7 +201,7 @@ class CommitLog:
             mf.mm[pos:pos + src1 - src0] = view[src0:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts)
+            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts, queue_id)
             mf.wrote_pos = mf.committed_pos = pos + src1 - src0
             mf.store_ts_ms = ts
             i = j

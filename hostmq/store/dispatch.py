@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import records as R
+from .mapped_file import arithmetic_step
 
 
 class DispatchRequest(NamedTuple):
@@ -153,24 +154,28 @@ class _Builder:
         self.uniq_other: list = []
 
     def add_file_piece(self, mf, pos: np.ndarray) -> None:
-        rd = mf.read_be
-        sizes = rd(pos, 4).astype(np.int64)
-        blen = rd(pos + 84, 4).astype(np.int64)
-        ts = rd(pos + 56, 8)
+        step = arithmetic_step(pos)      # a run of equal-size records: strided views, no gathers
+
+        def rd(at: int, width: int) -> np.ndarray:
+            return mf.read_be(pos + at, width, step).astype(np.int64)
+
+        sizes, blen, ts = rd(0, 4), rd(84, 4), rd(56, 8)
         topic_ids = np.empty(len(pos), np.int64)
         codes = np.empty(len(pos), np.int64)
         tstart = pos + _HDR_BYTES + blen
         tlen = sizes - _HDR_BYTES - blen
         first_row = self.count
-        for length in np.unique(tlen).tolist():
-            rows = np.flatnonzero(tlen == length)
-            self._tails(mf, tstart[rows], int(length), rows, first_row, topic_ids, codes, ts)
-        self.cols.append((topic_ids, rd(pos + 12, 4).astype(np.int64), mf.file_from_offset + pos, sizes,
-                          codes, ts, rd(pos + 20, 8), rd(pos + 36, 4).astype(np.int64)))
+        lengths = np.unique(tlen).tolist()
+        for length in lengths:
+            rows = np.flatnonzero(tlen == length) if len(lengths) > 1 else np.arange(len(pos))
+            sub_step = arithmetic_step(tstart[rows])   # (the last record may differ in size)
+            self._tails(mf.rows(tstart[rows], int(length), sub_step), int(length), rows, first_row,
+                        topic_ids, codes, ts)
+        self.cols.append((topic_ids, rd(12, 4), mf.file_from_offset + pos, sizes, codes, ts, rd(20, 8),
+                          rd(36, 4)))
         self.count += len(pos)
 
-    def _tails(self, mf, starts, length, rows, first_row, topic_ids, codes, ts) -> None:
-        mat = mf.u8[starts[:, None] + np.arange(length)]
+    def _tails(self, mat, length, rows, first_row, topic_ids, codes, ts) -> None:
         ut = UNIQ_TAIL
         if length >= ut + 3:
             mark = (mat[:, length - ut:length - ut + len(_UNIQ_MARK)] == _UNIQ_MARK).all(axis=1)
@@ -178,14 +183,18 @@ class _Builder:
             fast = mark & whole
         else:
             fast = np.zeros(len(rows), bool)
+        if fast.all():
+            self.uniq_rows.append(rows + first_row)
+            self.uniq_bytes.append(np.array(mat[:, length - UNIQ_LEN - 1:length - 1]))
+            self._prefixes(mat[:, :length - ut], rows, first_row, topic_ids, codes, ts, False)
+            return
         if fast.any():
             sel = np.flatnonzero(fast)
             self.uniq_rows.append(rows[sel] + first_row)
             self.uniq_bytes.append(mat[sel, length - UNIQ_LEN - 1:length - 1])
             self._prefixes(mat[sel, :length - ut], rows[sel], first_row, topic_ids, codes, ts, False)
-        if not fast.all():
-            sel = np.flatnonzero(~fast)
-            self._prefixes(mat[sel], rows[sel], first_row, topic_ids, codes, ts, True)
+        sel = np.flatnonzero(~fast)
+        self._prefixes(mat[sel], rows[sel], first_row, topic_ids, codes, ts, True)
 
     def _prefixes(self, mat, rows, first_row, topic_ids, codes, ts, has_uniq_inside: bool) -> None:
         """Parse each distinct tail prefix once; spread the results over its rows."""

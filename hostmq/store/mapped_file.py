@@ -134,19 +134,30 @@ class MappedFile:
                                                    count=self.file_bytes // dtype.itemsize)
         return v
 
-    def read_be(self, positions: np.ndarray, width: int) -> np.ndarray:
+    def read_be(self, positions: np.ndarray, width: int, step: int | None = None) -> np.ndarray:
         """Big-endian signed ints of ``width`` (4 or 8) bytes at many unaligned positions at once.
 
-        Uses ``width`` strided views (one per alignment, no copy) so the gather is one fancy index
-        per field instead of ``width`` bytes per position.
+        With ``step`` (the positions are ``positions[0] + step * i``) this is a zero-copy strided
+        view; otherwise one fancy index over ``width`` alignment views (no copy of the file).
         """
+        dtype = np.dtype(f">i{width}")
+        if step is not None and len(positions):
+            return np.ndarray(shape=(len(positions),), dtype=dtype, buffer=self.mm,
+                              offset=int(positions[0]), strides=(step,))
         key = ("be", width)
         v = self._views.get(key)
         if v is None:
-            dtype = np.dtype(f">i{width}")
             v = self._views[key] = np.ndarray(shape=(width, self.file_bytes // width - 1), dtype=dtype,
                                               buffer=self.mm, offset=0, strides=(1, width))
         return v[positions % width, positions // width]
+
+    def rows(self, starts: np.ndarray, length: int, step: int | None = None) -> np.ndarray:
+        """``length`` bytes at each start as an (n, length) uint8 array (a strided view with ``step``)."""
+        if step is not None and len(starts):
+            return np.lib.stride_tricks.as_strided(self.u8[int(starts[0]):], shape=(len(starts), length),
+                                                   strides=(step, 1), writeable=False)
+        return self.u8[starts[:, None] + np.arange(length)]
+
 
     # -- life -------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -170,3 +181,16 @@ class MappedFile:
     def __repr__(self) -> str:
         return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_pos}, "
                 f"flushed={self.flushed_pos})")
+
+
+def arithmetic_step(positions: np.ndarray) -> int | None:
+    """``d`` if ``positions[i] == positions[0] + d * i`` for all i (d > 0), else None."""
+    n = len(positions)
+    if n == 0:
+        return None
+    if n == 1:
+        return 1
+    d = int(positions[1] - positions[0])
+    if d <= 0 or int(positions[-1] - positions[0]) != d * (n - 1) or not (np.diff(positions) == d).all():
+        return None
+    return d

@@ -240,11 +240,19 @@ class MessageStore:
     def append_encoded(self, topic: str, queue_id: int, blob, starts: np.ndarray,
                        sizes: np.ndarray | None = None, now_ms: int | None = None) -> PutBatchResult:
         """Append a pre-encoded batch (``records.encode_batch``) — the writer's path."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        self._check_writable(queue_id, now_ms)
-        self._topic_bytes(topic)
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        if (now_ms >= self._next_disk_check_ms or self._refuse_writes or self.closed
+                or queue_id.__class__ is not int or not 0 <= queue_id < 2147483648):
+            self._check_writable(queue_id, now_ms)
+        if topic.__class__ is not str or topic not in self._topics:
+            self._topic_bytes(topic)
         r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
-        status = self._after_append(now_ms)
+        cfg = self.config
+        if cfg.flush_disk_type != ASYNC_FLUSH or now_ms - self._flush_state.last_flush_ms >= cfg.flush_interval_ms:
+            status = self._after_append(now_ms)
+        else:
+            status = PutStatus.PUT_OK
         return PutBatchResult(status, queue_id, r.queue_offset, r.phys_offsets, self.commitlog.host_hex)
 
     def _after_append(self, now_ms: float) -> PutStatus:

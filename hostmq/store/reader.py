@@ -66,6 +66,8 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
     early = check_offset(queue_offset, lo, hi)
     if early:
         return GetResult(early[0], [], early[1], lo, hi)
+    if tag_filter.match_all:
+        return _get_all(cq, commitlog, queue_offset, max_count, max_bytes, broker, lo, hi)
     msgs: list[MessageExt] = []
     nbytes = 0
     nxt = queue_offset
@@ -73,8 +75,7 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
     cl_min = commitlog.min_offset()
     mf = None
     while len(msgs) < max_count and nxt < hi:
-        ents = cq.entries(nxt, max(max_count - len(msgs), _SCAN_ENTRIES) if not tag_filter.match_all
-                          else max_count - len(msgs))
+        ents = cq.entries(nxt, max(max_count - len(msgs), _SCAN_ENTRIES))
         if not len(ents):
             break
         keep = tag_filter.match_codes(ents["tag_hash"])
@@ -99,7 +100,7 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
                     continue
             pos = phys - mf.file_from_offset
             m = MessageExt(mf.mm[pos:pos + size], broker)
-            if not tag_filter.match_all and not tag_filter.match_tag(m.tags):
+            if not tag_filter.match_tag(m.tags):
                 continue
             msgs.append(m)
             nbytes += size
@@ -110,13 +111,48 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
         if stop:
             break
         nxt += len(ents)
+    return GetResult(_status(msgs, removed), msgs, nxt, lo, hi)
+
+
+def _status(msgs: list, removed: int) -> GetStatus:
     if msgs:
-        status = GetStatus.FOUND
-    elif removed:
-        status = GetStatus.MESSAGE_WAS_REMOVING
-    else:
-        status = GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, msgs, nxt, lo, hi)
+        return GetStatus.FOUND
+    return GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
+
+
+def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, broker: str,
+             lo: int, hi: int) -> GetResult:
+    """``get`` without a filter: every entry is a message to return (the common, fast case)."""
+    msgs: list[MessageExt] = []
+    cl_min = commitlog.min_offset()
+    nbytes = removed = taken = 0
+    lo_phys = hi_phys = base = 0
+    mm = None
+    full = False
+    while taken < max_count and queue_offset + taken < hi and not full:
+        ents = cq.entries(queue_offset + taken, max_count - taken)   # within one consume-queue file
+        if not len(ents):
+            break
+        for phys, size in zip(ents["phys_offset"].tolist(), ents["size"].tolist()):
+            if phys < cl_min:
+                removed += 1
+                taken += 1
+                continue
+            if msgs and nbytes + size > max_bytes:
+                full = True
+                break
+            if not lo_phys <= phys < hi_phys:
+                mf = commitlog.mfq.find(phys)
+                if mf is None:
+                    removed += 1
+                    taken += 1
+                    continue
+                lo_phys, hi_phys, mm, base = mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset
+            pos = phys - base
+            msgs.append(MessageExt(mm[pos:pos + size], broker))
+            nbytes += size
+            taken += 1
+    return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi)
 
 
 class MessageBatch:
