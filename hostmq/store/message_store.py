@@ -34,7 +34,8 @@ from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
 from .dispatch import DispatchBatch, index_entries, scan_batch
-from .index import IndexService, index_key_hashes, prefix_hash
+from .index import IndexService
+from .index_keys import index_key_hashes, prefix_hash
 from .encode import check_body, encode_message, properties_bytes
 from .flush import AsyncFlushState, async_flush_pages
 from .reader import GetResult, MessageBatch, get_batch, get_messages

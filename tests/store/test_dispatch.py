@@ -21,7 +21,6 @@ from hostmq.store.dispatch import index_entries, scan_batch
 from hostmq.store.encode import encode_message
 from hostmq.store.index import index_key, index_key_hash, index_key_hashes, prefix_hash
 
-from .conftest import small_config
 
 pytestmark = pytest.mark.timeout(120)
 

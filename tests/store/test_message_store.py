@@ -3,7 +3,6 @@ lookups, validation, the store lock."""
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 import sys
 import textwrap
