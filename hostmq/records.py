@@ -167,6 +167,10 @@ def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[in
     props_len = PROPS_LEN.unpack_from(buf, ppos)[0]
     if ppos + PROPS_LEN.size + props_len != pos + total:
         raise _fail(pos, "lengths do not add up to the total size")
+    if props_len and buf[pos + total - 1] != 2:
+        # Every encoder ends PROPERTIES with \x02: a zeroed (torn) record tail fails here even though
+        # the body CRC, the only checksum of the V1 format, does not cover the properties.
+        raise _fail(pos, "properties do not end with \\x02 (torn tail)")
     if verify_crc:
         stored = struct.unpack_from(">I", buf, pos + FIELD["body_crc"])[0]
         start = pos + MSG_HEADER.size

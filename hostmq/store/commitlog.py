@@ -67,9 +67,9 @@ class BatchAppendResult(NamedTuple):
 
 class CommitLog:
     def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
-                 warm: bool = False, delay_levels_ms: tuple[int, ...] = ()) -> None:
+                 warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
-        self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm)
+        self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable)
         self.file_bytes = file_bytes
         self.store_host = store_host or R.host_bytes()
         self.host_hex = self.store_host.hex().upper()
@@ -320,19 +320,27 @@ class CommitLog:
 
     def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0) -> int:
         """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
-        everything after it; return it.
+        everything after it; return it."""
+        phys, last_ts = self.valid_end(start_phys, check_crc)
+        self.mfq.truncate(phys)
+        self._cur = None
+        self.last_store_ts_ms = max(last_ts, known_last_ts_ms)
+        return phys
+
+    def valid_end(self, start_phys: int, check_crc: bool) -> tuple[int, int]:
+        """``(end of valid data, store time of the last valid message)`` scanning from the record
+        boundary ``start_phys``; reads only.
 
         Stops at the first record that is torn, garbage, zero-filled or fails its CRC. A blank record
         moves to the next file (or ends the log if there is none); a hole in the file list ends it.
         """
         files = self.mfq.files
         if not files:
-            self.last_store_ts_ms = known_last_ts_ms
-            return 0
+            return 0, 0
         mf = self.mfq.find(start_phys)
         phys = start_phys if mf is not None else files[0].file_from_offset
         idx = files.index(mf) if mf is not None else 0
-        last_ts = known_last_ts_ms
+        last_ts = 0
         while idx < len(files):
             mf = files[idx]
             rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc)
@@ -343,10 +351,7 @@ class CommitLog:
             idx += 1
             if idx < len(files) and files[idx].file_from_offset != phys:
                 break
-        self.mfq.truncate(phys)
-        self._cur = None
-        self.last_store_ts_ms = last_ts
-        return phys
+        return phys, last_ts
 
     def flush(self, least_pages: int = 0) -> int:
         return self.mfq.flush(least_pages)

@@ -43,14 +43,43 @@ class MappedFileQueue:
         for i, (start, n) in enumerate(names):
             path = os.path.join(self.directory, n)
             if os.path.getsize(path) != self.file_bytes or start % self.file_bytes:
-                if i == len(names) - 1 and self.writable:
-                    os.unlink(path)
-                    break
+                if i == len(names) - 1:
+                    if self.writable:   # a crash while creating it: it holds nothing
+                        os.unlink(path)
+                    break               # a reader: the writer is still creating it
+
                 raise ValueError(f"{path}: size {os.path.getsize(path)} or name does not match "
                                  f"file size {self.file_bytes}")
             mf = MappedFile(path, self.file_bytes, writable=self.writable)
             mf.set_positions(self.file_bytes)
             self.files.append(mf)
+
+    def refresh(self) -> None:
+        """Reader side: map files the writer created since, forget files cleanup deleted."""
+        if self.writable:
+            raise ValueError("refresh() is for read-only file queues")
+        names = []
+        if os.path.isdir(self.directory):
+            for n in os.listdir(self.directory):
+                try:
+                    names.append(offset_of(n))
+                except ValueError:
+                    continue
+        present = set(names)
+        while self.files and self.files[0].file_from_offset not in present:
+            self.files.pop(0).close()
+        nxt = self.files[-1].file_end_offset if self.files else (min(names) if names else 0)
+        while nxt in present:
+            path = os.path.join(self.directory, file_name(nxt))
+            try:
+                if os.path.getsize(path) != self.file_bytes:
+                    break
+                mf = MappedFile(path, self.file_bytes, writable=False)
+            except (FileNotFoundError, ValueError):
+                break
+            mf.set_positions(self.file_bytes)
+            self.files.append(mf)
+            nxt = mf.file_end_offset
 
     # -- lookup -----------------------------------------------------------------------------------
     def first(self) -> MappedFile | None:

@@ -1,0 +1,159 @@
+"""A read-only view of a store directory, safe to use while another process writes it.
+
+Consumers, admin tools and the Spark data source read consume queues and message bytes straight from
+the files through read-only maps — no message bytes over a socket. ``StoreReader`` never writes,
+never takes the store's ``lock`` and never truncates anything.
+
+What it may read (never more than crash recovery would keep):
+  * a live broker publishes how far is safe (its dispatched offset under ASYNC_FLUSH, its flushed
+    offset under SYNC_FLUSH): pass that as ``limit_phys`` (a number or a callable), and consume-queue
+    entries whose record ends past it are invisible;
+  * with no broker: a cleanly closed store (no ``abort``) is readable up to the checkpoint's
+    confirmed end; a store whose writer died (``abort`` present) is scanned read-only from the
+    checkpoint's durable point, checking every record as abnormal recovery would, and the first
+    torn or garbage record ends what is visible.
+
+``refresh()`` picks up files and entries written since; it is cheap (a directory listing and a
+look at the last entries of each queue).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from .. import records as R
+from ..config import Config, StoreConfig, store_config
+from ..errors import CorruptRecordError, MessageNotFoundError
+from ..message import MessageExt, MessageQueue
+from .checkpoint import StoreCheckpoint
+from .commitlog import CommitLog
+from .consume_queue import ENTRY_BYTES, ConsumeQueue
+from .reader import GetResult, MessageBatch, get_batch, get_messages
+from .recovery import commitlog_scan_start
+
+
+class StoreReader:
+    def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
+                 broker: str = "", limit_phys: int | Callable[[], int] | None = None) -> None:
+        self.path = os.path.abspath(path)
+        if not os.path.isdir(os.path.join(self.path, "commitlog")):
+            raise MessageNotFoundError(f"{self.path} is not a hostmq store (no commitlog directory)")
+        self.config = store_config(config)
+        self.broker = broker
+        self._limit = limit_phys
+        self.commitlog = CommitLog(self.path, self.config.commitlog_file_bytes, writable=False)
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._max: dict[tuple[str, int], int] = {}
+        self.readable_end = 0
+        self.refresh()
+
+    # -- what is visible --------------------------------------------------------------------------
+    def _static_end(self) -> int:
+        """How far a store with no live writer is valid (what recovery would keep)."""
+        cl = self.commitlog
+        cp_file = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
+        cp = cp_file.load()
+        abnormal = os.path.exists(os.path.join(self.path, "abort"))
+        starts = [mf.file_from_offset for mf in cl.mfq.files]
+        start = commitlog_scan_start(abnormal, cp, cp_file.valid, starts, cl.file_bytes)
+        end, _ = cl.valid_end(start, check_crc=abnormal)
+        return end
+
+    def refresh(self) -> None:
+        """Map new files, find each queue's readable max offset."""
+        cl = self.commitlog
+        cl.mfq.refresh()
+        if self._limit is None:
+            self.readable_end = self._static_end()
+        else:
+            self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
+        root = os.path.join(self.path, "consumequeue")
+        for topic in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+            tdir = os.path.join(root, topic)
+            for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else ():
+                if not qid.isdigit():
+                    continue
+                key = (topic, int(qid))
+                cq = self.queues.get(key)
+                if cq is None:
+                    cq = self.queues[key] = ConsumeQueue(self.path, topic, int(qid),
+                                                         self.config.consume_queue_file_entries,
+                                                         writable=False)
+                cq.mfq.refresh()
+                self._set_readable_max(cq)
+
+    def _set_readable_max(self, cq: ConsumeQueue) -> None:
+        """Readable entries: valid (size > 0) and pointing at records that end within the limit."""
+        files = cq.mfq.files
+        if not files:
+            return
+        first = files[0]
+        sizes0 = cq._entries(first)["size"]
+        lead = np.flatnonzero(sizes0 != 0x7FFFFFFF)    # blank padding of a queue that starts late
+        cq.min_logic_offset = first.file_from_offset + (int(lead[0]) if len(lead) else 0) * ENTRY_BYTES
+        for mf in reversed(files):                     # only the newest files can be partly written
+            ents = cq._entries(mf)
+            ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)
+            bad = np.flatnonzero(~ok)
+            n = int(bad[0]) if len(bad) else len(ents)
+            for later in files[files.index(mf) + 1:]:
+                later.wrote_pos = later.committed_pos = 0
+            mf.wrote_pos = mf.committed_pos = n * ENTRY_BYTES
+            if n or mf is files[0]:
+                break
+
+    # -- the MessageStore read API ------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.queues})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.queues if t == topic)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset() if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset() if cq else 0
+
+    def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+            expression: str | None = "*") -> GetResult:
+        from .message_store import _check_read, _tag_filter
+        _check_read(queue_offset, max_count)
+        return get_messages(self.queues.get((topic, queue_id)), self.commitlog, queue_offset, max_count,
+                            _tag_filter(expression), self.config.max_transfer_bytes, self.broker)
+
+    def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
+        from .message_store import _check_read
+        _check_read(queue_offset, max_count)
+        return get_batch(self.queues.get((topic, queue_id)), self.commitlog,
+                         MessageQueue(topic, self.broker, queue_id), queue_offset, max_count)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.offset_for_timestamp(ts_ms, self.commitlog.store_ts_at) if cq else 0
+
+    def view(self, msg_id: str) -> MessageExt:
+        _, phys = R.decode_msg_id(msg_id)
+        try:
+            raw = self.commitlog.record_at(phys) if phys < self.readable_end else None
+        except CorruptRecordError:
+            raw = None
+        m = MessageExt(raw, self.broker) if raw is not None else None
+        if m is None or m.commitlog_offset != phys:
+            raise MessageNotFoundError(f"no message {msg_id} in {self.path}")
+        return m
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.commitlog.close()
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
