@@ -1,0 +1,163 @@
+"""How hostmq processes are launched, stopped and supervised (OS_NOTES 12, 13).
+
+What a process *runs* is a module with ``run(config, stop) -> int`` (``stop`` is a
+``threading.Event`` set on SIGTERM); *how* it is launched is here, so a test can call ``run`` in a
+thread or launch it for real. Children are started with the ``spawn`` method from the main thread
+(never ``fork`` once threads or zmq exist), set ``PR_SET_PDEATHSIG`` so they die with their parent,
+ignore SIGINT (Ctrl-C goes to the supervisor, which stops children in order) and obey SIGTERM.
+The supervisor restarts a child that died, with exponential backoff (``restart_delay_s``, pure).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send ``sig`` when our parent dies; exit now if it already has."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        log.warning("prctl(PR_SET_PDEATHSIG) unavailable; child may outlive its parent")
+    if parent == 1 or os.getppid() != parent:
+        os._exit(0)
+
+
+def stop_on_signals(stop: threading.Event, ignore_sigint: bool) -> None:
+    """SIGTERM (and SIGINT unless ignored) set ``stop``: the process's loop ends cleanly."""
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else (lambda *_: stop.set()))
+
+
+def resolve(target: str):
+    """``"package.module:function"`` (function defaults to ``run``) → the callable."""
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(module), func or "run")
+
+
+def child_main(target: str, config) -> None:
+    """Entry point of a spawned child: die with the parent, stop on SIGTERM, run the target."""
+    set_parent_death_signal()
+    stop = threading.Event()
+    stop_on_signals(stop, ignore_sigint=True)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")
+    rc = resolve(target)(config, stop)
+    sys.exit(rc or 0)
+
+
+def restart_delay_s(restarts: int, uptime_s: float, base_s: float = 0.1, cap_s: float = 5.0) -> float:
+    """Backoff before restarting a child that died: doubles per quick death, resets after 10 s up."""
+    if uptime_s >= 10.0:
+        return base_s
+    return min(cap_s, base_s * (2 ** min(restarts, 16)))
+
+
+@dataclass
+class Child:
+    """One supervised child process running ``target(config, stop)``."""
+
+    name: str
+    target: str
+    config: object
+    process: multiprocessing.process.BaseProcess | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    next_start_at: float = 0.0
+    history: list = field(default_factory=list)
+
+    def start(self) -> None:
+        self.process = _SPAWN.Process(target=child_main, args=(self.target, self.config),
+                                      name=f"hostmq-{self.name}", daemon=False)
+        self.process.start()
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
+        p = self.process
+        if p is None:
+            return None
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout_s)
+            if p.is_alive():
+                log.warning("%s did not stop in %.1f s; killing it", self.name, timeout_s)
+                p.kill()
+                p.join(5.0)
+        code = p.exitcode
+        p.close()
+        self.process = None
+        return code
+
+
+class Supervisor:
+    """Starts children, restarts the ones that die, stops them in order."""
+
+    def __init__(self, children: list[Child]) -> None:
+        self.children = children
+
+    def start(self) -> None:
+        for c in self.children:
+            c.start()
+
+    def check(self, now: float | None = None) -> list[str]:
+        """Restart children that died (after their backoff); returns the names restarted."""
+        now = time.monotonic() if now is None else now
+        restarted = []
+        for c in self.children:
+            if c.process is None or c.alive():
+                continue
+            if c.next_start_at == 0.0:
+                code = c.process.exitcode
+                c.history.append(code)
+                c.next_start_at = now + restart_delay_s(c.restarts, now - c.started_at)
+                log.warning("%s (pid %s) exited with %s; restarting", c.name, c.pid, code)
+            if now >= c.next_start_at:
+                c.process.close()
+                c.restarts += 1
+                c.next_start_at = 0.0
+                c.start()
+                restarted.append(c.name)
+        return restarted
+
+    def stop(self, timeout_s: float = 10.0) -> dict[str, int | None]:
+        """Stop children in list order (writer → dispatcher → flusher for a broker)."""
+        return {c.name: c.stop(timeout_s) for c in self.children}
+
+
+def sd_notify(state: str) -> bool:
+    """systemd ``sd_notify`` without a dependency: True if a notify socket took the message."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(addr)
+            s.sendall(state.encode())
+        except OSError:
+            return False
+    return True
