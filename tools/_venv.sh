@@ -13,10 +13,13 @@ hostmq_venv() {
     want="$(sha256sum "$top/pyproject.toml" | cut -c1-16)-$extras"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$top/.venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-        if [ -n "$extras" ]; then
-            "$top/.venv/bin/python" -m pip install --quiet -e "$top[$extras]"
-        else
-            "$top/.venv/bin/python" -m pip install --quiet -e "$top"
+        local spec="$top"
+        [ -n "$extras" ] && spec="$top[$extras]"
+        echo "installing hostmq${extras:+ with $extras} into .venv (log: .venv/pip.log)" >&2
+        if ! "$top/.venv/bin/python" -m pip install -e "$spec" > "$top/.venv/pip.log" 2>&1; then
+            tail -40 "$top/.venv/pip.log" >&2
+            echo "pip install failed; full log in .venv/pip.log" >&2
+            return 1
         fi
         echo "$want" > "$stamp"
     fi
