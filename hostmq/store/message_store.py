@@ -33,9 +33,7 @@ from . import cleanup, recovery
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
-from .dispatch import DispatchBatch, index_entries, scan_batch
-from .index import IndexService
-from .index_keys import index_key_hashes, prefix_hash
+from .consume_queue_store import ConsumeQueueStore
 from .encode import check_body, encode_message, properties_bytes
 from .flush import AsyncFlushState, async_flush_pages
 from .reader import GetResult, MessageBatch, get_batch, get_messages
@@ -124,15 +122,10 @@ class MessageStore:
         self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
                                    warm=cfg.warm_mapped_file, delay_levels_ms=levels)
         self.commitlog.mfq.load()
-        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.consume_queues_present = self._load_consume_queues()
-        self.index = None
-        if cfg.message_index_enable:
-            self.index = IndexService(self.path, cfg)
+        self.cq_store = ConsumeQueueStore(self.path, cfg, self.commitlog)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
-        self.dispatched_phys = 0
         self.recovery = recovery.run(self)
-        self.dispatched_phys = self.recovery.commitlog_max_offset
+        self.cq_store.dispatched_phys = self.recovery.commitlog_max_offset
         with open(self.abort_path, "wb") as f:
             f.flush()
             os.fsync(f.fileno())
@@ -141,34 +134,34 @@ class MessageStore:
         self._refuse_writes = False
         self._topics: dict[str, bytes] = {}
 
-    # -- consume queues ---------------------------------------------------------------------------
-    def _load_consume_queues(self) -> bool:
-        root = os.path.join(self.path, "consumequeue")
-        if not os.path.isdir(root):
-            return False
-        for topic in sorted(os.listdir(root)):
-            tdir = os.path.join(root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for qid in os.listdir(tdir):
-                if qid.isdigit():
-                    cq = ConsumeQueue(self.path, topic, int(qid), self.config.consume_queue_file_entries)
-                    cq.load()
-                    self.queues[(topic, int(qid))] = cq
-        return bool(self.queues)
+    # -- the dispatcher's part (consume queues, index), as recovery and callers see it ------------
+    @property
+    def queues(self) -> dict[tuple[str, int], ConsumeQueue]:
+        return self.cq_store.queues
+
+    @property
+    def index(self):
+        return self.cq_store.index
+
+    @property
+    def consume_queues_present(self) -> bool:
+        return self.cq_store.consume_queues_present
+
+    @property
+    def dispatched_phys(self) -> int:
+        return self.cq_store.dispatched_phys
 
     def all_consume_queues(self) -> list[ConsumeQueue]:
-        return list(self.queues.values())
+        return self.cq_store.all_consume_queues()
 
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        cq = self.queues.get((topic, queue_id))
-        if cq is None and create:
-            cq = self.queues[(topic, queue_id)] = ConsumeQueue(
-                self.path, topic, queue_id, self.config.consume_queue_file_entries)
-        return cq
+        return self.cq_store.consume_queue(topic, queue_id, create)
+
+    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
+        return self.cq_store.redispatch(start, end, batch)
 
     def rebuild_topic_queue_table(self) -> None:
-        self.commitlog.topic_queue_table = {k: cq.max_offset() for k, cq in self.queues.items()}
+        self.commitlog.topic_queue_table = self.cq_store.topic_queue_table()
 
     # -- writing ----------------------------------------------------------------------------------
     def _topic_bytes(self, topic) -> bytes:
@@ -270,56 +263,7 @@ class MessageStore:
     # -- dispatch ---------------------------------------------------------------------------------
     def dispatch(self) -> int:
         """Build consume-queue and index entries up to the commitlog's write position."""
-        n, _ = self.redispatch(self.dispatched_phys, self.commitlog.max_offset())
-        return n
-
-    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
-        """Dispatch records in [start, end); returns (count, whether a queue had a gap)."""
-        phys, n, gap = start, 0, False
-        full = start == self.commitlog.min_offset()
-        while phys < end:
-            b, nxt = scan_batch(self.commitlog, phys, end, batch)
-            if len(b):
-                gap |= self._dispatch_batch(b, full)
-                n += len(b)
-            if nxt <= phys:
-                break
-            phys = nxt
-        self.dispatched_phys = max(self.dispatched_phys, phys)
-        return n, gap
-
-    def _dispatch_batch(self, b: DispatchBatch, full: bool) -> bool:
-        """Consume-queue entries per (topic, queue) in numpy runs, then the index."""
-        gid = (b.topic_ids << 32) | b.queue_ids
-        gap = False
-        if (gid == gid[0]).all():
-            runs = [(int(gid[0]), slice(None))]
-        else:
-            order = np.argsort(gid, kind="stable")
-            bounds = np.flatnonzero(np.diff(gid[order])) + 1
-            runs = [(int(gid[order[s]]), order[s:e]) for s, e in zip(np.r_[0, bounds], np.r_[bounds, len(order)])]
-        for g, sel in runs:
-            key = (b.topics[g >> 32], g & 0xFFFFFFFF)
-            gap |= not self._put_entries(key, b.queue_offsets[sel], b.phys_offsets[sel], b.sizes[sel],
-                                         b.tag_codes[sel], full)
-        if self.index is not None:
-            self.index.build_index_hashes(*index_entries(b, prefix_hash, index_key_hashes))
-        return gap
-
-    def _put_entries(self, key, qoffs, phys, sizes, tags, full: bool) -> bool:
-        cq = self.consume_queue(key[0], key[1], create=True)
-        breaks = np.flatnonzero(np.diff(qoffs) != 1) + 1   # runs of consecutive queue offsets
-        ok = True
-        for s, e in zip(np.r_[0, breaks], np.r_[breaks, len(qoffs)]):
-            q0 = int(qoffs[s])
-            if not cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e]):
-                if full:  # the commitlog no longer holds what came before: restart the queue here
-                    cq.destroy()
-                    cq.min_logic_offset = 0
-                    cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e])
-                else:
-                    ok = False
-        return ok
+        return self.cq_store.dispatch()
 
     # -- reading ----------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
@@ -384,10 +328,7 @@ class MessageStore:
         cl = self.commitlog
         cl_end = cl.flush(0)
         dispatched = self.dispatched_phys
-        for cq in self.queues.values():
-            cq.flush(0)
-        if self.index is not None:
-            self.index.flush()
+        self.cq_store.flush()
         self.checkpoint.update(physic_msg_ts_ms=cl.last_store_ts_ms, logics_msg_ts_ms=cl.last_store_ts_ms,
                                index_msg_ts_ms=cl.last_store_ts_ms, commitlog_flushed_offset=cl_end,
                                cq_flushed_phys_offset=dispatched, index_flushed_phys_offset=dispatched)
@@ -420,10 +361,7 @@ class MessageStore:
             if len(gone) >= cfg.delete_files_batch_max:
                 break
         if gone:
-            for cq in self.queues.values():
-                cq.delete_expired(cl.min_offset())
-            if self.index is not None:
-                self.index.delete_expired(cl.min_offset())
+            self.cq_store.delete_expired(cl.min_offset())
         return gone
 
     def close(self) -> None:
@@ -433,10 +371,7 @@ class MessageStore:
         self.dispatch()
         self.checkpoint.update(confirm_phys_offset=self.commitlog.max_offset())
         self.flush()
-        for cq in self.queues.values():
-            cq.close()
-        if self.index is not None:
-            self.index.close()
+        self.cq_store.close()
         self.commitlog.close()
         os.unlink(self.abort_path)
         self.closed = True

@@ -1,0 +1,132 @@
+"""Every consume queue of a store plus its index: what the dispatcher builds (RocketMQ's
+``ConsumeQueueStore`` + ``IndexService`` behind ``ReputMessageService``).
+
+Ownership: one process writes these files — the dispatcher (in the embedded ``MessageStore``, the
+store itself). It reads the commitlog (which may be a read-only view whose writer is another
+process) and turns records into consume-queue entries and index entries. Dispatch is idempotent:
+re-dispatching records already dispatched changes nothing, which is what crash recovery relies on.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..config import StoreConfig
+from .commitlog import CommitLog
+from .consume_queue import ConsumeQueue
+from .dispatch import DispatchBatch, index_entries, scan_batch
+from .index import IndexService
+from .index_keys import index_key_hashes, prefix_hash
+
+
+class ConsumeQueueStore:
+    def __init__(self, path: str, config: StoreConfig, commitlog: CommitLog) -> None:
+        self.path = path
+        self.config = config
+        self.commitlog = commitlog
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.consume_queues_present = self._load_consume_queues()
+        self.index = IndexService(path, config) if config.message_index_enable else None
+        self.dispatched_phys = 0
+
+    def _load_consume_queues(self) -> bool:
+        """Open every queue found on disk; True if there was at least one."""
+        root = os.path.join(self.path, "consumequeue")
+        if not os.path.isdir(root):
+            return False
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid in os.listdir(tdir):
+                if qid.isdigit():
+                    cq = ConsumeQueue(self.path, topic, int(qid), self.config.consume_queue_file_entries)
+                    cq.load()
+                    self.queues[(topic, int(qid))] = cq
+        return bool(self.queues)
+
+    def all_consume_queues(self) -> list[ConsumeQueue]:
+        return list(self.queues.values())
+
+    def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None and create:
+            cq = self.queues[(topic, queue_id)] = ConsumeQueue(
+                self.path, topic, queue_id, self.config.consume_queue_file_entries)
+        return cq
+
+    def topic_queue_table(self) -> dict[tuple[str, int], int]:
+        """Next queue offset of every queue, as its consume queue says."""
+        return {k: cq.max_offset() for k, cq in self.queues.items()}
+
+    def dispatch(self, end: int | None = None) -> int:
+        """Dispatch from where the last dispatch stopped up to ``end`` (default: the commitlog end)."""
+        n, _ = self.redispatch(self.dispatched_phys, self.commitlog.max_offset() if end is None else end)
+        return n
+
+    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
+        """Dispatch records in [start, end); returns (count, whether a queue had a gap)."""
+        phys, n, gap = start, 0, False
+        full = start == self.commitlog.min_offset()
+        while phys < end:
+            b, nxt = scan_batch(self.commitlog, phys, end, batch)
+            if len(b):
+                gap |= self._dispatch_batch(b, full)
+                n += len(b)
+            if nxt <= phys:
+                break
+            phys = nxt
+        self.dispatched_phys = max(self.dispatched_phys, phys)
+        return n, gap
+
+    def _dispatch_batch(self, b: DispatchBatch, full: bool) -> bool:
+        """Consume-queue entries per (topic, queue) in numpy runs, then the index."""
+        gid = (b.topic_ids << 32) | b.queue_ids
+        gap = False
+        if (gid == gid[0]).all():
+            runs = [(int(gid[0]), slice(None))]
+        else:
+            order = np.argsort(gid, kind="stable")
+            bounds = np.flatnonzero(np.diff(gid[order])) + 1
+            runs = [(int(gid[order[s]]), order[s:e]) for s, e in zip(np.r_[0, bounds], np.r_[bounds, len(order)])]
+        for g, sel in runs:
+            key = (b.topics[g >> 32], g & 0xFFFFFFFF)
+            gap |= not self._put_entries(key, b.queue_offsets[sel], b.phys_offsets[sel], b.sizes[sel],
+                                         b.tag_codes[sel], full)
+        if self.index is not None:
+            self.index.build_index_hashes(*index_entries(b, prefix_hash, index_key_hashes))
+        return gap
+
+    def _put_entries(self, key, qoffs, phys, sizes, tags, full: bool) -> bool:
+        cq = self.consume_queue(key[0], key[1], create=True)
+        breaks = np.flatnonzero(np.diff(qoffs) != 1) + 1   # runs of consecutive queue offsets
+        ok = True
+        for s, e in zip(np.r_[0, breaks], np.r_[breaks, len(qoffs)]):
+            q0 = int(qoffs[s])
+            if not cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e]):
+                if full:  # the commitlog no longer holds what came before: restart the queue here
+                    cq.destroy()
+                    cq.min_logic_offset = 0
+                    cq.put_many(q0, phys[s:e], sizes[s:e], tags[s:e])
+                else:
+                    ok = False
+        return ok
+
+    def flush(self) -> None:
+        for cq in self.queues.values():
+            cq.flush(0)
+        if self.index is not None:
+            self.index.flush()
+
+    def delete_expired(self, commitlog_min_offset: int) -> None:
+        for cq in self.queues.values():
+            cq.delete_expired(commitlog_min_offset)
+        if self.index is not None:
+            self.index.delete_expired(commitlog_min_offset)
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        if self.index is not None:
+            self.index.close()
