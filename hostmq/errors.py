@@ -71,3 +71,57 @@ __all__ = [
     "ConnectError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
     "MessageNotFoundError",
 ]
+
+
+class ProtocolError(HostMQError, ValueError):
+    """A control frame or its fields are malformed (bad JSON, missing key, wrong type, wrong version)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)
+
+
+class RemoteError(HostMQError):
+    """The peer answered a control request with an error ``code`` that maps to no narrower error."""
+
+    def __init__(self, code: int, remark: str, address: str = "") -> None:
+        self.code = code
+        self.remark = remark
+        self.address = address
+        where = f" from {address}" if address else ""
+        super().__init__(f"request failed with response code {code}{where}: {remark or '(no remark)'}")
+
+
+__all__ += ["ProtocolError", "RemoteError"]
+
+
+class SegmentError(HostMQError):
+    """A shared-memory segment or semaphore ``name`` cannot be used: foreign, wrong kind or layout
+    version, unreadable header, or it could not be created (``why`` says which)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name = name
+        self.why = why
+        super().__init__(f"shared memory {name}: {why}")
+
+
+class SegmentNotFoundError(SegmentError, LookupError):
+    """No shared-memory segment (or semaphore) of that name exists (its owner may have gone)."""
+
+
+class SegmentExistsError(SegmentError):
+    """A segment or semaphore of that name already exists; creation refused (O_EXCL)."""
+
+
+class RingCorruptError(HostMQError):
+    """A ring's cursors or a frame header at cursor ``pos`` are impossible; the reader should drop the
+    ring (a producer that wrote garbage, or memory someone else scribbled on)."""
+
+    def __init__(self, name: str, pos: int, why: str) -> None:
+        self.name = name
+        self.pos = pos
+        self.why = why
+        super().__init__(f"ring {name} corrupt at position {pos}: {why}")
+
+
+__all__ += ["SegmentError", "SegmentNotFoundError", "SegmentExistsError", "RingCorruptError"]

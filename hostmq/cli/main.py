@@ -12,11 +12,12 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import demo
+    from . import demo, namesrv
     p = argparse.ArgumentParser(prog="hostmq", description="RocketMQ's design on one host.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     demo.add_parser(sub)
+    namesrv.add_parser(sub)
     return p
 
 

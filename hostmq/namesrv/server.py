@@ -1,0 +1,188 @@
+"""The NameServer process: the route table behind a zmq ROUTER at ``ROOT/namesrv[-N].sock``.
+
+One process per socket (``flock`` on ``ROOT/namesrv[-N].lock`` is taken before binding, because
+libzmq's bind silently takes over an existing socket path). Several NameServers under one root are
+independent: brokers register to all of them, clients ask any live one. The process owns its route
+table alone (one thread: requests and the expiry scan both run in the server loop) and its KV
+config file ``ROOT/namesrv[-N].kv.json`` (written atomically). It never dies from what a client
+sends: malformed requests get BAD_REQUEST, bad fields MESSAGE_ILLEGAL, unknown codes
+REQUEST_CODE_NOT_SUPPORTED (see ``hostmq.transport``).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from ..config import NamesrvConfig
+from ..errors import NoRouteError, StoreLockedError, ValidationError
+from ..process import sd_notify
+from ..protocol.codes import RequestCode
+from ..protocol.frames import Frame
+from ..root import RootPaths, ipc_address
+from ..transport import Reply, Server
+from .route_data import TopicConfig, cluster_info_to_dict
+from .routes import RouteTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NamesrvProcessConfig:
+    root: str
+    index: int = 0                                   # 0: namesrv.sock, N: namesrv-N.sock
+    namesrv: NamesrvConfig = field(default_factory=NamesrvConfig)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _field(fields: dict, name: str, kind: type):
+    value = fields.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ValidationError(f"{name}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+class NamesrvService:
+    """Request handlers over one RouteTable; ``clock_ms`` is injectable for tests."""
+
+    def __init__(self, config: NamesrvConfig, kv_path: str | None = None, clock_ms=_now_ms) -> None:
+        self.config = config
+        self.table = RouteTable()
+        self.kv_path = kv_path
+        self.clock_ms = clock_ms
+        if kv_path and os.path.exists(kv_path):
+            with open(kv_path, "rb") as f:
+                self.table.load_kv(orjson.loads(f.read()))
+
+    def handlers(self) -> dict:
+        c = RequestCode
+        return {
+            c.REGISTER_BROKER: self.register_broker, c.UNREGISTER_BROKER: self.unregister_broker,
+            c.GET_ROUTEINFO_BY_TOPIC: self.route, c.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            c.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.all_topics, c.GET_TOPICS_BY_CLUSTER: self.topics_by_cluster,
+            c.DELETE_TOPIC_IN_NAMESRV: self.delete_topic, c.PUT_KV_CONFIG: self.put_kv,
+            c.GET_KV_CONFIG: self.get_kv, c.DELETE_KV_CONFIG: self.delete_kv, c.PING: self.ping,
+        }
+
+    # -- brokers ----------------------------------------------------------------------------------
+    def register_broker(self, frame: Frame, token=None) -> Reply:
+        f = frame.fields
+        topics_in = _field(f, "topics", dict)
+        topics = {}
+        for name, cfg in topics_in.items():
+            if not isinstance(cfg, dict):
+                raise ValidationError(f"topics[{name!r}]: expected an object")
+            topics[name] = TopicConfig.from_dict({"topic_name": name, **cfg})
+        result = self.table.register_broker(
+            _field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
+            _field(f, "address", str), f.get("ha_address") or None, topics,
+            _field(f, "data_version", int), self.clock_ms())
+        return Reply(fields=result.to_dict())
+
+    def unregister_broker(self, frame: Frame, token=None) -> Reply:
+        f = frame.fields
+        removed = self.table.unregister_broker(
+            _field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
+            _field(f, "address", str), self.clock_ms())
+        return Reply(fields={"removed": removed})
+
+    def scan(self) -> list[str]:
+        gone = self.table.scan_expired(self.clock_ms(), round(self.config.broker_expiry_s * 1000))
+        for address in gone:
+            log.warning("broker %s silent for %.0f s: removed from routes", address,
+                        self.config.broker_expiry_s)
+        return gone
+
+    # -- routes -----------------------------------------------------------------------------------
+    def route(self, frame: Frame, token=None) -> Reply:
+        topic = _field(frame.fields, "topic", str)
+        data = self.table.topic_route(topic)
+        if data is None:
+            raise NoRouteError(f"no route for topic {topic!r}")
+        return Reply(fields=data.to_dict())
+
+    def cluster_info(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields=cluster_info_to_dict(self.table.cluster_info()))
+
+    def all_topics(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields={"topics": self.table.all_topics()})
+
+    def topics_by_cluster(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields={"topics": self.table.topics_by_cluster(_field(frame.fields, "cluster", str))})
+
+    def delete_topic(self, frame: Frame, token=None) -> Reply:
+        cluster = frame.fields.get("cluster")
+        return Reply(fields={"deleted": self.table.delete_topic(_field(frame.fields, "topic", str), cluster)})
+
+    # -- KV config --------------------------------------------------------------------------------
+    def put_kv(self, frame: Frame, token=None) -> Reply:
+        f = frame.fields
+        self.table.put_kv(_field(f, "namespace", str), _field(f, "key", str), _field(f, "value", str))
+        self._save_kv()
+        return Reply()
+
+    def get_kv(self, frame: Frame, token=None) -> Reply:
+        f = frame.fields
+        return Reply(fields={"value": self.table.get_kv(_field(f, "namespace", str), _field(f, "key", str))})
+
+    def delete_kv(self, frame: Frame, token=None) -> Reply:
+        f = frame.fields
+        removed = self.table.delete_kv(_field(f, "namespace", str), _field(f, "key", str))
+        self._save_kv()
+        return Reply(fields={"removed": removed})
+
+    def ping(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields={"pid": os.getpid()})
+
+    def _save_kv(self) -> None:
+        if not self.kv_path:
+            return
+        tmp = self.kv_path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(self.table.kv_snapshot()))
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(self.kv_path):
+            os.replace(self.kv_path, self.kv_path + ".bak")
+        os.replace(tmp, self.kv_path)
+
+
+def _lock(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(path, "another NameServer") from None
+    return fd
+
+
+def run(config: NamesrvProcessConfig, stop: threading.Event) -> int:
+    """Serve until ``stop`` is set; returns the exit code."""
+    paths = RootPaths.of(config.root)
+    os.makedirs(paths.root, exist_ok=True)
+    sock = paths.namesrv_socket(config.index)
+    base = sock[:-len(".sock")]
+    lock_fd = _lock(base + ".lock")
+    try:
+        service = NamesrvService(config.namesrv, kv_path=base + ".kv.json")
+        server = Server(ipc_address(sock), service.handlers(), name=os.path.basename(base))
+        try:
+            server.bind()
+            server.add_timer(config.namesrv.scan_interval_s, service.scan)
+            log.info("NameServer listening on %s", sock)
+            sd_notify("READY=1")
+            server.run(stop)
+        finally:
+            server.close()
+    finally:
+        os.close(lock_fd)
+    return 0

@@ -1,0 +1,18 @@
+"""The control-path protocol: codes, pure frame encode/decode, typed messages (no I/O, no zmq).
+
+Only :mod:`hostmq.transport` (server) and :mod:`hostmq.client.remoting` (client) put these frames on
+a socket.
+"""
+from .codes import RequestCode, ResponseCode, code_name, error_for_response, response_code_for
+from .frames import (MAX_HEADER_BYTES, PROTOCOL_VERSION, Frame, decode, encode_request, encode_response,
+                     peek_request_id)
+from .messages import (ControlMessage, GetRouteInfoRequest, KvConfigRequest, RegisterBrokerRequest,
+                       TopicConfigData, TopicRouteData, UnregisterBrokerRequest)
+
+__all__ = [
+    "RequestCode", "ResponseCode", "code_name", "error_for_response", "response_code_for",
+    "MAX_HEADER_BYTES", "PROTOCOL_VERSION", "Frame", "decode", "encode_request", "encode_response",
+    "peek_request_id",
+    "ControlMessage", "GetRouteInfoRequest", "KvConfigRequest", "RegisterBrokerRequest", "TopicConfigData",
+    "TopicRouteData", "UnregisterBrokerRequest",
+]

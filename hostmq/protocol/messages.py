@@ -1,0 +1,193 @@
+"""Typed request/response bodies of the control path (the ``f`` object of frame 0).
+
+Each message is a frozen dataclass whose field types are its schema: constructing one — directly or
+with ``from_fields(frame.fields)`` — checks every value against the annotations and raises
+:class:`~hostmq.errors.ProtocolError` naming the first bad field (``topics['orders'].perm must be
+int, got '6'``). ``to_fields()`` gives the JSON-able dict to pass as ``fields=`` to
+:func:`~hostmq.protocol.frames.encode_request`. Wire keys are the Python field names.
+
+Checked types: ``str``, ``int`` (``bool`` is not an int here), ``bool``, ``float`` (an int is
+accepted), ``X | None``, ``list[X]``, ``dict[str, X]``, a bare ``dict`` (any JSON object), and
+``TypedDict`` classes (required keys checked, unknown keys kept as they are). Unknown top-level keys
+in ``fields`` are ignored, so a newer peer may add fields without breaking an older one.
+
+Pure: no I/O.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, TypedDict, Union
+
+from ..errors import ProtocolError
+
+_Self = typing.TypeVar("_Self", bound="ControlMessage")
+
+
+class ControlMessage:
+    """Base of every message dataclass: schema checking and the fields dict mapping."""
+
+    def __post_init__(self) -> None:
+        for name, tp in _hints(type(self)).items():
+            _check(getattr(self, name), tp, name)
+
+    @classmethod
+    def from_fields(cls: type[_Self], fields: Any) -> _Self:
+        """Build from a frame's ``fields``; ProtocolError naming the missing or mistyped field."""
+        if not isinstance(fields, dict):
+            raise ProtocolError(f"{cls.__name__} fields must be an object, got {type(fields).__name__}")
+        kwargs = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name in fields:
+                kwargs[f.name] = fields[f.name]
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ProtocolError(f"{cls.__name__} lacks field {f.name!r}")
+        return cls(**kwargs)
+
+    def to_fields(self) -> dict:
+        """The JSON-able dict of this message (values are shared, not copied)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+# --- NameServer ⇄ broker ------------------------------------------------------------------------------
+
+class TopicConfigData(TypedDict):
+    """One topic as a broker registers it (RocketMQ ``TopicConfig``)."""
+
+    read_queues: int
+    write_queues: int
+    perm: int            # RocketMQ PermName bits: 4 = read, 2 = write, 1 = inherit
+    order: bool
+
+
+@dataclass(frozen=True)
+class RegisterBrokerRequest(ControlMessage):
+    """REGISTER_BROKER: a broker announces itself and every topic it serves (sent every 30 s)."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int                         # 0 = master, > 0 = slave
+    address: str                           # control socket, e.g. ipc://ROOT/brokers/NAME/broker.sock
+    ha_address: str                        # where a slave connects for replication ("" if none)
+    topics: dict[str, TopicConfigData]     # topic → its config
+    data_version: int                      # bumped whenever ``topics`` changes
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRequest(ControlMessage):
+    """UNREGISTER_BROKER: a broker leaves (graceful stop)."""
+
+    cluster: str
+    broker_name: str
+    broker_id: int
+
+
+# --- clients ⇄ NameServer -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GetRouteInfoRequest(ControlMessage):
+    """GET_ROUTEINFO_BY_TOPIC."""
+
+    topic: str
+
+
+@dataclass(frozen=True)
+class TopicRouteData(ControlMessage):
+    """Answer to GET_ROUTEINFO_BY_TOPIC: which brokers serve a topic, with how many queues.
+
+    The entries are JSON objects whose shape the NameServer's route table owns (RocketMQ's
+    ``QueueData`` and ``BrokerData``); JSON object keys are strings, so a broker-id → address map has
+    keys like ``"0"``.
+    """
+
+    queue_datas: list[dict]
+    broker_datas: list[dict]
+
+
+@dataclass(frozen=True)
+class KvConfigRequest(ControlMessage):
+    """PUT_KV_CONFIG / GET_KV_CONFIG / DELETE_KV_CONFIG (``value`` only for PUT)."""
+
+    namespace: str
+    key: str
+    value: str | None = None
+
+
+# --- schema checking -----------------------------------------------------------------------------------
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check(value: Any, tp: Any, path: str) -> None:
+    """Raise ProtocolError naming ``path`` if ``value`` does not have type ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return
+    if origin in (Union, types.UnionType):
+        if not any(_matches(value, a, path) for a in args):
+            _bad(path, " or ".join(_type_name(a) for a in args), value)
+    elif typing.is_typeddict(tp):
+        _check_typeddict(value, tp, path)
+    elif origin is list or tp is list:
+        if not isinstance(value, list):
+            _bad(path, "list", value)
+        item_tp = args[0] if args else Any
+        for i, item in enumerate(value):
+            _check(item, item_tp, f"{path}[{i}]")
+    elif origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            _bad(path, "object", value)
+        item_tp = args[1] if args else Any
+        for k, item in value.items():
+            if not isinstance(k, str):
+                _bad(f"{path} key", "str", k)
+            _check(item, item_tp, f"{path}[{k!r}]")
+    elif not _scalar_ok(value, tp):
+        _bad(path, _type_name(tp), value)
+
+
+def _matches(value: Any, tp: Any, path: str) -> bool:
+    try:
+        _check(value, tp, path)
+    except ProtocolError:
+        return False
+    return True
+
+
+def _check_typeddict(value: Any, tp: Any, path: str) -> None:
+    if not isinstance(value, dict):
+        _bad(path, "object", value)
+    hints = _hints(tp)
+    for key in hints:
+        if key in tp.__required_keys__ and key not in value:
+            raise ProtocolError(f"field {path} lacks key {key!r}")
+    for key, key_tp in hints.items():
+        if key in value:
+            _check(value[key], key_tp, f"{path}.{key}")
+
+
+def _scalar_ok(value: Any, tp: Any) -> bool:
+    if tp is type(None) or tp is None:
+        return value is None
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp in (str, bool):
+        return isinstance(value, tp)
+    raise TypeError(f"messages.py cannot check values of type {tp!r}")   # a bug in a schema, not in input
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None) or tp is None:
+        return "null"
+    return getattr(tp, "__name__", None) or str(tp)
+
+
+def _bad(path: str, expected: str, value: Any) -> typing.NoReturn:
+    raise ProtocolError(f"field {path} must be {expected}, got {type(value).__name__} {value!r:.60}")

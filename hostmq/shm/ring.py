@@ -1,0 +1,453 @@
+"""Ingress ring: one producer session → the broker's writer, in one shared-memory segment (DESIGN §2, §5).
+
+Layout (declared in :mod:`hostmq.records`, "Shared-memory layouts"): segment header page, then the
+ring header (cursors, waiting flags, states — one cache line per side), the completion ring
+(``COMPLETION`` entries, writer → producer) and the page-aligned data ring (``FRAME``\\ s, producer →
+writer). Capacities are powers of two; cursors are monotonic int64 counters (bytes for data,
+entries for completions) and the index into a ring is ``pos & (capacity - 1)``.
+
+Ownership — who writes what (every word has exactly one writer):
+
+* the **producer** (creator and owner of the segment) writes frames, ``data_write_pos``,
+  ``completion_read_pos``, ``producer_waiting`` and ``producer_state``;
+* the **writer** (attacher; the only commitlog appender) writes completion entries,
+  ``data_read_pos``, ``completion_write_pos``, ``writer_waiting`` and ``writer_state``.
+
+Publishing: bytes first (payload, then frame header, with ``pack_into``/slice copies), then the
+cursor with one aligned int64 store (OS_NOTES 14). A reader trusts only what lies below the
+cursor it loaded. The ring never overwrites: a producer's :meth:`IngressRing.reserve` returns None
+when the data ring lacks room *or* when as many frames are awaiting completion as the completion
+ring holds; the writer's :meth:`IngressRing.frames` independently never hands out a frame it would
+have no completion slot for, so a misbehaving producer cannot make it overwrite completions.
+
+Frames are never split: a frame that does not fit before the end of the ring is preceded by a
+SKIP frame padding to the end (or, if fewer than 24 bytes remain, by an implicit skip with no
+header), and starts at offset 0. Capacity is at least twice the largest frame.
+
+Writer protocol per ring: ``batch = ring.frames()`` (zero-copy views, valid until released) →
+append the records → ``ring.complete(entries)`` (one entry per frame, in order) →
+``ring.release()`` → ``notify_if_waiting(ring.producer_waiting, completion_signal)``. Complete
+before release: a writer killed in between re-appends the unreleased frames after its restart
+(at-least-once, like a RocketMQ retry) and the producer sees a second completion for a seq it
+already resolved — it must ignore completions for seqs it no longer waits for. Such duplicates
+only make the producer's in-flight count low; the writer's own completion-slot check still keeps
+the completion ring from being overrun (that ring then waits for the producer to read).
+
+Crash policy: a SIGKILLed producer leaves at most a partly written frame *above* the published
+``data_write_pos``; the writer reads every committed frame and nothing else. The writer validates
+every frame header and the cursors; anything impossible raises
+:class:`~hostmq.errors.RingCorruptError`, after which the writer should ``mark_dropped()`` and
+detach that ring (the producer sees ``dropped`` and fails its sends). A dead owner is detected with
+``ring.segment.owner_alive()`` (poll it about once a second for idle rings, not per frame).
+
+Threads: the ring is single-producer/single-consumer; a producer process with several sending
+threads must serialise producer-side calls (reserve/commit/try_write/completions) with its own lock.
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+from .. import records as R
+from ..errors import RingCorruptError, ValidationError
+from .segment import DEFAULT_MODE, Segment
+from .signal import Flag
+
+DEFAULT_DATA_BYTES = 16 * 1024 * 1024
+DEFAULT_COMPLETION_ENTRIES = 32768
+MIN_DATA_BYTES = 4096
+HDR = R.FRAME_HEADER.size
+_W = R.RING_WORD
+_WRITE_POS = _W["data_write_pos"]
+_READ_POS = _W["data_read_pos"]
+_COMP_READ_POS = _W["completion_read_pos"]
+_pack_header = R.FRAME_HEADER.pack_into
+_EMPTY_COMPLETIONS = np.empty(0, dtype=R.COMPLETION)
+_PAGE = 4096
+
+
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def ring_geometry(data_bytes: int, completion_entries: int) -> tuple[int, int, int]:
+    """``(completion_offset, data_offset, payload_bytes)`` of a ring segment (pure)."""
+    if not _pow2(data_bytes) or data_bytes < MIN_DATA_BYTES:
+        raise ValidationError(f"ring data_bytes {data_bytes} must be a power of two >= {MIN_DATA_BYTES}")
+    if not _pow2(completion_entries):
+        raise ValidationError(f"completion_entries {completion_entries} must be a power of two")
+    comp_off = R.RING_HEADER.itemsize
+    data_off = -(-(comp_off + completion_entries * R.COMPLETION.itemsize) // _PAGE) * _PAGE
+    return comp_off, data_off, data_off + data_bytes
+
+
+class Frame(NamedTuple):
+    """One frame handed to the writer; ``payload`` is a view into the ring, valid until release."""
+
+    kind: int
+    seq: int
+    record_count: int
+    payload: memoryview
+    flags: int
+
+
+class FrameBatch(list):
+    """Frames returned by one :meth:`IngressRing.frames` call; ``nbytes`` = ring bytes they cover."""
+
+    nbytes: int = 0
+
+
+class IngressRing:
+    """A producer's ingress ring (see module docstring). Build with :meth:`create` or :meth:`attach`."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.name = segment.name
+        geo = segment.array(R.RING_HEADER, count=1)[0]
+        self.data_offset = int(geo["data_offset"])
+        self.capacity = int(geo["data_bytes"])
+        self.completion_offset = int(geo["completion_offset"])
+        self.completion_entries = int(geo["completion_entries"])
+        self.max_frame_bytes = int(geo["max_frame_bytes"])
+        del geo
+        self._check_geometry()
+        self.max_payload_bytes = self.max_frame_bytes - HDR     # largest payload one frame carries
+        self._mask = self.capacity - 1
+        self._cmask = self.completion_entries - 1
+        self._q = segment.buf[:R.RING_HEADER.itemsize].cast("q")
+        self._data = segment.buf[self.data_offset:self.data_offset + self.capacity]
+        self._comp = segment.array(R.COMPLETION, self.completion_entries, self.completion_offset)
+        self.producer_waiting = Flag(self._q, _W["producer_waiting"])
+        self.writer_waiting = Flag(self._q, _W["writer_waiting"])
+        q = self._q
+        # Producer-side locals (the producer is the only writer of these cursors).
+        self._wpos = q[_W["data_write_pos"]]
+        self._rpos_seen = q[_W["data_read_pos"]]
+        self._crpos = q[_W["completion_read_pos"]]
+        self._committed_frames = self._crpos   # frames published; producer sessions start at 0
+        self._pending: tuple[int, int, int, int] | None = None
+        # Writer-side locals.
+        self._rpos = q[_W["data_read_pos"]]     # released
+        self._hpos = self._rpos                 # handed out by frames()
+        self._cwpos = q[_W["completion_write_pos"]]
+        self._uncompleted = 0
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, data_bytes: int = DEFAULT_DATA_BYTES,
+               completion_entries: int = DEFAULT_COMPLETION_ENTRIES, *, mode: int = DEFAULT_MODE
+               ) -> "IngressRing":
+        """Create a ring segment owned by this (producer) process."""
+        comp_off, data_off, payload = ring_geometry(data_bytes, completion_entries)
+
+        def init(seg: Segment) -> None:
+            h = seg.array(R.RING_HEADER, count=1)
+            h[0]["data_offset"] = data_off
+            h[0]["data_bytes"] = data_bytes
+            h[0]["completion_offset"] = comp_off
+            h[0]["completion_entries"] = completion_entries
+            h[0]["max_frame_bytes"] = data_bytes // 2
+
+        seg = Segment.create(name, payload, R.RING_KIND, R.RING_LAYOUT_VERSION, mode=mode, init=init)
+        return cls(seg)
+
+    @classmethod
+    def attach(cls, name: str) -> "IngressRing":
+        """Attach (writer side) to a producer's ring; SegmentError / RingCorruptError if unusable."""
+        seg = Segment.attach(name, R.RING_KIND, R.RING_LAYOUT_VERSION)
+        try:
+            ring = cls(seg)
+        except BaseException:
+            seg.close()
+            raise
+        ring.writer_waiting.clear()     # a previous writer may have died while blocked
+        return ring
+
+    def _check_geometry(self) -> None:
+        size = self.segment.size
+        ok = (_pow2(self.capacity) and self.capacity >= MIN_DATA_BYTES and _pow2(self.completion_entries)
+              and self.completion_offset >= R.RING_HEADER.itemsize and self.completion_offset % 8 == 0
+              and self.completion_offset + self.completion_entries * R.COMPLETION.itemsize
+              <= self.data_offset and self.data_offset % _PAGE == 0
+              and self.data_offset + self.capacity <= size
+              and HDR + R.MIN_RECORD_BYTES <= self.max_frame_bytes <= self.capacity // 2)
+        if not ok:
+            raise RingCorruptError(self.name, 0, "impossible ring geometry in the header")
+
+    def _corrupt(self, pos: int, why: str) -> RingCorruptError:
+        return RingCorruptError(self.name, pos, why)
+
+    # -- producer side --------------------------------------------------------------------------
+    def _room(self, nbytes: int) -> tuple[int, int] | None:
+        """``(skip, total)`` ring bytes a frame of ``nbytes`` payload needs now, None if no room."""
+        if not 0 <= nbytes <= self.max_payload_bytes:
+            raise ValidationError(f"frame payload of {nbytes} bytes; a ring of {self.capacity} bytes "
+                                  f"carries at most {self.max_payload_bytes}")
+        if self._committed_frames - self._crpos >= self.completion_entries:
+            return None
+        need = (HDR + nbytes + 7) & ~7
+        cap, wpos = self.capacity, self._wpos
+        to_end = cap - (wpos & self._mask)
+        skip = to_end if need > to_end else 0
+        total = skip + need
+        if cap - (wpos - self._rpos_seen) < total:
+            self._rpos_seen = self._q[_READ_POS]
+            if cap - (wpos - self._rpos_seen) < total:
+                return None
+        return skip, total
+
+    def can_reserve(self, nbytes: int) -> bool:
+        """Whether :meth:`reserve` of ``nbytes`` would succeed now (a wait predicate)."""
+        return self._room(nbytes) is not None
+
+    def free_bytes(self) -> int:
+        """Free data-ring bytes as of the writer's last published read position."""
+        self._rpos_seen = self._q[_W["data_read_pos"]]
+        return self.capacity - (self._wpos - self._rpos_seen)
+
+    @property
+    def in_flight(self) -> int:
+        """Frames published whose completion the producer has not read yet (duplicate completions
+        after a writer restart can make this an underestimate; never below 0)."""
+        return max(0, self._committed_frames - self._crpos)
+
+    def reserve(self, nbytes: int) -> memoryview | None:
+        """Room for a frame of ``nbytes`` payload: a writable view to fill, or None if the ring is full.
+
+        Nothing is visible to the writer until :meth:`commit`. A second reserve replaces the first.
+        """
+        room = self._room(nbytes)
+        if room is None:
+            return None
+        skip, total = room
+        start = self._place(skip)
+        self._pending = (skip, start, nbytes, total)
+        return self._data[start + HDR:start + HDR + nbytes]
+
+    def _place(self, skip: int) -> int:
+        """Write the SKIP header (if the frame wraps) and return the frame's offset in the ring."""
+        pos = self._wpos
+        if skip >= HDR:
+            _pack_header(self._data, pos & self._mask, skip, R.FRAME_SKIP, 0, 0, 0)
+        return (pos + skip) & self._mask
+
+    def commit(self, kind: int, seq: int, record_count: int, flags: int = 0,
+               nbytes: int | None = None) -> None:
+        """Publish the reserved frame (``nbytes`` may shrink it to what was actually written)."""
+        if self._pending is None:
+            raise RuntimeError("commit() without a reserve()")
+        skip, start, reserved, _ = self._pending
+        n = reserved if nbytes is None else nbytes
+        if not 0 <= n <= reserved:
+            raise ValidationError(f"commit of {n} bytes exceeds the {reserved} reserved")
+        self._publish(skip, start, n, kind, seq, record_count, flags)
+
+    def _publish(self, skip: int, start: int, n: int, kind: int, seq: int, count: int, flags: int) -> None:
+        if not (count == 1 if kind == R.FRAME_MESSAGE else kind == R.FRAME_BATCH and count >= 1) \
+                or count * R.MIN_RECORD_BYTES > n:
+            raise ValidationError(f"frame kind {kind} with {count} records in {n} bytes")
+        _pack_header(self._data, start, HDR + n, kind, seq, count, flags)
+        self._pending = None
+        self._wpos += skip + ((HDR + n + 7) & ~7)
+        self._q[_WRITE_POS] = self._wpos                    # publish: bytes above, cursor last
+        self._committed_frames += 1
+
+    def try_write(self, kind: int, seq: int, payload_parts, record_count: int, flags: int = 0) -> bool:
+        """Copy ``payload_parts`` — one bytes-like object (bytes, memoryview, uint8 array) or a list or
+        tuple of them, copied back to back — into one frame and publish it.
+
+        False (nothing written) when the ring is full.
+        """
+        if not isinstance(payload_parts, (list, tuple)):
+            n = len(payload_parts)
+            room = self._room(n)
+            if room is None:
+                return False
+            skip, _ = room
+            start = self._place(skip)
+            self._data[start + HDR:start + HDR + n] = payload_parts
+        else:
+            n = 0
+            for p in payload_parts:
+                n += len(p)
+            room = self._room(n)
+            if room is None:
+                return False
+            skip, _ = room
+            start = self._place(skip)
+            o = start + HDR
+            for p in payload_parts:
+                k = len(p)
+                self._data[o:o + k] = p
+                o += k
+        self._publish(skip, start, n, kind, seq, record_count, flags)
+        return True
+
+    def has_completions(self) -> bool:
+        """Whether the writer published completions not read yet (a wait predicate)."""
+        return self._q[_W["completion_write_pos"]] != self._crpos
+
+    def completions(self) -> np.ndarray:
+        """Completion entries (``records.COMPLETION``) published since the last call, oldest first."""
+        w = self._q[_W["completion_write_pos"]]
+        n = w - self._crpos
+        if n == 0:
+            return _EMPTY_COMPLETIONS
+        if not 0 < n <= self.completion_entries:
+            raise self._corrupt(self._crpos, f"completion cursor {w} with read cursor {self._crpos}")
+        i = self._crpos & self._cmask
+        first = min(n, self.completion_entries - i)
+        out = np.empty(n, dtype=R.COMPLETION)
+        out[:first] = self._comp[i:i + first]
+        out[first:] = self._comp[:n - first]
+        self._crpos = w
+        self._q[_W["completion_read_pos"]] = w
+        return out
+
+    def mark_closed(self) -> None:
+        """Producer: tell the writer this session ended cleanly (it may detach after draining)."""
+        self._q[_W["producer_state"]] = R.RING_STATE_CLOSED
+
+    @property
+    def closed_by_producer(self) -> bool:
+        return self._q[_W["producer_state"]] == R.RING_STATE_CLOSED
+
+    @property
+    def dropped(self) -> bool:
+        """True once the writer gave up on this ring (producer: fail pending and new sends)."""
+        return self._q[_W["writer_state"]] == R.RING_STATE_DROPPED
+
+    # -- writer side ----------------------------------------------------------------------------
+    def has_frames(self) -> bool:
+        """Whether :meth:`frames` would return something now (the writer's wait predicate): frames
+        beyond what was handed out are visible and a completion slot is free for them."""
+        q = self._q
+        return q[_WRITE_POS] != self._hpos and \
+            self._cwpos - q[_COMP_READ_POS] + self._uncompleted < self.completion_entries
+
+    def frames(self, max_bytes: int = 1 << 62) -> FrameBatch:
+        """Every visible frame not handed out yet (at least one, then up to ``max_bytes`` of ring).
+
+        Zero-copy: payloads are views into the ring, valid until :meth:`release`. Raises
+        RingCorruptError for impossible cursors or frame headers.
+        """
+        q = self._q
+        w = q[_W["data_write_pos"]]
+        pos = start = self._hpos
+        out = FrameBatch()
+        if w == pos:
+            return out
+        if w < pos or w - self._rpos > self.capacity or w & 7:
+            raise self._corrupt(pos, f"write cursor {w} with read cursor {self._rpos}")
+        cw_used = self._cwpos - q[_W["completion_read_pos"]]
+        if not 0 <= cw_used <= self.completion_entries:
+            raise self._corrupt(pos, f"completion read cursor {q[_W['completion_read_pos']]} "
+                                     f"with write cursor {self._cwpos}")
+        budget = self.completion_entries - cw_used - self._uncompleted
+        data, mask, cap, unpack = self._data, self._mask, self.capacity, R.FRAME_HEADER.unpack_from
+        max_fb, min_rec, append, new = self.max_frame_bytes, R.MIN_RECORD_BYTES, out.append, tuple.__new__
+        while pos < w and budget > 0 and (not out or pos - start < max_bytes):
+            off = pos & mask
+            to_end = cap - off
+            if to_end < HDR:
+                if w - pos <= to_end:
+                    raise self._corrupt(pos, "write cursor inside the unused tail of the ring")
+                pos += to_end
+                continue
+            if w - pos < HDR:
+                raise self._corrupt(pos, "write cursor cuts a frame header")
+            fb, kind, seq, count, flags = unpack(data, off)
+            if kind == R.FRAME_SKIP:
+                if fb != to_end or count != 0 or w - pos < to_end:
+                    raise self._corrupt(pos, f"skip frame of {fb} bytes with {to_end} to the end")
+                pos += to_end
+                continue
+            if not (HDR < fb <= to_end and fb <= max_fb and ((fb + 7) & ~7) <= w - pos
+                    and (count == 1 if kind == R.FRAME_MESSAGE else kind == R.FRAME_BATCH and count >= 1)
+                    and count * min_rec <= fb - HDR):
+                raise self._corrupt(pos, self._bad_header(fb, kind, count, to_end, w - pos))
+            append(new(Frame, (kind, seq, count, data[off + HDR:off + fb], flags)))
+            pos += (fb + 7) & ~7
+            budget -= 1
+        self._hpos = pos
+        self._uncompleted += len(out)
+        out.nbytes = pos - start
+        return out
+
+    def _bad_header(self, fb: int, kind: int, count: int, to_end: int, visible: int) -> str:
+        if kind not in (R.FRAME_MESSAGE, R.FRAME_BATCH):
+            return f"unknown frame kind {kind}"
+        if not HDR < fb <= min(to_end, self.max_frame_bytes) or _align8(fb) > visible:
+            return f"frame of {fb} bytes does not fit (to end {to_end}, published {visible})"
+        if count < 1 or (kind == R.FRAME_MESSAGE and count != 1) or count * R.MIN_RECORD_BYTES > fb - HDR:
+            return f"{count} records in a kind {kind} frame of {fb} bytes"
+        return ""
+
+    def release(self, nbytes: int | None = None) -> None:
+        """Give ring bytes back to the producer: everything handed out, or the first ``nbytes`` of it
+        (a sum of whole frames' ring bytes, e.g. an earlier batch's ``nbytes``)."""
+        new = self._hpos if nbytes is None else self._rpos + nbytes
+        if not self._rpos <= new <= self._hpos:
+            raise ValueError(f"release of {nbytes} bytes; {self._hpos - self._rpos} handed out")
+        self._rpos = new
+        self._q[_W["data_read_pos"]] = new                 # publish
+
+    def complete(self, entries: np.ndarray | Iterable[tuple]) -> None:
+        """Publish completions (``records.COMPLETION`` array or tuples), one per frame handed out, in
+        frame order."""
+        arr = entries if isinstance(entries, np.ndarray) else np.array(list(entries), dtype=R.COMPLETION)
+        n = len(arr)
+        if n > self._uncompleted:
+            raise ValueError(f"{n} completions for {self._uncompleted} uncompleted frames")
+        if n == 0:
+            return
+        i = self._cwpos & self._cmask
+        first = min(n, self.completion_entries - i)
+        self._comp[i:i + first] = arr[:first]
+        if n > first:
+            self._comp[:n - first] = arr[first:]
+        self._cwpos += n
+        self._uncompleted -= n
+        self._q[_W["completion_write_pos"]] = self._cwpos  # publish
+
+    def complete_one(self, seq: int, status: int, record_count: int, queue_offset: int,
+                     phys_offset: int, store_ts_ms: int) -> None:
+        """Publish one completion without building an array."""
+        if self._uncompleted < 1:
+            raise ValueError("no uncompleted frame")
+        self._comp[self._cwpos & self._cmask] = (seq, status, record_count, queue_offset, phys_offset,
+                                                  store_ts_ms)
+        self._cwpos += 1
+        self._uncompleted -= 1
+        self._q[_W["completion_write_pos"]] = self._cwpos  # publish
+
+    def mark_dropped(self) -> None:
+        """Writer: stop serving this ring (after RingCorruptError); the producer sees ``dropped``."""
+        self._q[_W["writer_state"]] = R.RING_STATE_DROPPED
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release this object's views and unmap (idempotent; never unlinks)."""
+        if self.segment.closed:
+            return
+        self._comp = None
+        self._data.release()
+        self._q.release()
+        self.segment.close()
+
+    def unlink(self) -> None:
+        self.segment.unlink()
+
+    def __enter__(self) -> "IngressRing":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"IngressRing({self.name!r}, capacity={self.capacity}, entries={self.completion_entries})"

@@ -1,0 +1,367 @@
+"""Named POSIX shared-memory segments with an owner header (DESIGN §5, OS_NOTES 4-6).
+
+A :class:`Segment` is one ``posix_ipc.SharedMemory`` object mapped with ``mmap``. Its first page
+holds :data:`hostmq.records.SEGMENT_HEADER` (magic, layout version, kind tag, owner pid, owner start
+time, boot id, generation, size); the payload the caller asked for starts at
+:data:`~hostmq.records.SEGMENT_PAYLOAD_OFFSET` (4096) and is exposed as ``.buf`` (memoryview) and
+``.u8`` (numpy uint8).
+
+Ownership: the process that calls :meth:`Segment.create` owns the segment and is the only writer of
+its header; it unlinks the segment on clean shutdown. Attachers only read the header. What a
+segment's payload holds, and who writes which byte of it, is the business of the module that uses
+it (``ring.py`` for ingress rings).
+
+Creation order makes a half-made segment harmless: create with ``O_CREAT|O_EXCL``, ``posix_fallocate``
+the whole size (ENOSPC now instead of a SIGBUS later), map, write the header and the caller's
+``init`` bytes, and store the magic *last* with one aligned int64 store. An attacher that finds no
+magic gets :class:`~hostmq.errors.SegmentError`; :func:`reclaim_stale` leaves such a segment alone
+for ``grace_s`` (its creator may be between two of these steps) and unlinks it after that.
+
+Liveness: the owner is alive iff a process with the recorded pid exists, is not a zombie, started at
+the recorded time (pid reuse), and the boot id is the current one. :func:`reclaim_stale` unlinks
+the segments of dead owners together with the semaphore of the *same name* (POSIX semaphores live
+in their own namespace, ``/dev/shm/sem.<name>``): by convention a segment's signal is named after
+the segment (``hostmq.shm.signal``).
+
+Closing: :meth:`Segment.close` unmaps unless views handed out (``.buf`` slices, numpy arrays, frame
+payloads) are still alive; then the mapping is released when the last of them is garbage collected
+(never a dangling pointer). Closing never unlinks; :meth:`Segment.unlink` removes the name.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import secrets
+import sys
+import time
+from typing import Callable, NamedTuple
+
+import numpy as np
+import posix_ipc
+import psutil
+
+from .. import records as R
+from ..errors import SegmentError, SegmentExistsError, SegmentNotFoundError
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = "/dev/shm"
+SEM_FILE_PREFIX = "sem."          # Linux names a semaphore /x as /dev/shm/sem.x
+DEFAULT_PREFIX = "/hostmq."
+DEFAULT_MODE = 0o660              # access control is the group (OS_NOTES 9); umask applies
+START_TIME_TOLERANCE_S = 0.05     # create_time has clock-tick (10 ms) resolution
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+class SegmentInfo(NamedTuple):
+    """A segment's header as read from shared memory."""
+
+    name: str
+    kind: str
+    layout_version: int
+    owner_pid: int
+    owner_start_time_s: float
+    boot_id: bytes
+    generation: int
+    size_bytes: int
+    created_ms: int
+
+
+def boot_id() -> bytes:
+    """This boot's id (16 raw bytes); a segment from another boot cannot have a live owner."""
+    with open(_BOOT_ID_PATH) as f:
+        return bytes.fromhex(f.read().strip().replace("-", ""))
+
+
+def process_alive(pid: int, start_time_s: float) -> bool:
+    """True iff ``pid`` runs, is not a zombie, and started at ``start_time_s`` (not a reused pid)."""
+    if pid <= 0:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - start_time_s) > START_TIME_TOLERANCE_S:
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:      # exists, owned by someone else: it is alive
+        return True
+
+
+def info_owner_alive(info: SegmentInfo) -> bool:
+    return info.boot_id == boot_id() and process_alive(info.owner_pid, info.owner_start_time_s)
+
+
+def _kind_bytes(name: str, kind: str) -> bytes:
+    kb = kind.encode("ascii", "strict") if kind.isascii() else b""
+    if not kb or len(kb) > R.SEGMENT_KIND_BYTES or b"\0" in kb:
+        raise SegmentError(name, f"kind {kind!r} must be 1..{R.SEGMENT_KIND_BYTES} ASCII characters")
+    return kb
+
+
+def _open_shm(name: str, flags: int = 0, mode: int = DEFAULT_MODE) -> posix_ipc.SharedMemory:
+    try:
+        return posix_ipc.SharedMemory(name, flags, mode=mode, size=0)
+    except posix_ipc.ExistentialError:
+        if flags & posix_ipc.O_EXCL:
+            raise SegmentExistsError(name, "already exists") from None
+        raise SegmentNotFoundError(name, "does not exist") from None
+    except (ValueError, posix_ipc.PermissionsError) as e:
+        raise SegmentError(name, str(e)) from None
+
+
+class Segment:
+    """One mapped shared-memory segment; see the module docstring for the contract."""
+
+    def __init__(self, name: str, mm: mmap.mmap, owner: bool) -> None:
+        self.name = name
+        self.is_owner = owner
+        self._mm: mmap.mmap | None = mm
+        self._hdr = np.frombuffer(mm, dtype=R.SEGMENT_HEADER, count=1)
+        self.buf: memoryview = memoryview(mm)[R.SEGMENT_PAYLOAD_OFFSET:]
+        self.u8: np.ndarray = np.frombuffer(mm, dtype=np.uint8, offset=R.SEGMENT_PAYLOAD_OFFSET)
+
+    # -- creation and attachment ---------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, size: int, kind: str, version: int, *, mode: int = DEFAULT_MODE,
+               init: Callable[["Segment"], None] | None = None) -> "Segment":
+        """Create ``name`` (O_CREAT|O_EXCL) with ``size`` payload bytes and this process as owner.
+
+        ``init(segment)`` runs before the magic is published, so whoever attaches sees its bytes.
+        Raises SegmentExistsError, or SegmentError for no space (ENOSPC) or a bad name or kind.
+        """
+        kb = _kind_bytes(name, kind)
+        if size < 0:
+            raise SegmentError(name, f"negative size {size}")
+        total = R.SEGMENT_PAYLOAD_OFFSET + size
+        shm = _open_shm(name, posix_ipc.O_CREX, mode)
+        try:
+            try:
+                os.posix_fallocate(shm.fd, 0, total)
+            except OSError as e:
+                why = "no space left in /dev/shm" if e.errno == errno.ENOSPC else os.strerror(e.errno)
+                raise SegmentError(name, f"cannot allocate {total} bytes: {why}") from None
+            mm = mmap.mmap(shm.fd, total)
+        except BaseException:
+            shm.close_fd()
+            shm.unlink()
+            raise
+        shm.close_fd()
+        seg = cls(name, mm, owner=True)
+        try:
+            h = seg._hdr[0]
+            h["layout_version"] = version
+            h["header_bytes"] = R.SEGMENT_PAYLOAD_OFFSET
+            h["kind"] = kb
+            h["owner_pid"] = os.getpid()
+            h["owner_start_time_s"] = psutil.Process().create_time()
+            h["boot_id"] = boot_id()
+            h["generation"] = secrets.randbits(64)
+            h["size_bytes"] = total
+            h["created_ms"] = int(time.time() * 1000)
+            if init is not None:
+                init(seg)
+            words = memoryview(mm)[:8].cast("q")
+            words[0] = int.from_bytes(R.SEGMENT_MAGIC, sys.byteorder, signed=True)
+            words.release()
+        except BaseException:
+            seg.close()
+            seg.unlink()
+            raise
+        return seg
+
+    @classmethod
+    def attach(cls, name: str, kind: str, version: int) -> "Segment":
+        """Map an existing segment after checking its magic, kind and layout version.
+
+        Raises SegmentNotFoundError, or SegmentError naming what did not match.
+        """
+        kb = _kind_bytes(name, kind)
+        mm = _map_existing(name)
+        seg = cls(name, mm, owner=False)
+        try:
+            info = seg.info()
+            if info.kind.encode() != kb:
+                raise SegmentError(name, f"is a {info.kind!r} segment, expected {kind!r}")
+            if info.layout_version != version:
+                raise SegmentError(name, f"layout version {info.layout_version}, this code reads {version}")
+        except BaseException:
+            seg.close()
+            raise
+        return seg
+
+    # -- header --------------------------------------------------------------------------------
+    def info(self) -> SegmentInfo:
+        """The header, validated (SegmentError if the magic or the size is wrong)."""
+        return _decode_header(self.name, self._hdr[0], len(self._mm) if self._mm is not None else 0)
+
+    @property
+    def generation(self) -> int:
+        return int(self._hdr[0]["generation"])
+
+    @property
+    def size(self) -> int:
+        """Payload bytes (``len(self.buf)``)."""
+        return len(self.buf)
+
+    def array(self, dtype, count: int = -1, offset: int = 0) -> np.ndarray:
+        """A numpy view of the payload at ``offset`` (built on the mapping itself, so it never pins
+        ``.buf``; the mapping lives until the last such array is gone)."""
+        return np.frombuffer(self._mm, dtype=dtype, count=count, offset=R.SEGMENT_PAYLOAD_OFFSET + offset)
+
+    def owner_alive(self) -> bool:
+        """True iff the recorded owner process still runs (same pid, start time and boot)."""
+        return info_owner_alive(self.info())
+
+    # -- lifetime ------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    def close(self) -> None:
+        """Unmap (deferred while caller-held views live). Idempotent; never unlinks."""
+        mm, self._mm = self._mm, None
+        if mm is None:
+            return
+        self._hdr = self.u8 = None
+        try:
+            self.buf.release()
+        except BufferError:       # a caller built an array on .buf itself and still holds it
+            pass
+        try:
+            mm.close()
+        except BufferError:
+            log.debug("segment %s: views still alive; unmapped when they are collected", self.name)
+
+    def unlink(self) -> None:
+        """Remove the name (mapped views stay valid). Idempotent."""
+        unlink_segment(self.name)
+
+    def __enter__(self) -> "Segment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Segment({self.name!r}, size={self.size if not self.closed else '-'}, owner={self.is_owner})"
+
+
+def _map_existing(name: str) -> mmap.mmap:
+    shm = _open_shm(name)
+    try:
+        size = os.fstat(shm.fd).st_size
+        if size < R.SEGMENT_PAYLOAD_OFFSET:
+            raise SegmentError(name, f"is {size} bytes, smaller than a segment header")
+        return mmap.mmap(shm.fd, size)
+    finally:
+        shm.close_fd()
+
+
+def _decode_header(name: str, h, mapped_bytes: int) -> SegmentInfo:
+    if bytes(h["magic"]) != R.SEGMENT_MAGIC:
+        raise SegmentError(name, "no hostmq segment magic (foreign, or its creator has not finished)")
+    if int(h["size_bytes"]) != mapped_bytes or int(h["header_bytes"]) != R.SEGMENT_PAYLOAD_OFFSET:
+        raise SegmentError(name, f"header says {int(h['size_bytes'])} bytes, mapping is {mapped_bytes}")
+    try:
+        kind = bytes(h["kind"]).decode("ascii")
+    except UnicodeDecodeError:
+        raise SegmentError(name, "kind tag is not ASCII") from None
+    return SegmentInfo(name, kind, int(h["layout_version"]), int(h["owner_pid"]),
+                       float(h["owner_start_time_s"]), bytes(h["boot_id"]).ljust(16, b"\0"),
+                       int(h["generation"]), int(h["size_bytes"]), int(h["created_ms"]))
+
+
+def read_info(name: str) -> SegmentInfo:
+    """Header of any hostmq segment, whatever its kind (SegmentNotFoundError / SegmentError)."""
+    mm = _map_existing(name)
+    mapped = len(mm)
+    try:
+        hdr = np.frombuffer(mm, dtype=R.SEGMENT_HEADER, count=1).copy()    # copy: mm closes below
+    finally:
+        mm.close()
+    return _decode_header(name, hdr[0], mapped)
+
+
+def shm_free_bytes() -> int:
+    """Free bytes in /dev/shm, to check at start-up (OS_NOTES 6) before creating big segments."""
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize
+
+
+def unlink_segment(name: str) -> bool:
+    """Unlink a segment name; False if it was already gone."""
+    try:
+        posix_ipc.unlink_shared_memory(name)
+        return True
+    except posix_ipc.ExistentialError:
+        return False
+
+
+def unlink_semaphore(name: str) -> bool:
+    """Unlink a semaphore name; False if it was already gone."""
+    try:
+        posix_ipc.unlink_semaphore(name)
+        return True
+    except posix_ipc.ExistentialError:
+        return False
+
+
+def _entries(file_prefix: str) -> list[str]:
+    try:
+        names = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith(file_prefix))
+
+
+def list_segments(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Names (``/hostmq.…``) of the shared-memory segments whose name starts with ``prefix``."""
+    file_prefix = prefix.lstrip("/")
+    return ["/" + n for n in _entries(file_prefix)]
+
+
+def list_semaphores(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Names of the POSIX semaphores whose name starts with ``prefix``."""
+    file_prefix = SEM_FILE_PREFIX + prefix.lstrip("/")
+    return ["/" + n[len(SEM_FILE_PREFIX):] for n in _entries(file_prefix)]
+
+
+def _age_s(name: str) -> float:
+    try:
+        return time.time() - os.stat(os.path.join(SHM_DIR, name.lstrip("/"))).st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def reclaim_stale(prefix: str = DEFAULT_PREFIX, *, grace_s: float = 60.0,
+                  orphan_semaphores: bool = False) -> list[str]:
+    """Unlink segments under ``prefix`` whose owner is dead, with their same-name semaphores.
+
+    A segment without a readable header (no magic) is unlinked only once older than ``grace_s``.
+    With ``orphan_semaphores`` (for the holder of the broker lock, OS_NOTES 3) semaphores that have
+    no segment of their name are unlinked too. Returns every name unlinked, segments first.
+    """
+    gone: list[str] = []
+    sems: list[str] = []
+    for name in list_segments(prefix):
+        try:
+            stale = not info_owner_alive(read_info(name))
+        except SegmentNotFoundError:
+            continue
+        except SegmentError:
+            stale = _age_s(name) > grace_s
+        if stale and unlink_segment(name):
+            log.info("reclaimed stale shared-memory segment %s", name)
+            gone.append(name)
+            if unlink_semaphore(name):
+                sems.append(name)
+    if orphan_semaphores:
+        live = set(list_segments(prefix))
+        for name in list_semaphores(prefix):
+            if name not in live and name not in sems and unlink_semaphore(name):
+                log.info("reclaimed orphan semaphore %s", name)
+                sems.append(name)
+    return gone + [s for s in sems if s not in gone]

@@ -1,0 +1,220 @@
+"""Fixtures, payload helpers and spawned-process targets shared by the shm tests.
+
+Every test gets a unique root (``tmp_path``), so its IPC names ``/hostmq.<hash12>.*`` collide with
+nothing; the ``shm`` fixture asserts that no segment or semaphore under that prefix exists before
+the test and none is left after it (unlinking leftovers so one failure does not leak into the
+machine). ``spawn`` starts processes with the 'spawn' method and kills what is still running at
+teardown, before ``shm`` checks for leftovers. Process targets live here (not in the test modules)
+so a spawned child imports only this light module.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+import zlib
+from dataclasses import dataclass
+
+import pytest
+
+from hostmq import records as R
+from hostmq.root import shm_name
+from hostmq.shm import (IngressRing, Segment, Signal, WaitStats, list_segments, list_semaphores,
+                        notify_if_waiting, unlink_semaphore, unlink_segment, wait_for)
+
+SPAWN = multiprocessing.get_context("spawn")
+TOPIC = b"shm-test"
+
+
+@dataclass(frozen=True)
+class ShmNames:
+    root: str
+    broker: str
+
+    def name(self, kind: str, n: int | str = 0) -> str:
+        return shm_name(self.root, self.broker, kind, n)
+
+    @property
+    def prefix(self) -> str:
+        return self.name("x").rsplit(".", 2)[0] + "."
+
+
+def leftovers(prefix: str) -> list[str]:
+    return list_segments(prefix) + [f"sem:{s}" for s in list_semaphores(prefix)]
+
+
+@pytest.fixture
+def shm(tmp_path):
+    names = ShmNames(str(tmp_path), "broker-a")
+    assert leftovers(names.prefix) == []
+    yield names
+    left = leftovers(names.prefix)
+    for n in list_segments(names.prefix):
+        unlink_segment(n)
+    for n in list_semaphores(names.prefix):
+        unlink_semaphore(n)
+    assert left == [], f"test left shared memory behind: {left}"
+
+
+@pytest.fixture
+def spawn(shm):
+    """Factory ``spawn(target, *args) -> Process`` (started, daemon); killed and joined at teardown."""
+    procs = []
+
+    def _spawn(target, *args):
+        p = SPAWN.Process(target=target, args=args, daemon=True)
+        p.start()
+        procs.append(p)
+        return p
+
+    yield _spawn
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(10)
+
+
+# -- payloads ---------------------------------------------------------------------------------
+def body_for(seq: int, part: int = 0) -> bytes:
+    """A body that names its frame and part, of a length that varies with them."""
+    n = 8 + (seq * 7 + part * 13) % 120
+    return (seq.to_bytes(8, "little") + bytes([(seq + part) & 0xFF]) * n)[:n]
+
+
+def frame_payload(seq: int) -> tuple[int, int, bytes]:
+    """``(kind, record_count, payload)`` of frame ``seq``: every 10th a BATCH of 3 records."""
+    if seq % 10 == 9:
+        recs = [R.encode_record(TOPIC, body_for(seq, i), b"") for i in range(3)]
+        return R.FRAME_BATCH, 3, b"".join(recs)
+    return R.FRAME_MESSAGE, 1, R.encode_record(TOPIC, body_for(seq), b"")
+
+
+def check_frame(frame) -> int:
+    """Validate the records of a frame against what ``frame_payload`` encodes; returns bytes used."""
+    payload = frame.payload
+    pos = 0
+    for part in range(frame.record_count):
+        kind, total = R.check_record(payload, pos, len(payload))    # verifies the body CRC
+        _, topic, body, _ = R.decode_record(payload, pos, pos + total)
+        assert kind == R.RecordKind.MESSAGE and topic == TOPIC.decode()
+        assert body == body_for(frame.seq, part if frame.record_count > 1 else 0)
+        pos += total
+    assert pos == len(payload)
+    return pos
+
+
+# -- spawned targets ---------------------------------------------------------------------------
+def owner_child(seg_name: str, conn) -> None:
+    """Create a segment and its same-name semaphore, report, then live until killed."""
+    Segment.create(seg_name, 4096, "probe", 1)
+    Signal.create(seg_name)
+    conn.send("ready")
+    time.sleep(120)
+
+
+def stream_producer(ring_name: str, writer_sig: str, nframes: int, data_bytes: int, entries: int,
+                    conn) -> None:
+    """Producer session: write ``nframes`` frames, check every completion, report a checksum."""
+    ring = IngressRing.create(ring_name, data_bytes, entries)
+    done = Signal.create(ring_name)
+    wake = Signal.open(writer_sig)
+    conn.send("ready")
+    crc = seq = got = records = phys = 0
+    stats = WaitStats()
+    pending = None
+    while got < nframes:
+        if seq < nframes:
+            if pending is None:
+                pending = frame_payload(seq)
+            kind, count, payload = pending
+            if ring.try_write(kind, seq, payload, count):
+                crc = zlib.crc32(payload, crc)
+                seq += 1
+                pending = None
+                notify_if_waiting(ring.writer_waiting, wake)
+                continue
+        comps = ring.completions()
+        for c in comps:
+            assert c["seq"] == got and c["status"] == R.COMPLETION_SEND_OK, c
+            assert c["queue_offset"] == records and c["phys_offset"] == phys, c
+            kind, count, payload = frame_payload(got)
+            assert c["record_count"] == count
+            records += count
+            phys += len(payload)
+            got += 1
+        if len(comps) == 0:
+            need = len(pending[2]) if pending else 0
+            ok = wait_for(lambda: ring.has_completions() or (pending is not None and ring.can_reserve(need)),
+                          done, time.monotonic() + 20, flag=ring.producer_waiting, stats=stats)
+            assert ok, "producer waited 20 s for the writer"
+    conn.send(("done", crc, records, stats.__dict__))
+    conn.recv()                     # parent is finished with the ring
+    ring.mark_closed()
+    ring.close()
+    done.unlink()
+    ring.unlink()
+
+
+def endless_producer(ring_name: str, writer_sig: str, data_bytes: int, conn) -> None:
+    """Write frames forever (reading completions as needed) until SIGKILLed."""
+    ring = IngressRing.create(ring_name, data_bytes, 1024)
+    done = Signal.create(ring_name)
+    wake = Signal.open(writer_sig)
+    conn.send("ready")
+    seq = 0
+    while True:
+        kind, count, payload = frame_payload(seq)
+        if ring.try_write(kind, seq, payload, count):
+            seq += 1
+            if seq == 2000:
+                conn.send("2000")
+            notify_if_waiting(ring.writer_waiting, wake)
+        else:
+            ring.completions()
+            wait_for(lambda: ring.has_completions() or ring.can_reserve(len(payload)), done,
+                     time.monotonic() + 1, flag=ring.producer_waiting)
+
+
+def half_written_producer(ring_name: str, conn) -> None:
+    """Publish 3 frames, then reserve a 4th that wraps (a SKIP header is written) and fill half of
+    it without committing; report and wait to be killed."""
+    ring = IngressRing.create(ring_name, 4096, 16)
+    for seq in range(3):
+        kind, count, payload = frame_payload(seq)
+        assert ring.try_write(kind, seq, payload, count)
+    view = ring.reserve(ring.max_payload_bytes - 8)       # does not fit before the end: wraps
+    assert view is not None
+    view[:len(view) // 2] = b"\xAB" * (len(view) // 2)
+    conn.send("mid-write")
+    time.sleep(120)
+
+
+PP_PING, PP_PONG, PP_PARENT_WAITING, PP_CHILD_WAITING = 0, 8, 16, 24     # int64 words, own lines
+
+
+def pingpong_child(seg_name: str, n: int, spin_s: float, conn) -> None:
+    """Answer ``n`` pings: wait for ping >= i, store pong = i, wake the parent if it waits."""
+    from hostmq.shm import Flag
+    seg = Segment.attach(seg_name, "pingpong", 1)
+    words = seg.buf[:256].cast("q")
+    mine = Flag(words, PP_CHILD_WAITING)
+    parent = Flag(words, PP_PARENT_WAITING)
+    to_me, to_parent = Signal.open(seg_name + "-c"), Signal.open(seg_name + "-p")
+    stats = WaitStats()
+    failures = 0
+    conn.send("ready")
+    for i in range(1, n + 1):
+        if not wait_for(lambda: words[PP_PING] >= i, to_me, time.monotonic() + 5, flag=mine,
+                        spin_s=spin_s, stats=stats):
+            failures += 1
+        words[PP_PONG] = i
+        notify_if_waiting(parent, to_parent)
+    conn.send((failures, stats.__dict__))
+    words.release()
+    seg.close()
+
+
+def kill(p) -> None:
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)

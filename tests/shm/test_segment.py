@@ -1,0 +1,201 @@
+"""Segments: layouts, create/attach and their typed errors, owner liveness, stale reclaim."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import posix_ipc
+import psutil
+import pytest
+
+from hostmq import records as R
+from hostmq.errors import HostMQError, SegmentError, SegmentExistsError, SegmentNotFoundError
+from hostmq.shm import (Segment, Signal, list_segments, list_semaphores, read_info, reclaim_stale)
+from hostmq.shm.segment import boot_id
+from tests.shm import SPAWN, kill, owner_child, shm, spawn  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_layout_sizes_and_alignment():
+    assert R.SEGMENT_HEADER.itemsize == 128
+    assert R.RING_HEADER.itemsize == 256
+    assert R.FRAME_HEADER.size == R.FRAME_HEADER_DTYPE.itemsize == 24
+    assert R.COMPLETION.itemsize == 40
+    assert R.SEGMENT_PAYLOAD_OFFSET % 4096 == 0
+    assert R.FRAME_HEADER_DTYPE.fields["seq"][1] % 8 == 0
+    for name in ("queue_offset", "phys_offset", "store_ts_ms", "seq"):
+        assert R.COMPLETION.fields[name][1] % 8 == 0
+    # each side's words sit on its own 64-byte line
+    line = {n: R.RING_HEADER.fields[n][1] // 64 for n in R.RING_HEADER.names}
+    producer = {"data_write_pos", "completion_read_pos", "producer_waiting", "producer_state"}
+    writer = {"data_read_pos", "completion_write_pos", "writer_waiting", "writer_state"}
+    assert {line[n] for n in producer} == {1} and {line[n] for n in writer} == {2}
+    assert all(R.RING_HEADER.fields[n][1] % 8 == 0 for n in R.RING_HEADER.names)
+
+
+def test_create_attach_round_trip(shm):
+    name = shm.name("probe")
+    seg = Segment.create(name, 10_000, "probe", 3)
+    try:
+        assert seg.size == len(seg.buf) == len(seg.u8) == 10_000
+        seg.u8[:5] = [1, 2, 3, 4, 5]
+        other = Segment.attach(name, "probe", 3)
+        assert bytes(other.buf[:5]) == b"\x01\x02\x03\x04\x05"
+        other.buf[9_999] = 7
+        assert seg.u8[9_999] == 7
+        info = other.info()
+        assert (info.kind, info.layout_version, info.owner_pid) == ("probe", 3, os.getpid())
+        assert info.boot_id == boot_id()
+        assert abs(info.owner_start_time_s - psutil.Process().create_time()) < 0.05
+        assert info.size_bytes == R.SEGMENT_PAYLOAD_OFFSET + 10_000
+        assert info.generation == seg.generation == other.generation
+        assert seg.is_owner and not other.is_owner and other.owner_alive()
+        assert read_info(name) == info
+        other.close()
+        other.close()                               # idempotent
+    finally:
+        seg.close()
+        seg.unlink()
+    assert list_segments(shm.prefix) == []
+
+
+def test_generation_changes_when_recreated(shm):
+    name = shm.name("probe")
+    with Segment.create(name, 64, "probe", 1) as a:
+        gen = a.generation
+        a.unlink()
+    with Segment.create(name, 64, "probe", 1) as b:
+        assert b.generation != gen
+        b.unlink()
+
+
+def test_typed_errors(shm):
+    name = shm.name("probe")
+    with pytest.raises(SegmentNotFoundError) as e:
+        Segment.attach(name, "probe", 1)
+    assert isinstance(e.value, HostMQError) and e.value.name == name
+    seg = Segment.create(name, 64, "probe", 1)
+    try:
+        with pytest.raises(SegmentExistsError):
+            Segment.create(name, 64, "probe", 1)
+        with pytest.raises(SegmentError, match="'probe' segment, expected 'ingress'"):
+            Segment.attach(name, "ingress", 1)
+        with pytest.raises(SegmentError, match="layout version 1, this code reads 2"):
+            Segment.attach(name, "probe", 2)
+        with pytest.raises(SegmentError, match="kind"):
+            Segment.create(shm.name("other"), 64, "x" * 17, 1)
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_foreign_or_unfinished_segment_is_refused(shm):
+    name = shm.name("foreign")
+    raw = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=8192)      # all zeros: no magic
+    raw.close_fd()
+    try:
+        with pytest.raises(SegmentError, match="magic"):
+            Segment.attach(name, "probe", 1)
+        with pytest.raises(SegmentError, match="magic"):
+            read_info(name)
+        assert reclaim_stale(shm.prefix) == []               # young: its creator may be mid-create
+        assert reclaim_stale(shm.prefix, grace_s=-1) == [name]
+    finally:
+        if name in list_segments(shm.prefix):
+            raw.unlink()
+
+
+def test_tiny_foreign_segment_is_refused(shm):
+    name = shm.name("tiny")
+    raw = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=100)
+    raw.close_fd()
+    try:
+        with pytest.raises(SegmentError, match="smaller than a segment header"):
+            Segment.attach(name, "probe", 1)
+    finally:
+        raw.unlink()
+
+
+def test_free_space_is_reported():
+    from hostmq.shm import shm_free_bytes
+    assert 0 <= shm_free_bytes() <= os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
+
+
+def test_no_space_is_reported_up_front_and_leaves_nothing(shm):
+    st = os.statvfs("/dev/shm")
+    total = st.f_blocks * st.f_frsize
+    if not 0 < total < (1 << 42):
+        pytest.skip("/dev/shm has no size limit below 4 TiB")
+    with pytest.raises(SegmentError, match="no space"):
+        Segment.create(shm.name("huge"), 1 << 42, "probe", 1)
+    assert list_segments(shm.prefix) == []
+
+
+def test_close_with_live_views_defers_unmap(shm):
+    seg = Segment.create(shm.name("probe"), 4096, "probe", 1)
+    view = seg.buf[:4]
+    arr = seg.array(np.uint8, 4)
+    view[:] = b"abcd"
+    seg.close()                          # must not raise; the mapping stays for the views
+    assert bytes(view) == b"abcd" and bytes(arr) == b"abcd"
+    seg.unlink()
+    del view, arr
+
+
+def test_owner_alive_checks_start_time_and_boot_id(shm):
+    seg = Segment.create(shm.name("probe"), 64, "probe", 1)
+    try:
+        assert seg.owner_alive()
+        seg._hdr[0]["owner_start_time_s"] -= 100.0        # same pid, other process (pid reuse)
+        assert not seg.owner_alive()
+        seg._hdr[0]["owner_start_time_s"] += 100.0
+        seg._hdr[0]["boot_id"] = b"\x01" * 16              # left over from another boot
+        assert not seg.owner_alive()
+        seg._hdr[0]["boot_id"] = boot_id()
+        seg._hdr[0]["owner_pid"] = 0
+        assert not seg.owner_alive()
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_killed_owner_is_stale_and_reclaimed_live_one_kept(shm, spawn):
+    dead_name, live_name = shm.name("probe", 1), shm.name("probe", 2)
+    parent_conn, child_conn = SPAWN.Pipe()
+    child = spawn(owner_child, dead_name, child_conn)
+    assert parent_conn.poll(30) and parent_conn.recv() == "ready"
+    live = Segment.create(live_name, 64, "probe", 1)
+    live_signal = Signal.create(live_name)
+    try:
+        seg = Segment.attach(dead_name, "probe", 1)
+        assert seg.owner_alive() and seg.info().owner_pid == child.pid
+        assert reclaim_stale(shm.prefix) == []
+        kill(child)
+        assert not seg.owner_alive()
+        assert reclaim_stale(shm.prefix) == [dead_name]
+        assert list_segments(shm.prefix) == [live_name]
+        assert list_semaphores(shm.prefix) == [live_name]      # the dead one's signal went with it
+        assert seg.buf[0] == 0                                 # our mapping outlives the name
+        seg.close()
+    finally:
+        live.close()
+        live.unlink()
+        live_signal.close()
+        live_signal.unlink()
+
+
+def test_orphan_semaphores_only_on_request(shm):
+    seg_name, orphan = shm.name("probe"), shm.name("writer")
+    seg = Segment.create(seg_name, 64, "probe", 1)
+    sigs = [Signal.create(seg_name), Signal.create(orphan)]
+    try:
+        assert reclaim_stale(shm.prefix) == []
+        assert reclaim_stale(shm.prefix, orphan_semaphores=True) == [orphan]
+        assert list_semaphores(shm.prefix) == [seg_name]
+    finally:
+        for s in sigs:
+            s.close()
+            s.unlink()
+        seg.close()
+        seg.unlink()
