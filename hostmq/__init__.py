@@ -11,6 +11,21 @@ from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageMo
 from .records import tag_hash
 from .store.reader import MessageBatch
 
+# The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
+# pure modules under it: protocol, store, records) stays free of zmq and threads.
+_LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".client.admin",
+         "LocalCluster": ".cluster"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hostmq' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -20,4 +35,5 @@ __all__ = [
     "MessageNotFoundError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash",
+    "Producer", "PullConsumer", "Admin", "LocalCluster",
 ]

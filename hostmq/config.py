@@ -48,9 +48,21 @@ class BrokerConfig:
     long_polling_s: float = 15.0         # longest a pull with nothing new is held
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15      # check-backs before a half message is given up
+    cluster_name: str = "DefaultCluster" # cluster the broker registers under
+    session_slots: int = 256             # producer sessions (ingress rings) served at once
+    waiter_slots: int = 256              # consumer wake-up registrations served at once
+    offset_persist_interval_s: float = 5.0   # consumerOffset.json is rewritten this often (if changed)
+    writer_spin_s: float = 50e-6         # writer spins this long for new frames before it blocks
+    dispatcher_spin_s: float = 50e-6     # dispatcher spins this long for new records before it blocks
+    writer_batch_bytes: int = 1 << 20    # ring bytes the writer takes from one producer per turn
+    child_stop_timeout_s: float = 10.0   # a child that ignores SIGTERM this long is killed
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)
+        if not self.cluster_name or not self.cluster_name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"broker.cluster_name must be letters, digits, '-' or '_', got {self.cluster_name!r}")
+        if not 1 <= self.session_slots <= 65536 or not 1 <= self.waiter_slots <= 65536:
+            raise ConfigError("broker.session_slots and broker.waiter_slots must be within 1..65536")
         if self.default_topic_queues < 1:
             raise ConfigError("broker.default_topic_queues must be ≥ 1")
         if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):

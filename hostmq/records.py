@@ -288,9 +288,12 @@ def batch_record_sizes(blob, starts: np.ndarray) -> np.ndarray:
     return u8[idx].view(">i4").ravel().astype(np.int64)
 
 
+_HOST_COLS = np.arange(FIELD["store_host"], FIELD["store_host"] + 8)
+
+
 def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, first_queue_offset, phys_offsets: np.ndarray,
-                store_ts_ms: int, queue_id: int | None = None) -> None:
-    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (and QUEUEID) of many records at once.
+                store_ts_ms: int, queue_id: int | None = None, store_host: bytes | None = None) -> None:
+    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP (and QUEUEID, STOREHOST) of many records.
 
     ``u8`` is a writable uint8 view of the destination, ``abs_starts`` the records' positions in it;
     queue offsets are ``first_queue_offset + i`` (or an array of them). With ``queue_id`` None the
@@ -311,6 +314,8 @@ def patch_batch(u8: np.ndarray, abs_starts: np.ndarray, first_queue_offset, phys
     else:
         vals["queue_id"] = queue_id
         u8[abs_starts[:, None] + _PATCH_COLS] = raw
+    if store_host is not None:      # the broker's, whatever the producer wrote (message ids use it)
+        u8[abs_starts[:, None] + _HOST_COLS] = np.frombuffer(store_host, np.uint8)
 
 
 _ARANGE = np.arange(4096, dtype=np.int64)
@@ -352,8 +357,18 @@ def host_tag() -> bytes:
 
 
 def host_bytes(pid: int | None = None) -> bytes:
-    """BORNHOST / STOREHOST value: host tag + pid."""
-    return host_tag() + struct.pack(">I", (os.getpid() if pid is None else pid) & 0xFFFFFFFF)
+    """BORNHOST / STOREHOST value: host tag + pid (this process's when ``pid`` is None)."""
+    if pid is None:
+        mine = _MY_HOST
+        if mine[0] == os.getpid():
+            return mine[1]
+        pid = os.getpid()
+        _MY_HOST[:] = [pid, host_tag() + struct.pack(">I", pid & 0xFFFFFFFF)]
+        return _MY_HOST[1]
+    return host_tag() + struct.pack(">I", pid & 0xFFFFFFFF)
+
+
+_MY_HOST: list = [0, b""]       # (pid, host bytes) of this process, recomputed after a fork
 
 
 def _seed_unique_ids() -> None:
@@ -528,16 +543,22 @@ SEGMENT_KIND_BYTES = SEGMENT_HEADER.fields["kind"][0].itemsize
 #     line 1 +64  data_write_pos i64 | completion_read_pos i64 | producer_waiting i64 | producer_state i64
 #            +96  reserved (32)
 #     line 2 +128 data_read_pos i64 | completion_write_pos i64 | writer_waiting i64 | writer_state i64
-#            +160 reserved (32)
+#            +160 appended_data_pos i64 | staged_completion_pos i64 | reserved (16)
 #     line 3 +192 reserved (64)
 RING_KIND = "ingress"
-RING_LAYOUT_VERSION = 1
+#
+# The writer's journal (line 2, +160/+168) makes a writer restart exactly-once: ``appended_data_pos``
+# is the data position up to which frames are in the commitlog, ``staged_completion_pos`` the end of
+# the completion entries written for them (published to the producer only up to
+# ``completion_write_pos``, e.g. after a SYNC_FLUSH group commit). See hostmq.broker.writer.
+RING_LAYOUT_VERSION = 2
 RING_HEADER = np.dtype({
     "names": ["data_offset", "data_bytes", "completion_offset", "completion_entries", "max_frame_bytes",
               "data_write_pos", "completion_read_pos", "producer_waiting", "producer_state",
-              "data_read_pos", "completion_write_pos", "writer_waiting", "writer_state"],
-    "formats": ["u8"] * 5 + ["i8"] * 8,
-    "offsets": [0, 8, 16, 24, 32, 64, 72, 80, 88, 128, 136, 144, 152],
+              "data_read_pos", "completion_write_pos", "writer_waiting", "writer_state",
+              "appended_data_pos", "staged_completion_pos"],
+    "formats": ["u8"] * 5 + ["i8"] * 10,
+    "offsets": [0, 8, 16, 24, 32, 64, 72, 80, 88, 128, 136, 144, 152, 160, 168],
     "itemsize": 256,
 })
 assert RING_HEADER.itemsize == 256
@@ -584,3 +605,86 @@ COMPLETION_SLAVE_NOT_AVAILABLE = 3
 COMPLETION_BAD_RECORD = -1           # a record failed validation (check_record)
 COMPLETION_STORE_FULL = -2           # disk above the refuse-writes ratio
 COMPLETION_NOT_AVAILABLE = -3        # the broker cannot accept writes (shutting down, slave, …)
+COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, or the queue id is too big
+
+# Broker state — one segment per running broker (``/hostmq.<hash12>.state.0``), created by the broker
+# process before it starts its children and unlinked when it stops. Positions that other processes
+# read are published here with aligned native int64 stores; each 64-byte line has ONE writer::
+#
+#     line 0 +0   (broker, once, before the magic) flush_disk_type (0 async, 1 sync) | session_slots |
+#                 waiter_slots | broker_pid | store_host (8 raw bytes) | commitlog_file_bytes | started_ms |
+#                 consume_queue_file_entries
+#     line 1 +64  (broker control) broker_state | sessions_version | topics_version | waiters_version |
+#                 control_heartbeat_ms
+#     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
+#                 appended_records | flush_request_pos
+#     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
+#                 intent_data_end | intent_cw_end
+#     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
+#                 cq_flushed_pos | dispatched_records
+#     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
+#                 checkpoint_ms | flush_latency_us
+#     line 6 +384 (broker, once, before the magic) index_slots | index_entries
+#     +512                      session table: session_slots × STATE_SLOT (broker control)
+#     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
+#     +512 + 72·S               waiter table: waiter_slots × STATE_SLOT (broker control)
+#
+# ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
+# below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
+# of what is on disk. Readers may see an older value, never a torn one (OS_NOTES 14).
+BROKER_STATE_KIND = "broker"
+BROKER_STATE_VERSION = 1
+_STATE_FIELDS = [
+    (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
+         "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
+    (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms"]),
+    (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
+           "appended_records", "flush_request_pos"]),
+    (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
+           "intent_cw_end"]),
+    (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
+           "dispatched_records"]),
+    (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
+           "flush_latency_us"]),
+    (384, ["index_slots", "index_entries"]),
+]
+BROKER_STATE = np.dtype({
+    "names": [n for _, names in _STATE_FIELDS for n in names],
+    "formats": ["S8" if n == "store_host" else "i8" for _, names in _STATE_FIELDS for n in names],
+    "offsets": [base + 8 * i for base, names in _STATE_FIELDS for i in range(len(names))],
+    "itemsize": 512,
+})
+assert BROKER_STATE.itemsize == 512 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
+STATE_WORD = {name: BROKER_STATE.fields[name][1] // 8 for name in BROKER_STATE.names}
+BROKER_STARTING, BROKER_RUNNING, BROKER_STOPPING = 0, 1, 2
+FLUSH_ASYNC, FLUSH_SYNC = 0, 1
+DEFAULT_SESSION_SLOTS = 256
+DEFAULT_WAITER_SLOTS = 256
+
+# One row of the session and waiter tables: which shared-memory segment a client registered::
+#
+#     +0 state i64 (SLOT_FREE | SLOT_ACTIVE | SLOT_CLOSING) | +8 generation u64 (the segment's)
+#     +16 owner_pid i64 | +24 name (40, ASCII, NUL padded)
+STATE_SLOT = np.dtype([("state", "i8"), ("generation", "u8"), ("owner_pid", "i8"), ("name", "S40")])
+assert STATE_SLOT.itemsize == 64
+SLOT_FREE, SLOT_ACTIVE, SLOT_CLOSING = 0, 1, 2
+STATE_SLOT_NAME_BYTES = STATE_SLOT.fields["name"][0].itemsize
+
+
+def broker_state_bytes(session_slots: int, waiter_slots: int) -> tuple[int, int, int, int]:
+    """``(sessions_offset, attach_offset, waiters_offset, total_bytes)`` of a broker state payload."""
+    sessions = BROKER_STATE.itemsize
+    attach = sessions + session_slots * STATE_SLOT.itemsize
+    waiters = attach + session_slots * 8
+    return sessions, attach, waiters, waiters + waiter_slots * STATE_SLOT.itemsize
+
+
+# Waiter — a consumer's wake-up word (``/hostmq.<hash12>.wait.<id>``, owned by the consumer and
+# registered with every broker it reads from); the dispatcher posts the semaphore of the same name
+# after publishing ``dispatched_pos`` when ``waiting`` is set::
+#
+#     +0 waiting i64 (consumer) | +8 reserved (56)
+WAITER_KIND = "waiter"
+WAITER_VERSION = 1
+WAITER = np.dtype({"names": ["waiting"], "formats": ["i8"], "offsets": [0], "itemsize": 64})
+assert WAITER.itemsize == 64

@@ -28,3 +28,33 @@ def run_foreground(run, config) -> int:
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
     return run(config, stop)
+
+
+def print_table(rows: list[dict], columns: list[str], out=None) -> None:
+    """Rows as aligned text columns (the header is the column names)."""
+    import sys
+    out = out or sys.stdout
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+
+
+def print_json(data) -> None:
+    import sys
+
+    import orjson
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def body_text(body: bytes, limit: int = 200) -> str:
+    """A body for a terminal: UTF-8 text as is, anything else as a bytes repr."""
+    try:
+        text = body.decode("utf-8")
+        if text.isprintable() or all(ch.isprintable() or ch in "\t" for ch in text):
+            return text if len(text) <= limit else text[:limit] + "…"
+    except UnicodeDecodeError:
+        pass
+    r = repr(body[:limit])
+    return r + ("…" if len(body) > limit else "")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import HostMQError
@@ -12,16 +13,20 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import demo, namesrv
+    from . import broker, consume, demo, namesrv, query, send, status, topic, up
     p = argparse.ArgumentParser(prog="hostmq", description="RocketMQ's design on one host.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     demo.add_parser(sub)
-    namesrv.add_parser(sub)
+    for verb in (up, namesrv, broker, send, consume, topic, status, query):
+        verb.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("HOSTMQ_DIE_WITH_PARENT"):     # started by LocalCluster: die with it
+        from ..process import set_parent_death_signal
+        set_parent_death_signal()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

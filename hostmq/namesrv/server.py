@@ -17,9 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import orjson
-
 from ..config import NamesrvConfig
+from ..jsonfile import read_json, write_json
 from ..errors import NoRouteError, StoreLockedError, ValidationError
 from ..process import sd_notify
 from ..protocol.codes import RequestCode
@@ -58,9 +57,8 @@ class NamesrvService:
         self.table = RouteTable()
         self.kv_path = kv_path
         self.clock_ms = clock_ms
-        if kv_path and os.path.exists(kv_path):
-            with open(kv_path, "rb") as f:
-                self.table.load_kv(orjson.loads(f.read()))
+        if kv_path:
+            self.table.load_kv(read_json(kv_path, {}))
 
     def handlers(self) -> dict:
         c = RequestCode
@@ -143,16 +141,8 @@ class NamesrvService:
         return Reply(fields={"pid": os.getpid()})
 
     def _save_kv(self) -> None:
-        if not self.kv_path:
-            return
-        tmp = self.kv_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(self.table.kv_snapshot()))
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.kv_path):
-            os.replace(self.kv_path, self.kv_path + ".bak")
-        os.replace(tmp, self.kv_path)
+        if self.kv_path:
+            write_json(self.kv_path, self.table.kv_snapshot())
 
 
 def _lock(path: str) -> int:

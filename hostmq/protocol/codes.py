@@ -47,6 +47,7 @@ class RequestCode(enum.IntEnum):
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    GET_CONSUME_STATS = 208
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224
@@ -54,6 +55,9 @@ class RequestCode(enum.IntEnum):
     OPEN_PRODUCER_SESSION = 900
     CLOSE_PRODUCER_SESSION = 901
     PING = 902
+    OPEN_WAITER = 903               # a consumer's wake-up word, posted by the dispatcher on arrival
+    CLOSE_WAITER = 904
+    AUTO_CREATE_TOPIC = 905         # a producer's first send to a topic no broker serves yet
 
 
 class ResponseCode(enum.IntEnum):

@@ -116,6 +116,85 @@ class KvConfigRequest(ControlMessage):
     value: str | None = None
 
 
+# --- clients ⇄ broker ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpenSessionRequest(ControlMessage):
+    """OPEN_PRODUCER_SESSION / OPEN_WAITER: a client registers a shared-memory segment it created."""
+
+    name: str               # the segment (and semaphore) name, under the broker's IPC prefix
+    pid: int                # the client process (its liveness is watched)
+
+
+@dataclass(frozen=True)
+class CloseSessionRequest(ControlMessage):
+    """CLOSE_PRODUCER_SESSION / CLOSE_WAITER."""
+
+    slot: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class TopicRequest(ControlMessage):
+    """UPDATE_AND_CREATE_TOPIC (all fields) / DELETE_TOPIC_IN_BROKER and AUTO_CREATE_TOPIC (topic only)."""
+
+    topic: str
+    read_queues: int = 4
+    write_queues: int = 4
+    perm: int = 6
+    order: bool = False
+
+
+@dataclass(frozen=True)
+class QueueRequest(ControlMessage):
+    """GET_MAX_OFFSET / GET_MIN_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP (``timestamp_ms``)."""
+
+    topic: str
+    queue_id: int
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PullRequest(ControlMessage):
+    """PULL_MESSAGE. ``local``: the client reads the store files itself and wants positions only;
+    otherwise the records come back as body frames. ``suspend_ms`` > 0 holds a pull that finds
+    nothing until a message arrives (long polling)."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int = 32
+    expression: str = "*"
+    suspend_ms: int = 0
+    local: bool = True
+
+
+@dataclass(frozen=True)
+class OffsetRequest(ControlMessage):
+    """QUERY_CONSUMER_OFFSET (no ``offset``) / UPDATE_CONSUMER_OFFSET."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int = -1
+
+
+@dataclass(frozen=True)
+class ViewMessageRequest(ControlMessage):
+    """VIEW_MESSAGE_BY_ID."""
+
+    msg_id: str
+
+
+@dataclass(frozen=True)
+class HeartbeatRequest(ControlMessage):
+    """HEART_BEAT: a client announces itself and its groups."""
+
+    client_id: str
+    producer_groups: list[str]
+    consumer_groups: list[str]
+
+
 # --- schema checking -----------------------------------------------------------------------------------
 
 @functools.cache

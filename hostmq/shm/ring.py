@@ -131,11 +131,13 @@ class IngressRing:
         self._crpos = q[_W["completion_read_pos"]]
         self._committed_frames = self._crpos   # frames published; producer sessions start at 0
         self._pending: tuple[int, int, int, int] | None = None
-        # Writer-side locals.
+        # Writer-side locals. A writer that attaches resumes from the journal a predecessor left:
+        # frames below ``appended_data_pos`` are already in the commitlog and are not handed out again.
         self._rpos = q[_W["data_read_pos"]]     # released
-        self._hpos = self._rpos                 # handed out by frames()
         self._cwpos = q[_W["completion_write_pos"]]
-        self._uncompleted = 0
+        self._hpos = max(self._rpos, q[_W["appended_data_pos"]])       # handed out by frames()
+        self._cstaged = max(self._cwpos, q[_W["staged_completion_pos"]])
+        self._uncompleted = 0                   # handed out, no completion staged yet
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -166,7 +168,22 @@ class IngressRing:
             seg.close()
             raise
         ring.writer_waiting.clear()     # a previous writer may have died while blocked
+        try:
+            ring._check_journal()
+        except BaseException:
+            ring.close()
+            raise
         return ring
+
+    def _check_journal(self) -> None:
+        q = self._q
+        w, cr = q[_W["data_write_pos"]], q[_W["completion_read_pos"]]
+        if not (0 <= self._rpos <= self._hpos <= w and self._hpos - self._rpos <= self.capacity
+                and self._hpos & 7 == 0
+                and 0 <= cr <= self._cwpos <= self._cstaged <= cr + self.completion_entries):
+            raise self._corrupt(self._rpos, f"impossible cursors: read {self._rpos}, appended {self._hpos}, "
+                                            f"write {w}, completions read {cr} / published {self._cwpos} "
+                                            f"/ staged {self._cstaged}")
 
     def _check_geometry(self) -> None:
         size = self.segment.size
@@ -328,7 +345,7 @@ class IngressRing:
         beyond what was handed out are visible and a completion slot is free for them."""
         q = self._q
         return q[_WRITE_POS] != self._hpos and \
-            self._cwpos - q[_COMP_READ_POS] + self._uncompleted < self.completion_entries
+            self._cstaged - q[_COMP_READ_POS] + self._uncompleted < self.completion_entries
 
     def frames(self, max_bytes: int = 1 << 62) -> FrameBatch:
         """Every visible frame not handed out yet (at least one, then up to ``max_bytes`` of ring).
@@ -344,8 +361,8 @@ class IngressRing:
             return out
         if w < pos or w - self._rpos > self.capacity or w & 7:
             raise self._corrupt(pos, f"write cursor {w} with read cursor {self._rpos}")
-        cw_used = self._cwpos - q[_W["completion_read_pos"]]
-        if not 0 <= cw_used <= self.completion_entries:
+        cw_used = self._cstaged - q[_W["completion_read_pos"]]
+        if not 0 <= cw_used <= self.completion_entries or q[_W["completion_read_pos"]] > self._cwpos:
             raise self._corrupt(pos, f"completion read cursor {q[_W['completion_read_pos']]} "
                                      f"with write cursor {self._cwpos}")
         budget = self.completion_entries - cw_used - self._uncompleted
@@ -397,34 +414,82 @@ class IngressRing:
         self._rpos = new
         self._q[_W["data_read_pos"]] = new                 # publish
 
-    def complete(self, entries: np.ndarray | Iterable[tuple]) -> None:
-        """Publish completions (``records.COMPLETION`` array or tuples), one per frame handed out, in
-        frame order."""
+    def release_to(self, data_pos: int) -> None:
+        """Give ring bytes back up to the absolute data position ``data_pos`` (a frame boundary at or
+        below what was handed out, e.g. a journalled ``handed_position``)."""
+        self.release(data_pos - self._rpos)
+
+    def restatus(self, start: int, end: int, status: int) -> None:
+        """Change the status of staged, unpublished completions in [start, end) that say SEND_OK
+        (SYNC_FLUSH: FLUSH_DISK_TIMEOUT after the group commit timed out)."""
+        if not self._cwpos <= start <= end <= self._cstaged:
+            raise ValueError(f"restatus [{start}, {end}) outside staged [{self._cwpos}, {self._cstaged})")
+        statuses = self._comp["status"]
+        for pos in range(start, end):
+            if statuses[pos & self._cmask] == R.COMPLETION_SEND_OK:
+                statuses[pos & self._cmask] = status
+
+    def stage(self, entries: np.ndarray | Iterable[tuple]) -> None:
+        """Write completions (``records.COMPLETION`` array or tuples), one per frame handed out, in
+        frame order, WITHOUT publishing them: the producer sees them after :meth:`publish_completions`."""
         arr = entries if isinstance(entries, np.ndarray) else np.array(list(entries), dtype=R.COMPLETION)
         n = len(arr)
         if n > self._uncompleted:
             raise ValueError(f"{n} completions for {self._uncompleted} uncompleted frames")
         if n == 0:
             return
-        i = self._cwpos & self._cmask
+        i = self._cstaged & self._cmask
         first = min(n, self.completion_entries - i)
         self._comp[i:i + first] = arr[:first]
         if n > first:
             self._comp[:n - first] = arr[first:]
-        self._cwpos += n
+        self._cstaged += n
         self._uncompleted -= n
-        self._q[_W["completion_write_pos"]] = self._cwpos  # publish
+
+    def stage_one(self, seq: int, status: int, record_count: int, queue_offset: int,
+                  phys_offset: int, store_ts_ms: int) -> None:
+        """Stage one completion without building an array."""
+        if self._uncompleted < 1:
+            raise ValueError("no uncompleted frame")
+        self._comp[self._cstaged & self._cmask] = (seq, status, record_count, queue_offset, phys_offset,
+                                                    store_ts_ms)
+        self._cstaged += 1
+        self._uncompleted -= 1
+
+    @property
+    def staged_position(self) -> int:
+        """End of the staged completions (a value for :meth:`publish_completions`)."""
+        return self._cstaged
+
+    @property
+    def handed_position(self) -> int:
+        """Data position up to which frames were handed out (a value for :meth:`journal`)."""
+        return self._hpos
+
+    def publish_completions(self, upto: int | None = None) -> None:
+        """Make staged completions visible to the producer, all of them or those below ``upto``."""
+        new = self._cstaged if upto is None else upto
+        if not self._cwpos <= new <= self._cstaged:
+            raise ValueError(f"publish up to {new}: published {self._cwpos}, staged {self._cstaged}")
+        self._cwpos = new
+        self._q[_W["completion_write_pos"]] = new          # publish
+
+    def journal(self, appended_data_pos: int, staged_completion_pos: int) -> None:
+        """Record (writer-owned words) that frames below ``appended_data_pos`` are in the commitlog and
+        their completions are staged below ``staged_completion_pos``; a successor writer resumes there."""
+        self._q[_W["staged_completion_pos"]] = staged_completion_pos
+        self._q[_W["appended_data_pos"]] = appended_data_pos
+
+    def complete(self, entries: np.ndarray | Iterable[tuple]) -> None:
+        """Stage and publish completions at once."""
+        self.stage(entries)
+        self.publish_completions()
 
     def complete_one(self, seq: int, status: int, record_count: int, queue_offset: int,
                      phys_offset: int, store_ts_ms: int) -> None:
         """Publish one completion without building an array."""
-        if self._uncompleted < 1:
-            raise ValueError("no uncompleted frame")
-        self._comp[self._cwpos & self._cmask] = (seq, status, record_count, queue_offset, phys_offset,
-                                                  store_ts_ms)
-        self._cwpos += 1
-        self._uncompleted -= 1
-        self._q[_W["completion_write_pos"]] = self._cwpos  # publish
+        self.stage_one(seq, status, record_count, queue_offset, phys_offset, store_ts_ms)
+        self.publish_completions()
 
     def mark_dropped(self) -> None:
         """Writer: stop serving this ring (after RingCorruptError); the producer sees ``dropped``."""

@@ -101,9 +101,10 @@ def _kind_bytes(name: str, kind: str) -> bytes:
     return kb
 
 
-def _open_shm(name: str, flags: int = 0, mode: int = DEFAULT_MODE) -> posix_ipc.SharedMemory:
+def _open_shm(name: str, flags: int = 0, mode: int = DEFAULT_MODE,
+              read_only: bool = False) -> posix_ipc.SharedMemory:
     try:
-        return posix_ipc.SharedMemory(name, flags, mode=mode, size=0)
+        return posix_ipc.SharedMemory(name, flags, mode=mode, size=0, read_only=read_only)
     except posix_ipc.ExistentialError:
         if flags & posix_ipc.O_EXCL:
             raise SegmentExistsError(name, "already exists") from None
@@ -158,7 +159,7 @@ class Segment:
             h["owner_pid"] = os.getpid()
             h["owner_start_time_s"] = psutil.Process().create_time()
             h["boot_id"] = boot_id()
-            h["generation"] = secrets.randbits(64)
+            h["generation"] = secrets.randbits(63)     # fits a signed int64 word too
             h["size_bytes"] = total
             h["created_ms"] = int(time.time() * 1000)
             if init is not None:
@@ -173,13 +174,14 @@ class Segment:
         return seg
 
     @classmethod
-    def attach(cls, name: str, kind: str, version: int) -> "Segment":
-        """Map an existing segment after checking its magic, kind and layout version.
+    def attach(cls, name: str, kind: str, version: int, *, readonly: bool = False) -> "Segment":
+        """Map an existing segment after checking its magic, kind and layout version (``readonly``:
+        a read-only mapping, for processes that only observe the segment).
 
         Raises SegmentNotFoundError, or SegmentError naming what did not match.
         """
         kb = _kind_bytes(name, kind)
-        mm = _map_existing(name)
+        mm = _map_existing(name, readonly)
         seg = cls(name, mm, owner=False)
         try:
             info = seg.info()
@@ -249,13 +251,13 @@ class Segment:
         return f"Segment({self.name!r}, size={self.size if not self.closed else '-'}, owner={self.is_owner})"
 
 
-def _map_existing(name: str) -> mmap.mmap:
-    shm = _open_shm(name)
+def _map_existing(name: str, readonly: bool = False) -> mmap.mmap:
+    shm = _open_shm(name, read_only=readonly)
     try:
         size = os.fstat(shm.fd).st_size
         if size < R.SEGMENT_PAYLOAD_OFFSET:
             raise SegmentError(name, f"is {size} bytes, smaller than a segment header")
-        return mmap.mmap(shm.fd, size)
+        return mmap.mmap(shm.fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
     finally:
         shm.close_fd()
 
@@ -276,7 +278,7 @@ def _decode_header(name: str, h, mapped_bytes: int) -> SegmentInfo:
 
 def read_info(name: str) -> SegmentInfo:
     """Header of any hostmq segment, whatever its kind (SegmentNotFoundError / SegmentError)."""
-    mm = _map_existing(name)
+    mm = _map_existing(name, readonly=True)
     mapped = len(mm)
     try:
         hdr = np.frombuffer(mm, dtype=R.SEGMENT_HEADER, count=1).copy()    # copy: mm closes below

@@ -44,6 +44,11 @@ def _remember_struct(blen: int, tl: int, plen: int) -> None:
         _RECORD_STRUCTS[(blen, tl, plen)] = struct.Struct(f"{R.MSG_HEADER.format}{blen}sB{tl}sH{plen}s")
 
 
+_PATCH_QID = struct.Struct(">i")
+_PATCH_OFFSETS = struct.Struct(">qq")           # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
+_PATCH_STORE = struct.Struct(">q8s")            # STORETIMESTAMP, STOREHOST (adjacent)
+_QID_AT, _QOFF_AT, _STORE_TS_AT = R.FIELD["queue_id"], R.FIELD["queue_offset"], R.FIELD["store_ts_ms"]
+assert R.FIELD["phys_offset"] == _QOFF_AT + 8 and R.FIELD["store_host"] == _STORE_TS_AT + 8
 _FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
 assert _FIXED_BYTES == 91
 _UNIQ_MARK = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
@@ -152,8 +157,31 @@ class CommitLog:
         self.topic_queue_table[key] = qoff + 1
         return AppendResult(phys, total, qoff, ts)
 
+    def append_record(self, topic: str, queue_id: int, record, size: int,
+                      now_ms: int | None = None) -> AppendResult:
+        """Append one pre-encoded (validated) record, patching QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
+        STORETIMESTAMP and STOREHOST — the writer's path for single-message frames."""
+        mf = self._cur
+        pos = mf.wrote_pos if mf is not None else self.file_bytes
+        if pos + size + 8 > self.file_bytes:        # 8 = R.MIN_BLANK_BYTES
+            mf, pos = self._room_for(size)
+        key = (topic, queue_id)
+        qoff = self.topic_queue_table.get(key, 0)
+        phys = mf.file_from_offset + pos
+        ts = self._store_ts(now_ms)
+        mm = mf.mm
+        mm[pos:pos + size] = record
+        _PATCH_QID.pack_into(mm, pos + _QID_AT, queue_id)
+        _PATCH_OFFSETS.pack_into(mm, pos + _QOFF_AT, qoff, phys)
+        _PATCH_STORE.pack_into(mm, pos + _STORE_TS_AT, ts, self.store_host)
+        mf.wrote_pos = mf.committed_pos = pos + size
+        mf.store_ts_ms = ts
+        self.topic_queue_table[key] = qoff + 1
+        return AppendResult(phys, size, qoff, ts)
+
     def append_batch(self, topic: str, queue_id: int, blob, starts: np.ndarray,
-                     sizes: np.ndarray | None = None, now_ms: int | None = None) -> BatchAppendResult:
+                     sizes: np.ndarray | None = None, now_ms: int | None = None,
+                     patch_host: bool = False) -> BatchAppendResult:
         """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
 
         Records are copied in as few slices as the file boundaries allow; QUEUEID, QUEUEOFFSET,
@@ -174,16 +202,17 @@ class CommitLog:
             mf.mm[pos:pos + nbytes] = blob
             rel = starts + pos
             phys = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0, phys, ts, queue_id)
+            R.patch_batch(mf.u8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
             mf.wrote_pos = mf.committed_pos = pos + nbytes
             mf.store_ts_ms = ts
         else:
-            phys = self._append_split(blob, starts, sizes, q0, ts, queue_id)
+            phys = self._append_split(blob, starts, sizes, q0, ts, queue_id,
+                                      self.store_host if patch_host else None)
         self.topic_queue_table[key] = q0 + n
         return BatchAppendResult(q0, phys, sizes, ts)
 
     def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int,
-                      queue_id: int) -> np.ndarray:
+                      queue_id: int, store_host: bytes | None = None) -> np.ndarray:
         """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece."""
         n = len(starts)
         phys = np.empty(n, dtype=np.int64)
@@ -201,7 +230,7 @@ class CommitLog:
             mf.mm[pos:pos + src1 - src0] = view[src0:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts, queue_id)
+            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
             mf.wrote_pos = mf.committed_pos = pos + src1 - src0
             mf.store_ts_ms = ts
             i = j

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from ..records import CQ_ENTRY
+from ..records import CQ_ENTRY, CQ_ENTRY_STRUCT
 from .mapped_file_queue import MappedFileQueue
 
 ENTRY_BYTES = CQ_ENTRY.itemsize
@@ -88,6 +88,16 @@ class ConsumeQueue:
         """Store one entry. Returns False on a gap (queue_offset beyond max + 0, entries missing)."""
         return self.put_many(queue_offset, np.array([phys_offset], np.int64),
                              np.array([size], np.int64), np.array([tag_hash], np.int64))
+
+    def put_one(self, queue_offset: int, phys_offset: int, size: int, tag_hash: int) -> bool:
+        """The dispatcher's scalar path: append one entry at the queue's end (False, storing nothing,
+        if ``queue_offset`` is not the end or the last file is full — use :meth:`put_many` then)."""
+        mf = self.mfq.last()
+        if mf is None or mf.wrote_pos >= mf.file_bytes or queue_offset != self.max_offset():
+            return False
+        CQ_ENTRY_STRUCT.pack_into(mf.mm, mf.wrote_pos, phys_offset, size, tag_hash)
+        mf.wrote_pos = mf.committed_pos = mf.wrote_pos + ENTRY_BYTES
+        return True
 
     def put_many(self, queue_offset: int, phys_offsets: np.ndarray, sizes: np.ndarray,
                  tag_hashes: np.ndarray) -> bool:

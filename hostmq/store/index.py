@@ -135,18 +135,19 @@ class IndexFile:
         return f
 
     @classmethod
-    def open(cls, path: Path, slots: int, entries: int) -> "IndexFile | None":
+    def open(cls, path: Path, slots: int, entries: int, writable: bool = True) -> "IndexFile | None":
         """Map an existing file; None if it is empty or its header is impossible (delete it then).
         ConfigError if its size does not match ``slots`` and ``entries``."""
         size = index_file_bytes(slots, entries)
-        with open(path, "r+b") as fh:
+        with open(path, "r+b" if writable else "rb") as fh:
             actual = os.fstat(fh.fileno()).st_size
             if actual == 0:
                 return None
             if actual != size:
                 raise ConfigError(f"index file {path} is {actual} bytes, but store.index_slots={slots} "
                                   f"and store.index_entries={entries} make {size}; restore those settings")
-            f = cls(path, slots, entries, mmap.mmap(fh.fileno(), size))
+            f = cls(path, slots, entries, mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_WRITE if writable
+                                                   else mmap.ACCESS_READ))
         h = f.header
         if not (1 <= h.index_count <= entries and 0 <= h.begin_phys_offset <= h.end_phys_offset):
             f.close()
@@ -247,6 +248,58 @@ class IndexFile:
     def destroy(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+    def reload_header(self) -> None:
+        """A reader's view of a file another process appends to: read the header again."""
+        self.header = IndexHeader._make(INDEX_HEADER.unpack_from(self._mm, 0))
+
+
+class IndexReader:
+    """Read-only view of a store's index files, safe while the dispatcher writes them (admin queries
+    by key). Entries are a superset to be confirmed against the records, as with IndexService."""
+
+    def __init__(self, store_dir: str, slots: int, entries: int) -> None:
+        self.dir = Path(store_dir) / INDEX_DIR
+        self.slots, self.entries = slots, entries
+        self._files: dict[str, IndexFile] = {}
+
+    def _refresh(self) -> list[IndexFile]:
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if _NAME_RE.match(n))
+        except FileNotFoundError:
+            names = []
+        for gone in set(self._files) - set(names):
+            self._files.pop(gone).close()
+        for name in names:
+            f = self._files.get(name)
+            if f is None:
+                try:
+                    f = IndexFile.open(self.dir / name, self.slots, self.entries, writable=False)
+                except (FileNotFoundError, ConfigError):
+                    f = None
+                if f is None:
+                    continue
+                self._files[name] = f
+            f.reload_header()
+        return [self._files[n] for n in names if n in self._files]
+
+    def query(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+              end_ms: int | None = None) -> list[int]:
+        end_ms = INT64_MAX if end_ms is None else end_ms
+        key_hash = index_key_hash(index_key(topic, key))
+        out: list[int] = []
+        for f in reversed(self._refresh()):
+            if len(out) >= max_num:
+                break
+            if f.header.index_count > 1 and f.is_time_matched(begin_ms, end_ms):
+                out += f.select_phys_offsets(key_hash, max_num - len(out), begin_ms, end_ms)
+        return out
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
 
 def _wall_clock_ms() -> int:

@@ -36,7 +36,8 @@ from .recovery import commitlog_scan_start
 
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
-                 broker: str = "", limit_phys: int | Callable[[], int] | None = None) -> None:
+                 broker: str = "", limit_phys: int | Callable[[], int] | None = None,
+                 scan_queues: bool = True) -> None:
         self.path = os.path.abspath(path)
         if not os.path.isdir(os.path.join(self.path, "commitlog")):
             raise MessageNotFoundError(f"{self.path} is not a hostmq store (no commitlog directory)")
@@ -47,7 +48,13 @@ class StoreReader:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._max: dict[tuple[str, int], int] = {}
         self.readable_end = 0
-        self.refresh()
+        if scan_queues:
+            self.refresh()
+        else:       # queues are opened one by one with refresh_queue (a consumer's few queues)
+            cl_mfq = self.commitlog.mfq
+            cl_mfq.refresh()
+            self.readable_end = self._static_end() if limit_phys is None else \
+                int(limit_phys() if callable(limit_phys) else limit_phys)
 
     # -- what is visible --------------------------------------------------------------------------
     def _static_end(self) -> int:
@@ -103,6 +110,71 @@ class StoreReader:
             mf.wrote_pos = mf.committed_pos = n * ENTRY_BYTES
             if n or mf is files[0]:
                 break
+
+    # -- one queue, incrementally (the consumer's hot path) -------------------------------------------
+    def refresh_queue(self, topic: str, queue_id: int) -> int:
+        """Bring one queue up to date with the limit, looking only at entries not seen before; its
+        readable max offset. Cheap enough to call before every read of a live broker's queue."""
+        key = (topic, queue_id)
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = self._open_queue(topic, queue_id)
+            if cq is None:
+                return 0
+        if self._limit is not None:
+            self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
+        cl_last = self.commitlog.mfq.last()
+        if cl_last is None or self.readable_end > cl_last.file_end_offset:
+            self.commitlog.mfq.refresh()
+        files = cq.mfq.files
+        if not files:
+            cq.mfq.refresh()
+            files = cq.mfq.files
+            if not files:
+                return 0
+            self._set_readable_max(cq)
+            self._trim_files(cq)
+        m = cq.max_offset()
+        per_file = self.config.consume_queue_file_entries
+        while True:
+            mf = cq.mfq.find(m * ENTRY_BYTES)
+            if mf is None:
+                cq.mfq.refresh()
+                mf = cq.mfq.find(m * ENTRY_BYTES)
+                if mf is None:
+                    break
+            first = mf.file_from_offset // ENTRY_BYTES
+            i = m - first
+            ents = cq._entries(mf)[i:min(per_file, i + 4096)]
+            ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)
+            bad = np.flatnonzero(~ok)
+            k = int(bad[0]) if len(bad) else len(ents)
+            m += k
+            mf.wrote_pos = mf.committed_pos = (i + k) * ENTRY_BYTES
+            if k < len(ents) or k == 0:
+                break
+        self._trim_files(cq, m)
+        return cq.max_offset()
+
+    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        if not os.path.isdir(os.path.join(self.path, "consumequeue", topic, str(queue_id))):
+            return None
+        cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.path, topic, queue_id,
+                                                           self.config.consume_queue_file_entries,
+                                                           writable=False)
+        return cq
+
+    @staticmethod
+    def _trim_files(cq: ConsumeQueue, max_offset: int | None = None) -> None:
+        """Unmap files after the one holding ``max_offset`` (mapped early, they would make
+        ``max_offset()`` count entries that are not readable yet)."""
+        files = cq.mfq.files
+        if max_offset is None:
+            max_offset = cq.max_offset()
+        keep = cq.mfq.find(max_offset * ENTRY_BYTES) if max_offset * ENTRY_BYTES < files[-1].file_end_offset \
+            else files[-1]
+        while files and keep is not None and files[-1] is not keep:
+            files.pop().close()
 
     # -- the MessageStore read API ------------------------------------------------------------------
     def topics(self) -> list[str]:

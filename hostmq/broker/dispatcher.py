@@ -1,0 +1,190 @@
+"""The dispatcher process: builds consume queues and the index from the commitlog (RocketMQ's
+``ReputMessageService``), and wakes consumers waiting for new messages.
+
+It reads the commitlog through read-only maps up to the ``write_pos`` the writer publishes, appends
+consume-queue and index entries (``ConsumeQueueStore``, vectorised), then publishes
+``dispatched_pos`` and bumps ``dispatch_seq`` in the broker state, and posts the semaphore of every
+registered waiter (a consumer's wake-up word, ``records.WAITER``) whose ``waiting`` flag is set.
+
+Files it writes: every consume-queue and index file (creates, appends, flushes, deletes those behind
+the commitlog's first file); words: the dispatcher line of the broker state.
+
+Crash policy: entries written past the published ``dispatched_pos`` may be torn, so a restarted
+dispatcher drops consume-queue entries whose record ends past it and dispatches again from there
+(dispatch is idempotent; the index skips what it already holds). Consumers never read an entry past
+``dispatched_pos``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from .. import records as R
+from ..errors import SegmentError
+from ..shm.segment import Segment
+from ..shm.signal import Flag, Signal, notify_if_waiting, wait_for
+from ..store.commitlog import CommitLog
+from ..store.consume_queue_store import ConsumeQueueStore
+from ..store.message_store import delay_levels_ms
+from .runtime import BrokerRuntime
+from .state import W_DISPATCHED_POS, W_WAITERS_VERSION, W_WRITE_POS, BrokerState
+
+log = logging.getLogger(__name__)
+
+_W = R.STATE_WORD
+W_SEQ, W_RECORDS, W_CQ_FLUSHED = _W["dispatch_seq"], _W["dispatched_records"], _W["cq_flushed_pos"]
+DISPATCH_BATCH = 8192           # records per scan; the dispatcher publishes after each
+IDLE_WAKE_S = 0.1
+
+
+class Dispatcher:
+    """The dispatcher's state and loop body (``run_once``), usable without spawning a process."""
+
+    def __init__(self, rt: BrokerRuntime) -> None:
+        self.rt = rt
+        cfg = rt.config
+        self.spin_s = cfg.broker.dispatcher_spin_s
+        self.flush_interval_s = cfg.store.flush_cq_interval_ms / 1000
+        self.state = BrokerState.attach(rt.state_name)
+        self.signal = Signal.open(rt.dispatch_signal)
+        self.cl = CommitLog(rt.store_dir, self.state.commitlog_file_bytes, writable=False,
+                            delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
+        self.cl.mfq.refresh()
+        self.cqs = ConsumeQueueStore(rt.store_dir, cfg.store, self.cl)
+        self._recover()
+        self.waiters: dict[int, tuple[int, Segment, Flag, Signal]] = {}
+        self._waiters_seen = -1
+        self._cl_min = self.cl.min_offset()
+        self._next_flush_s = time.monotonic() + self.flush_interval_s
+        self.state.set("dispatcher_pid", os.getpid())
+
+    def _recover(self) -> None:
+        dispatched = self.state.w[W_DISPATCHED_POS]
+        for cq in self.cqs.all_consume_queues():
+            cq.recover()
+            cq.truncate_dirty(dispatched)
+        self.cqs.dispatched_phys = dispatched
+
+    # -- the hot path ---------------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """Dispatch what the writer published since last time; returns the records dispatched."""
+        w = self.state.w
+        if w[W_WAITERS_VERSION] != self._waiters_seen:
+            self._sync_waiters()
+        end = w[W_WRITE_POS]
+        start = self.cqs.dispatched_phys
+        if end <= start:
+            return 0
+        mfq = self.cl.mfq
+        last = mfq.last()
+        if last is None or end > last.file_end_offset or start < mfq.min_offset():
+            mfq.refresh()
+        n, _ = self.cqs.redispatch(start, end, DISPATCH_BATCH)
+        if self.cqs.dispatched_phys != start:
+            w[W_DISPATCHED_POS] = self.cqs.dispatched_phys        # publish: entries are complete below it
+            w[W_RECORDS] += n
+            w[W_SEQ] += 1
+            self._wake_waiters()
+        return n
+
+    def _wake_waiters(self) -> None:
+        for _, _, flag, sig in self.waiters.values():
+            notify_if_waiting(flag, sig)
+
+    def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
+        w = self.state.w
+        return wait_for(lambda: w[W_WRITE_POS] != self.cqs.dispatched_phys or
+                        w[W_WAITERS_VERSION] != self._waiters_seen,
+                        self.signal, time.monotonic() + timeout_s, flag=self.state.dispatcher_waiting,
+                        spin_s=self.spin_s, stop=stop)
+
+    # -- waiters --------------------------------------------------------------------------------------
+    def _sync_waiters(self) -> None:
+        st = self.state
+        self._waiters_seen = st.w[W_WAITERS_VERSION]
+        active = {}
+        for slot in st.active_slots("waiters"):
+            state, gen, _, name = st.slot("waiters", slot)
+            if state == R.SLOT_ACTIVE:
+                active[slot] = (gen, name)
+        for slot in list(self.waiters):
+            gen = self.waiters[slot][0]
+            if active.get(slot, (None,))[0] != gen:
+                self._drop_waiter(slot)
+        for slot, (gen, name) in active.items():
+            if slot not in self.waiters:
+                self._add_waiter(slot, gen, name)
+
+    def _add_waiter(self, slot: int, gen: int, name: str) -> None:
+        try:
+            seg = Segment.attach(name, R.WAITER_KIND, R.WAITER_VERSION, readonly=True)
+        except SegmentError as e:
+            log.debug("dispatcher: waiter %s: %s", name, e)
+            return
+        try:
+            sig = Signal.open(name)
+        except SegmentError:
+            seg.close()
+            return
+        if seg.generation != gen:
+            seg.close()
+            sig.close()
+            return
+        flag = Flag(seg.buf[:R.WAITER.itemsize].cast("q"), 0)
+        self.waiters[slot] = (gen, seg, flag, sig)
+
+    def _drop_waiter(self, slot: int) -> None:
+        _, seg, flag, sig = self.waiters.pop(slot)
+        flag._words.release()
+        seg.close()
+        sig.close()
+
+    # -- housekeeping ---------------------------------------------------------------------------------
+    def housekeeping(self, now_s: float) -> None:
+        """Flush consume queues and index on their interval; drop files behind the commitlog."""
+        if now_s >= self._next_flush_s:
+            self._next_flush_s = now_s + self.flush_interval_s
+            self.flush()
+        first = self.cl.mfq.first()
+        if first is not None and not os.path.exists(first.path):     # the writer deleted expired files
+            self.cl.mfq.refresh()
+            cl_min = self.cl.min_offset()
+            if cl_min > self._cl_min:
+                self.cqs.delete_expired(cl_min)
+            self._cl_min = cl_min
+
+    def flush(self) -> None:
+        upto = self.cqs.dispatched_phys
+        self.cqs.flush()
+        self.state.w[W_CQ_FLUSHED] = upto
+
+    def close(self) -> None:
+        for slot in list(self.waiters):
+            self._drop_waiter(slot)
+        self.cqs.close()
+        self.cl.close()
+        self.signal.close()
+        self.state.close()
+
+
+def run(rt: BrokerRuntime, stop) -> int:
+    """The dispatcher process's entry point (spawned by the broker)."""
+    d = Dispatcher(rt)
+    log.info("dispatcher ready: dispatched_pos %d", d.cqs.dispatched_phys)
+    next_housekeeping = 0.0
+    try:
+        while not stop.is_set():
+            if not d.run_once():
+                d.wait(stop)
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                d.housekeeping(now)
+                next_housekeeping = now + IDLE_WAKE_S
+        # The writer stops first: catch up with everything it published, then make it durable.
+        while d.run_once():
+            pass
+        d.flush()
+    finally:
+        d.close()
+    return 0

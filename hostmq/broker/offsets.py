@@ -1,0 +1,71 @@
+"""Consumer group offsets kept by a broker: ``config/consumerOffset.json`` (RocketMQ
+``ConsumerOffsetManager``).
+
+File shape (RocketMQ's ``offsetTable`` keyed ``topic@group``)::
+
+    {"offset_table": {"orders@billing": {"0": 120, "1": 98}}}
+
+Ownership: the broker's control loop is the only writer; it rewrites the file (atomically, ``.bak``
+kept) every ``offset_persist_interval_s`` when something changed, and at shutdown. A crash loses
+at most that interval of commits: consumers then re-read a few messages (at-least-once).
+"""
+from __future__ import annotations
+
+from ..errors import ValidationError
+from ..jsonfile import read_json, write_json
+
+TOPIC_GROUP_SEP = "@"
+
+
+class OffsetTable:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        self.dirty = False
+        data = read_json(path, {"offset_table": {}})
+        table = data.get("offset_table", {}) if isinstance(data, dict) else {}
+        for key, queues in table.items():
+            topic, sep, group = key.rpartition(TOPIC_GROUP_SEP)
+            if not sep or not isinstance(queues, dict):
+                continue
+            for qid, off in queues.items():
+                if str(qid).isdigit() and isinstance(off, int):
+                    self.offsets[(group, topic, int(qid))] = off
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        for name, v in (("group", group), ("topic", topic)):
+            if not isinstance(v, str) or not v or TOPIC_GROUP_SEP in v and name == "group":
+                raise ValidationError(f"{name} must be a non-empty string without '@', got {v!r}")
+        if not isinstance(queue_id, int) or isinstance(queue_id, bool) or queue_id < 0:
+            raise ValidationError(f"queue_id must be an int ≥ 0, got {queue_id!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValidationError(f"offset must be an int ≥ 0, got {offset!r}")
+        key = (group, topic, queue_id)
+        if self.offsets.get(key) != offset:
+            self.offsets[key] = offset
+            self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.offsets.get((group, topic, queue_id))
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        return {(t, q): o for (g, t, q), o in self.offsets.items() if g == group}
+
+    def groups(self) -> list[str]:
+        return sorted({g for g, _, _ in self.offsets})
+
+    def delete_topic(self, topic: str) -> None:
+        for key in [k for k in self.offsets if k[1] == topic]:
+            del self.offsets[key]
+            self.dirty = True
+
+    def persist(self, force: bool = False) -> bool:
+        """Rewrite the file if anything changed (or ``force``); True if written."""
+        if not (self.dirty or force):
+            return False
+        table: dict[str, dict[str, int]] = {}
+        for (g, t, q), o in sorted(self.offsets.items()):
+            table.setdefault(f"{t}{TOPIC_GROUP_SEP}{g}", {})[str(q)] = o
+        write_json(self.path, {"offset_table": table})
+        self.dirty = False
+        return True

@@ -1,0 +1,102 @@
+"""What every process of one broker needs to know: its identity, its config, and the names derived
+from the root (sockets, files, shared-memory segments, semaphores). Picklable: the broker hands it to
+the writer, dispatcher and flusher it spawns.
+
+Names (``root.shm_name``: ``/hostmq.<hash12 of root + broker name>.<kind>.<n>``)::
+
+    state.0     broker state segment (records.BROKER_STATE) and its semaphore (unused)
+    writer.0    semaphore: wakes the writer (producers after publishing a frame, the flusher)
+    dispatch.0  semaphore: wakes the dispatcher (the writer after publishing write_pos)
+    flush.0     semaphore: wakes the flusher (the writer when a SYNC_FLUSH batch waits)
+    ring.<id>   a producer's ingress ring + its completion semaphore (created by the producer)
+    wait.<id>   a consumer's wake-up word + semaphore (created by the consumer)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..config import Config
+from ..errors import ConfigError
+from ..root import RootPaths, ipc_address, resolve_root, shm_name
+
+MAX_BROKER_NAME_CHARS = 64
+MAX_RING_DATA_BYTES = 256 << 20     # the broker refuses larger ingress rings (bounds a torn commitlog tail)
+
+
+def check_broker_name(name: str) -> str:
+    """Broker names become directory and IPC name parts: letters, digits, '-' and '_' only."""
+    if not isinstance(name, str) or not name or len(name) > MAX_BROKER_NAME_CHARS or \
+            not name.replace("-", "").replace("_", "").isalnum() or not name.isascii():
+        raise ConfigError(f"broker name must be 1..{MAX_BROKER_NAME_CHARS} letters, digits, '-' or '_', "
+                          f"got {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class BrokerRuntime:
+    root: str
+    name: str = "broker-a"
+    broker_id: int = 0
+    config: Config = field(default_factory=Config)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", resolve_root(self.root))
+        check_broker_name(self.name)
+
+    # -- files --------------------------------------------------------------------------------------
+    @property
+    def paths(self) -> RootPaths:
+        return RootPaths(self.root)
+
+    @property
+    def broker_dir(self) -> str:
+        return self.paths.broker_dir(self.name)
+
+    @property
+    def store_dir(self) -> str:
+        return self.paths.store_dir(self.name)
+
+    @property
+    def config_dir(self) -> str:
+        return self.paths.config_dir(self.name)
+
+    @property
+    def socket_path(self) -> str:
+        return self.paths.broker_socket(self.name)
+
+    @property
+    def address(self) -> str:
+        return ipc_address(self.socket_path)
+
+    @property
+    def lock_path(self) -> str:
+        return self.paths.broker_lock(self.name)
+
+    def config_file(self, name: str) -> str:
+        return os.path.join(self.config_dir, name)
+
+    # -- shared memory -------------------------------------------------------------------------------
+    def shm(self, kind: str, n: int | str = 0) -> str:
+        return shm_name(self.root, self.name, kind, n)
+
+    @property
+    def state_name(self) -> str:
+        return self.shm("state")
+
+    @property
+    def writer_signal(self) -> str:
+        return self.shm("writer")
+
+    @property
+    def dispatch_signal(self) -> str:
+        return self.shm("dispatch")
+
+    @property
+    def flush_signal(self) -> str:
+        return self.shm("flush")
+
+    @property
+    def shm_prefix(self) -> str:
+        """Prefix of every IPC name of this broker (for reclaiming and leak checks)."""
+        return self.shm("x").rsplit(".", 2)[0] + "."

@@ -1,0 +1,379 @@
+"""The broker's control requests (RocketMQ's processors), served from the broker process's one loop.
+
+Sessions: a producer registers the ingress ring it created (OPEN_PRODUCER_SESSION), a consumer its
+wake-up word (OPEN_WAITER); the rows go into the state segment's tables, where the writer and the
+dispatcher pick them up. A session whose client process died is closed by ``check_sessions``:
+the writer drains and detaches, then this loop unlinks the segment and frees the row.
+
+Also: topics (``topics.json``; auto-creation on a producer's first send), consumer offsets
+(``consumerOffset.json``), pulls with long polling (held until the dispatcher's ``dispatch_seq``
+moves), offsets by time, message view by id, and the runtime info ``hostmq status`` prints.
+
+Every handler validates its request (``protocol.messages``); a bad request gets an error response
+and changes nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from .. import records as R
+from ..errors import MessageNotFoundError, NoRouteError, SegmentError, ValidationError
+from ..namesrv.route_data import TopicConfig
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.frames import Frame
+from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRequest, OpenSessionRequest,
+                                 PullRequest, QueueRequest, TopicRequest, ViewMessageRequest)
+from ..root import shm_name
+from ..shm.ring import IngressRing
+from ..shm.segment import info_owner_alive, read_info, unlink_semaphore, unlink_segment
+from ..store.reader import GetStatus
+from ..store.readonly import StoreReader
+from ..transport import DEFER, Reply, ReplyToken, Server
+from .offsets import OffsetTable
+from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from .state import W_DISPATCH_SEQ, BrokerState
+from .topics import TopicTable, is_system_topic
+
+log = logging.getLogger(__name__)
+
+MAX_PULL_COUNT = 4096
+CLIENT_EXPIRY_S = 120.0          # a client silent this long is dropped (RocketMQ channelExpiredTimeout)
+
+_PULL_CODES = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.NO_MESSAGE_IN_QUEUE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+@dataclass
+class _HeldPull:
+    token: ReplyToken
+    request: PullRequest
+    deadline_s: float
+
+
+class BrokerService:
+    """Handlers over the broker's tables; ``on_topics_changed`` re-registers with the NameServers."""
+
+    def __init__(self, rt: BrokerRuntime, state: BrokerState, on_topics_changed=lambda: None) -> None:
+        self.rt = rt
+        self.state = state
+        self.topics = TopicTable(rt.config_file("topics.json"))
+        self.offsets = OffsetTable(rt.config_file("consumerOffset.json"))
+        self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
+            if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
+        self.on_topics_changed = on_topics_changed
+        self.server: Server | None = None
+        self.held: list[_HeldPull] = []
+        self._held_seq = -1
+        self.clients: dict[str, tuple[float, list[str], list[str]]] = {}
+
+    def handlers(self) -> dict:
+        c = RequestCode
+        return {
+            c.PING: self.ping, c.OPEN_PRODUCER_SESSION: self.open_session,
+            c.CLOSE_PRODUCER_SESSION: self.close_session, c.OPEN_WAITER: self.open_waiter,
+            c.CLOSE_WAITER: self.close_waiter, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            c.DELETE_TOPIC_IN_BROKER: self.delete_topic, c.AUTO_CREATE_TOPIC: self.auto_create_topic,
+            c.GET_ALL_TOPIC_CONFIG: self.all_topics, c.PULL_MESSAGE: self.pull,
+            c.QUERY_CONSUMER_OFFSET: self.query_offset, c.UPDATE_CONSUMER_OFFSET: self.update_offset,
+            c.GET_MAX_OFFSET: self.max_offset, c.GET_MIN_OFFSET: self.min_offset,
+            c.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, c.VIEW_MESSAGE_BY_ID: self.view_message,
+            c.HEART_BEAT: self.heartbeat, c.UNREGISTER_CLIENT: self.unregister_client,
+            c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
+        }
+
+    def ping(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields={"pid": os.getpid(), "broker": self.rt.name,
+                             "state": int(self.state.get("broker_state"))})
+
+    # -- sessions -------------------------------------------------------------------------------------
+    def _check_name(self, name: str, kind: str) -> None:
+        # Rings are per broker; a consumer's waiter is per root (one word, registered with every broker).
+        prefix = self.rt.shm(kind, "") if kind == "ring" else shm_name(self.rt.root, "", kind, "")
+        if not name.startswith(prefix) or not name[len(prefix):].replace("-", "").isalnum():
+            raise ValidationError(f"segment name {name!r} must be {prefix}<id> (letters, digits, '-')")
+
+    def open_session(self, frame: Frame, token=None) -> Reply:
+        req = OpenSessionRequest.from_fields(frame.fields)
+        self._check_name(req.name, "ring")
+        self._check_running()
+        try:
+            ring = IngressRing.attach(req.name)
+        except (SegmentError, Exception) as e:
+            raise ValidationError(f"cannot use ring {req.name}: {e}") from None
+        try:
+            info = ring.segment.info()
+            if ring.capacity > MAX_RING_DATA_BYTES:
+                raise ValidationError(f"ring of {ring.capacity} bytes; at most {MAX_RING_DATA_BYTES}")
+            if info.owner_pid != req.pid:
+                raise ValidationError(f"ring {req.name} belongs to pid {info.owner_pid}, not {req.pid}")
+        finally:
+            ring.close()
+        slot = self.state.open_slot("sessions", req.name, info.generation, req.pid)
+        log.info("producer session %d: ring %s of pid %d", slot, req.name, req.pid)
+        return Reply(fields=self._session_fields(slot, info.generation))
+
+    def _session_fields(self, slot: int, generation: int) -> dict:
+        st = self.state
+        return {"slot": slot, "generation": generation, "state_name": st.name,
+                "state_generation": st.generation, "writer_signal": self.rt.writer_signal,
+                "store_host": st.store_host.hex(), "sync_flush": st.sync_flush,
+                "max_message_bytes": self.rt.config.store.max_message_bytes,
+                "max_properties_bytes": self.rt.config.store.max_properties_bytes}
+
+    def close_session(self, frame: Frame, token=None) -> Reply:
+        return self._close("sessions", CloseSessionRequest.from_fields(frame.fields))
+
+    def open_waiter(self, frame: Frame, token=None) -> Reply:
+        req = OpenSessionRequest.from_fields(frame.fields)
+        self._check_name(req.name, "wait")
+        try:
+            info = read_info(req.name)
+        except SegmentError as e:
+            raise ValidationError(f"cannot use waiter {req.name}: {e}") from None
+        if info.kind != R.WAITER_KIND or info.owner_pid != req.pid:
+            raise ValidationError(f"{req.name} is not a waiter of pid {req.pid}")
+        slot = self.state.open_slot("waiters", req.name, info.generation, req.pid)
+        return Reply(fields={"slot": slot, "generation": info.generation, "state_name": self.state.name,
+                             "state_generation": self.state.generation})
+
+    def close_waiter(self, frame: Frame, token=None) -> Reply:
+        return self._close("waiters", CloseSessionRequest.from_fields(frame.fields))
+
+    def _close(self, table: str, req: CloseSessionRequest) -> Reply:
+        slots = self.state.session_slots if table == "sessions" else self.state.waiter_slots
+        if not 0 <= req.slot < slots:
+            raise ValidationError(f"no {table} slot {req.slot}")
+        state, gen, _, _ = self.state.slot(table, req.slot)
+        if state != R.SLOT_ACTIVE or gen != req.generation:
+            return Reply(fields={"closed": False})
+        if table == "sessions":
+            self.state.set_slot_state(table, req.slot, R.SLOT_CLOSING)
+        else:
+            self.state.set_slot_state(table, req.slot, R.SLOT_FREE)
+        return Reply(fields={"closed": True})
+
+    def _check_running(self) -> None:
+        if self.state.get("broker_state") == R.BROKER_STOPPING:
+            raise NoRouteError(f"broker {self.rt.name} is shutting down")
+
+    def check_sessions(self) -> None:
+        """Close sessions and waiters of dead clients; free rows the writer has let go (timer)."""
+        st = self.state
+        for table in ("sessions", "waiters"):
+            for slot in st.active_slots(table):
+                state, gen, pid, name = st.slot(table, slot)
+                if state == R.SLOT_ACTIVE and not _segment_owner_alive(name, pid):
+                    log.info("%s %d: client pid %d is gone; closing", table, slot, pid)
+                    if table == "waiters":
+                        st.set_slot_state(table, slot, R.SLOT_FREE)
+                        _unlink(name)
+                        continue
+                    st.set_slot_state(table, slot, R.SLOT_CLOSING)
+                elif state == R.SLOT_CLOSING and st.attached[slot] != gen:
+                    if not _segment_owner_alive(name, pid):
+                        _unlink(name)
+                    st.set_slot_state(table, slot, R.SLOT_FREE)
+        now = time.monotonic()
+        for cid in [c for c, (seen, _, _) in self.clients.items() if now - seen > CLIENT_EXPIRY_S]:
+            del self.clients[cid]
+
+    # -- topics ---------------------------------------------------------------------------------------
+    def create_topic(self, frame: Frame, token=None) -> Reply:
+        req = TopicRequest.from_fields(frame.fields)
+        config = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.order)
+        if self.topics.put(config):
+            self._topics_changed()
+        return Reply(fields={"topic": req.topic, "created": True})
+
+    def auto_create_topic(self, frame: Frame, token=None) -> Reply:
+        req = TopicRequest.from_fields(frame.fields)
+        R.validate_topic(req.topic)
+        self._check_running()
+        existed = req.topic in self.topics.topics
+        b = self.rt.config.broker
+        t = self.topics.auto_create(req.topic, b.default_topic_queues, b.auto_create_topic)
+        if not existed:
+            log.info("auto-created topic %s with %d queues", req.topic, t.write_queues)
+            self._topics_changed()
+        return Reply(fields={"topic": req.topic, "write_queues": t.write_queues, "read_queues": t.read_queues})
+
+    def delete_topic(self, frame: Frame, token=None) -> Reply:
+        req = TopicRequest.from_fields(frame.fields)
+        deleted = self.topics.delete(req.topic)
+        if deleted:
+            self.offsets.delete_topic(req.topic)
+            self._topics_changed()
+        return Reply(fields={"deleted": deleted})
+
+    def all_topics(self, frame: Frame, token=None) -> Reply:
+        return Reply(fields={"topics": self.topics.registration(), "data_version": self.topics.data_version})
+
+    def _topics_changed(self) -> None:
+        self.state.bump("topics_version")
+        self.on_topics_changed()
+
+    # -- reading --------------------------------------------------------------------------------------
+    def _reader(self) -> StoreReader:
+        if self.reader is None:
+            if not os.path.isdir(os.path.join(self.rt.store_dir, "commitlog")):
+                raise MessageNotFoundError(f"broker {self.rt.name} has stored nothing yet")
+            self.reader = StoreReader(self.rt.store_dir, self.rt.config.store, broker=self.rt.name,
+                                      limit_phys=self.state.readable_pos)
+        return self.reader
+
+    def _reader_or_none(self) -> StoreReader | None:
+        try:
+            return self._reader()
+        except MessageNotFoundError:
+            return None
+
+    def pull(self, frame: Frame, token: ReplyToken | None = None):
+        req = PullRequest.from_fields(frame.fields)
+        if not 1 <= req.max_count <= MAX_PULL_COUNT or req.queue_id < 0 or req.offset < 0:
+            raise ValidationError(f"pull needs 1 ≤ max_count ≤ {MAX_PULL_COUNT}, queue_id ≥ 0, offset ≥ 0")
+        reply = self._read(req)
+        if reply.code != ResponseCode.PULL_NOT_FOUND or req.suspend_ms <= 0 or token is None:
+            return reply
+        hold_s = min(req.suspend_ms / 1000, self.rt.config.broker.long_polling_s)
+        self.held.append(_HeldPull(token, req, time.monotonic() + hold_s))
+        return DEFER
+
+    def _read(self, req: PullRequest) -> Reply:
+        if req.topic not in self.topics.topics:
+            raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
+        try:
+            reader = self._reader()
+        except MessageNotFoundError:
+            return Reply(ResponseCode.PULL_NOT_FOUND, fields={"status": GetStatus.NO_MESSAGE_IN_QUEUE.value,
+                                                              "next_offset": 0, "min_offset": 0, "max_offset": 0})
+        reader.refresh_queue(req.topic, req.queue_id)
+        g = reader.get(req.topic, req.queue_id, req.offset, req.max_count, req.expression)
+        fields = {"status": g.status.value, "next_offset": g.next_offset, "min_offset": g.min_offset,
+                  "max_offset": g.max_offset, "count": len(g.messages)}
+        bodies = [] if req.local else [bytes(m.raw) for m in g.messages]
+        return Reply(_PULL_CODES[g.status], fields=fields, bodies=bodies)
+
+    def check_held(self) -> None:
+        """Answer held pulls that now find messages or whose hold time is up (timer)."""
+        if not self.held:
+            return
+        now = time.monotonic()
+        seq = self.state.w[W_DISPATCH_SEQ]
+        if seq == self._held_seq and all(h.deadline_s > now for h in self.held):
+            return
+        self._held_seq = seq
+        keep = []
+        for h in self.held:
+            try:
+                reply = self._read(h.request)
+            except Exception as e:          # the topic went away while the pull was held
+                reply = Reply(ResponseCode.SYSTEM_ERROR, remark=str(e))
+            if reply.code == ResponseCode.PULL_NOT_FOUND and h.deadline_s > now:
+                keep.append(h)
+            elif self.server is not None:
+                self.server.reply(h.token, reply)
+        self.held = keep
+
+    def max_offset(self, frame: Frame, token=None) -> Reply:
+        req = QueueRequest.from_fields(frame.fields)
+        return Reply(fields={"offset": self._reader().refresh_queue(req.topic, req.queue_id)})
+
+    def min_offset(self, frame: Frame, token=None) -> Reply:
+        req = QueueRequest.from_fields(frame.fields)
+        r = self._reader()
+        r.refresh_queue(req.topic, req.queue_id)
+        return Reply(fields={"offset": r.min_offset(req.topic, req.queue_id)})
+
+    def search_offset(self, frame: Frame, token=None) -> Reply:
+        req = QueueRequest.from_fields(frame.fields)
+        r = self._reader()
+        r.refresh_queue(req.topic, req.queue_id)
+        return Reply(fields={"offset": r.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)})
+
+    def view_message(self, frame: Frame, token=None) -> Reply:
+        req = ViewMessageRequest.from_fields(frame.fields)
+        m = self._reader().view(req.msg_id)
+        return Reply(fields={"broker": self.rt.name}, bodies=[bytes(m.raw)])
+
+    # -- offsets and clients ----------------------------------------------------------------------------
+    def query_offset(self, frame: Frame, token=None) -> Reply:
+        req = OffsetRequest.from_fields(frame.fields)
+        off = self.offsets.query(req.group, req.topic, req.queue_id)
+        if off is None:
+            return Reply(ResponseCode.QUERY_NOT_FOUND, fields={"offset": -1}, remark="no offset committed")
+        return Reply(fields={"offset": off})
+
+    def update_offset(self, frame: Frame, token=None) -> Reply:
+        req = OffsetRequest.from_fields(frame.fields)
+        self.offsets.commit(req.group, req.topic, req.queue_id, req.offset)
+        return Reply()
+
+    def heartbeat(self, frame: Frame, token=None) -> Reply:
+        req = HeartbeatRequest.from_fields(frame.fields)
+        self.clients[req.client_id] = (time.monotonic(), req.producer_groups, req.consumer_groups)
+        return Reply()
+
+    def unregister_client(self, frame: Frame, token=None) -> Reply:
+        cid = frame.fields.get("client_id")
+        return Reply(fields={"removed": self.clients.pop(cid, None) is not None if isinstance(cid, str) else False})
+
+    def consume_stats(self, frame: Frame, token=None) -> Reply:
+        """A group's committed offset beside each queue's max offset (RocketMQ ``ConsumeStats``)."""
+        group = frame.fields.get("group")
+        if not isinstance(group, str) or not group:
+            raise ValidationError("group must be a non-empty string")
+        rows = []
+        reader = self._reader_or_none()
+        for (topic, qid), off in sorted(self.offsets.group_offsets(group).items()):
+            mx = reader.refresh_queue(topic, qid) if reader is not None else 0
+            rows.append({"topic": topic, "queue_id": qid, "broker_offset": mx, "consumer_offset": off})
+        return Reply(fields={"broker": self.rt.name, "rows": rows})
+
+    def runtime_info(self, frame: Frame, token=None) -> Reply:
+        st = self.state
+        queues = []
+        reader = self._reader_or_none()
+        for topic, cfg in sorted(self.topics.topics.items()):
+            for qid in range(max(cfg.read_queues, cfg.write_queues)):
+                mx = reader.refresh_queue(topic, qid) if reader is not None else 0
+                mn = reader.min_offset(topic, qid) if reader is not None else 0
+                queues.append({"topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+        return Reply(fields={"broker": self.rt.name, "pid": os.getpid(), "state": st.snapshot(),
+                             "sessions": len(st.active_slots("sessions")),
+                             "waiters": len(st.active_slots("waiters")),
+                             "topics": self.topics.registration(), "queues": queues,
+                             "groups": self.offsets.groups(), "clients": len(self.clients)})
+
+    def close(self) -> None:
+        for h in self.held:
+            if self.server is not None:
+                self.server.reply(h.token, Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker stopping"))
+        self.held = []
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+
+
+def _segment_owner_alive(name: str, pid: int) -> bool:
+    try:
+        return info_owner_alive(read_info(name))
+    except SegmentError:
+        return False
+
+
+def _unlink(name: str) -> None:
+    unlink_segment(name)
+    unlink_semaphore(name)
+
+
+__all__ = ["BrokerService", "is_system_topic"]

@@ -1,0 +1,186 @@
+"""The broker state segment: positions, pids, waiting flags and the session / waiter tables that the
+broker's processes share (layout and ownership: ``records.BROKER_STATE``).
+
+Created by the broker process (owner) before it starts its children; the writer, dispatcher and
+flusher attach read-write and store only into their own lines; clients attach read-only to watch
+positions (a consumer waits for ``dispatched_pos`` to move) and liveness (``broker_pid``).
+
+Word access is ``state.w[W_WRITE_POS]`` (an aligned native int64, OS_NOTES 14); the hot loops use
+the ``W_*`` constants directly. Tables are numpy views of ``records.STATE_SLOT`` rows.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import psutil
+
+from .. import records as R
+from ..errors import BrokerBusyError, SegmentError
+from ..shm.segment import Segment, info_owner_alive
+from ..shm.signal import Flag
+
+_W = R.STATE_WORD
+W_WRITE_POS = _W["write_pos"]
+W_DISPATCHED_POS = _W["dispatched_pos"]
+W_FLUSHED_POS = _W["flushed_pos"]
+W_BROKER_STATE = _W["broker_state"]
+W_SESSIONS_VERSION = _W["sessions_version"]
+W_TOPICS_VERSION = _W["topics_version"]
+W_WAITERS_VERSION = _W["waiters_version"]
+W_DISPATCH_SEQ = _W["dispatch_seq"]
+W_FLUSH_REQUEST_POS = _W["flush_request_pos"]
+
+
+class BrokerState:
+    """A mapped broker state segment."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.name = segment.name
+        self.w = segment.buf[:R.BROKER_STATE.itemsize].cast("q")
+        hdr = segment.array(R.BROKER_STATE, count=1)[0]
+        self.session_slots = int(hdr["session_slots"])
+        self.waiter_slots = int(hdr["waiter_slots"])
+        self.store_host = bytes(hdr["store_host"]).ljust(8, b"\0")
+        self.commitlog_file_bytes = int(hdr["commitlog_file_bytes"])
+        self.consume_queue_file_entries = int(hdr["consume_queue_file_entries"])
+        self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
+        self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
+        sess, attach, waiters, total = R.broker_state_bytes(self.session_slots, self.waiter_slots)
+        if total > segment.size or self.session_slots < 1 or self.waiter_slots < 1:
+            raise SegmentError(self.name, "broker state tables do not fit the segment")
+        self.sessions = segment.array(R.STATE_SLOT, self.session_slots, sess)
+        self.attached = segment.array(np.int64, self.session_slots, attach)
+        self.waiters = segment.array(R.STATE_SLOT, self.waiter_slots, waiters)
+        self.writer_waiting = Flag(self.w, _W["writer_waiting"])
+        self.dispatcher_waiting = Flag(self.w, _W["dispatcher_waiting"])
+        self.flusher_waiting = Flag(self.w, _W["flusher_waiting"])
+
+    @classmethod
+    def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
+               index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int, session_slots: int = R.DEFAULT_SESSION_SLOTS,
+               waiter_slots: int = R.DEFAULT_WAITER_SLOTS) -> "BrokerState":
+        """Create the segment (this process owns it) with every position at ``start_pos``."""
+        *_, total = R.broker_state_bytes(session_slots, waiter_slots)
+
+        def init(seg: Segment) -> None:
+            h = seg.array(R.BROKER_STATE, count=1)
+            h[0]["flush_disk_type"] = R.FLUSH_SYNC if sync_flush else R.FLUSH_ASYNC
+            h[0]["session_slots"] = session_slots
+            h[0]["waiter_slots"] = waiter_slots
+            h[0]["broker_pid"] = os.getpid()
+            h[0]["store_host"] = store_host
+            h[0]["commitlog_file_bytes"] = commitlog_file_bytes
+            h[0]["consume_queue_file_entries"] = consume_queue_file_entries
+            h[0]["index_slots"], h[0]["index_entries"] = index_slots, index_entries
+            h[0]["started_ms"] = int(time.time() * 1000)
+            for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos"):
+                h[0][pos] = start_pos
+            h[0]["last_store_ts_ms"] = last_store_ts_ms
+            h[0]["broker_state"] = R.BROKER_STARTING
+
+        return cls(Segment.create(name, total, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init))
+
+    @classmethod
+    def attach(cls, name: str, readonly: bool = False) -> "BrokerState":
+        seg = Segment.attach(name, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, readonly=readonly)
+        try:
+            return cls(seg)
+        except BaseException:
+            seg.close()
+            raise
+
+    # -- words ----------------------------------------------------------------------------------------
+    def get(self, field: str) -> int:
+        return self.w[_W[field]]
+
+    def set(self, field: str, value: int) -> None:
+        self.w[_W[field]] = value
+
+    def bump(self, field: str) -> int:
+        """Add one to a version word (its owner only)."""
+        v = self.w[_W[field]] + 1
+        self.w[_W[field]] = v
+        return v
+
+    def snapshot(self) -> dict[str, int]:
+        """Every word as a dict (for status output)."""
+        return {name: (self.store_host.hex() if name == "store_host" else int(self.w[i]))
+                for name, i in _W.items()}
+
+    @property
+    def generation(self) -> int:
+        return self.segment.generation
+
+    def owner_alive(self) -> bool:
+        """Whether the broker process that created this segment still runs."""
+        try:
+            return info_owner_alive(self.segment.info())
+        except SegmentError:
+            return False
+
+    def readable_pos(self) -> int:
+        """How far consumers may read: dispatched, and under SYNC_FLUSH also flushed (DESIGN §5)."""
+        w = self.w
+        d = w[W_DISPATCHED_POS]
+        return min(d, w[W_FLUSHED_POS]) if self.sync_flush else d
+
+    # -- the session and waiter tables (written by the broker's control loop) -------------------------
+    def open_slot(self, table: str, name: str, generation: int, owner_pid: int) -> int:
+        """Record a client segment in a free row of ``table`` ("sessions" or "waiters"); its index.
+
+        A session row is reusable only once the writer has detached from its last ring.
+        """
+        rows = self.sessions if table == "sessions" else self.waiters
+        raw = name.encode("ascii")
+        if len(raw) > R.STATE_SLOT_NAME_BYTES:
+            raise SegmentError(name, f"name longer than {R.STATE_SLOT_NAME_BYTES} bytes")
+        free = rows["state"] == R.SLOT_FREE
+        if table == "sessions":
+            free &= self.attached == 0
+        idx = np.flatnonzero(free)
+        if not len(idx):
+            raise BrokerBusyError(f"all {len(rows)} {table} slots of this broker are in use")
+        i = int(idx[0])
+        rows[i]["name"] = raw
+        rows[i]["generation"] = generation
+        rows[i]["owner_pid"] = owner_pid
+        rows[i]["state"] = R.SLOT_ACTIVE        # last: the row is complete when a reader sees ACTIVE
+        self.bump("sessions_version" if table == "sessions" else "waiters_version")
+        return i
+
+    def set_slot_state(self, table: str, slot: int, state: int) -> None:
+        rows = self.sessions if table == "sessions" else self.waiters
+        rows[slot]["state"] = state
+        self.bump("sessions_version" if table == "sessions" else "waiters_version")
+
+    def slot(self, table: str, slot: int) -> tuple[int, int, int, str]:
+        """``(state, generation, owner_pid, name)`` of one row."""
+        r = (self.sessions if table == "sessions" else self.waiters)[slot]
+        return int(r["state"]), int(r["generation"]), int(r["owner_pid"]), bytes(r["name"]).decode("ascii", "replace")
+
+    def active_slots(self, table: str) -> list[int]:
+        rows = self.sessions if table == "sessions" else self.waiters
+        return np.flatnonzero(rows["state"] != R.SLOT_FREE).tolist()
+
+    # -- life -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.segment.closed:
+            return
+        self.sessions = self.waiters = self.attached = None
+        self.w.release()
+        self.segment.close()
+
+    def unlink(self) -> None:
+        self.segment.unlink()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True

@@ -1,0 +1,214 @@
+"""The broker process (``hostmq broker ROOT --name NAME``): recovery, the writer / dispatcher / flusher
+children, and the control loop.
+
+Start-up, in this order (OS_NOTES 3):
+
+1. ``flock(brokers/NAME/broker.lock)`` — one broker per name and root — before touching shared
+   memory or binding the socket (libzmq's bind silently steals a socket path);
+2. reclaim segments and semaphores left by dead processes of this broker (its IPC prefix);
+3. open the store with ``MessageStore`` — normal or abnormal recovery (``store.recovery``) — and
+   close it cleanly, so every structure is consistent; then hold ``store/lock`` for the whole run
+   and create ``store/abort`` (found at the next start ⇒ this run died ⇒ abnormal recovery);
+4. create the broker state segment (``state.py``) and the writer / dispatch / flush semaphores;
+5. spawn the children (``process.Supervisor``: restarted with backoff when they die, killed by the
+   kernel when this process dies); bind the control socket; once the children have reported in,
+   mark the broker RUNNING and register with every NameServer.
+
+Stop (SIGTERM / SIGINT): STOPPING (no new sessions), unregister from the NameServers, stop the
+children in order writer → dispatcher → flusher (each drains, then the flusher writes the final
+checkpoint), persist offsets; remove ``abort`` only if all three stopped cleanly; unlink the state
+segment and semaphores, close the socket.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+
+from .. import records as R
+from ..errors import ConnectError, StoreLockedError
+from ..process import Child, Supervisor, sd_notify
+from ..root import shm_name
+from ..shm.segment import reclaim_stale, shm_free_bytes, unlink_segment
+from ..shm.signal import Signal
+from ..store.message_store import MessageStore
+from ..transport import Server
+from .registration import NamesrvLink
+from .runtime import BrokerRuntime
+from .service import BrokerService
+from .state import BrokerState
+
+log = logging.getLogger(__name__)
+
+CHILDREN = (("writer", "hostmq.broker.writer:run"), ("dispatcher", "hostmq.broker.dispatcher:run"),
+            ("flusher", "hostmq.broker.flusher:run"))
+READY_TIMEOUT_S = 60.0
+SUPERVISE_INTERVAL_S = 0.2
+SESSION_CHECK_INTERVAL_S = 1.0
+LONG_POLL_CHECK_S = 0.005
+MIN_SHM_FREE_BYTES = 64 << 20
+
+
+def take_lock(path: str, what: str) -> int:
+    """An exclusive ``flock`` on ``path`` (StoreLockedError naming ``what`` if it is held)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(path, what) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+class Broker:
+    def __init__(self, rt: BrokerRuntime) -> None:
+        self.rt = rt
+        self.state: BrokerState | None = None
+        self.signals: list[Signal] = []
+        self.children: Supervisor | None = None
+        self.server: Server | None = None
+        self.service: BrokerService | None = None
+        self.link = NamesrvLink(rt)
+        self._store_lock_fd: int | None = None
+        self.recovery = None
+
+    # -- start ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        rt = self.rt
+        gone = reclaim_stale(rt.shm_prefix, grace_s=5.0, orphan_semaphores=True)
+        gone += reclaim_stale(shm_name(rt.root, "", "x").rsplit(".", 2)[0] + ".", grace_s=5.0)   # consumers
+        if gone:
+            log.info("reclaimed %d stale shared-memory names of %s", len(gone), rt.name)
+        unlink_segment(rt.state_name)       # we hold the broker lock: any older one is ours to replace
+        if shm_free_bytes() < MIN_SHM_FREE_BYTES:
+            log.warning("/dev/shm has only %d MiB free; producer sessions may fail", shm_free_bytes() >> 20)
+        store_host = R.host_bytes(os.getpid())
+        end, last_ts = self._recover(store_host)
+        self._store_lock_fd = take_lock(os.path.join(rt.store_dir, "lock"), "this broker")
+        abort = os.path.join(rt.store_dir, "abort")
+        with open(abort, "wb") as f:
+            os.fsync(f.fileno())
+        b = rt.config.broker
+        self.state = BrokerState.create(rt.state_name, store_host=store_host,
+                                        commitlog_file_bytes=rt.config.store.commitlog_file_bytes,
+                                        consume_queue_file_entries=rt.config.store.consume_queue_file_entries,
+                                        index_slots=rt.config.store.index_slots,
+                                        index_entries=rt.config.store.index_entries,
+                                        sync_flush=rt.config.store.flush_disk_type == "SYNC_FLUSH",
+                                        start_pos=end, last_store_ts_ms=last_ts,
+                                        session_slots=b.session_slots, waiter_slots=b.waiter_slots)
+        self.signals = [Signal.create(n, replace=True) for n in (rt.writer_signal, rt.dispatch_signal,
+                                                                   rt.flush_signal)]
+        self.service = BrokerService(rt, self.state, on_topics_changed=self.register)
+        self.children = Supervisor([Child(name, target, rt) for name, target in CHILDREN])
+        self.children.start()
+        self.server = Server(rt.address, self.service.handlers(), name=f"broker {rt.name}")
+        self.service.server = self.server
+        self.server.bind()
+        self._await_children()
+        self.state.set("broker_state", R.BROKER_RUNNING)
+        self.server.add_timer(SUPERVISE_INTERVAL_S, self.supervise)
+        self.server.add_timer(SESSION_CHECK_INTERVAL_S, self.service.check_sessions)
+        self.server.add_timer(LONG_POLL_CHECK_S, self.service.check_held)
+        self.server.add_timer(b.register_interval_s, self.register)
+        self.server.add_timer(b.offset_persist_interval_s, self.service.offsets.persist)
+        self.register()
+        log.info("broker %s running at %s (commitlog end %d, %s recovery)", rt.name, rt.socket_path, end,
+                 "abnormal" if self.recovery.abnormal else "normal")
+        sd_notify("READY=1")
+
+    def _recover(self, store_host: bytes) -> tuple[int, int]:
+        """Open the store (recovering it) and close it cleanly; its end and last store time."""
+        os.makedirs(self.rt.store_dir, exist_ok=True)
+        store = MessageStore(self.rt.store_dir, self.rt.config, broker=self.rt.name, store_host=store_host)
+        try:
+            self.recovery = store.recovery
+            end, ts = store.commitlog.max_offset(), store.commitlog.last_store_ts_ms
+        finally:
+            store.close()
+        return end, ts
+
+    def _await_children(self) -> None:
+        """Wait until each child has attached and published its pid (or one of them died)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        want = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": "flusher_pid"}
+        while time.monotonic() < deadline:
+            ready = all(self.state.get(want[c.name]) == c.pid for c in self.children.children)
+            if ready:
+                return
+            for c in self.children.children:
+                if not c.alive():
+                    raise ConnectError(f"broker {self.rt.name}: the {c.name} process exited with "
+                                       f"{c.process.exitcode} during start-up (see its log)")
+            self.server.poll_once(20)
+        raise ConnectError(f"broker {self.rt.name}: children did not start within {READY_TIMEOUT_S:.0f} s")
+
+    # -- running --------------------------------------------------------------------------------------
+    def supervise(self) -> None:
+        for name in self.children.check():
+            log.warning("broker %s: restarted its %s process", self.rt.name, name)
+        self.state.set("control_heartbeat_ms", int(time.time() * 1000))
+
+    def register(self) -> None:
+        t = self.service.topics
+        self.link.register(t.registration(), t.data_version)
+
+    def serve(self, stop: threading.Event) -> None:
+        self.server.run(stop)
+
+    # -- stop -----------------------------------------------------------------------------------------
+    def shutdown(self) -> bool:
+        """Stop everything; True if the store was left clean (``abort`` removed)."""
+        clean = False
+        st = self.state
+        if st is not None:
+            st.set("broker_state", R.BROKER_STOPPING)
+        if self.server is not None and not self.server.closed and self.service is not None:
+            self.link.unregister()
+        codes = self.children.stop(self.rt.config.broker.child_stop_timeout_s) if self.children else {}
+        if self.service is not None:
+            self.service.offsets.persist(force=True)
+            self.service.close()
+        if st is not None and codes and all(c == 0 for c in codes.values()):
+            w = st.snapshot()
+            clean = w["write_pos"] == w["dispatched_pos"] == w["flushed_pos"]
+            if clean:
+                os.unlink(os.path.join(self.rt.store_dir, "abort"))
+            else:
+                log.warning("broker %s: positions disagree at stop (%s); next start recovers", self.rt.name, w)
+        elif codes:
+            log.warning("broker %s: children exited with %s; next start runs abnormal recovery", self.rt.name, codes)
+        if self.server is not None:
+            self.server.close()
+        self.link.close()
+        for s in self.signals:
+            s.close()
+            s.unlink()
+        if st is not None:
+            st.unlink()
+            st.close()
+        if self._store_lock_fd is not None:
+            os.close(self._store_lock_fd)
+        return clean
+
+
+def run(rt: BrokerRuntime, stop: threading.Event) -> int:
+    """The broker process's entry point; returns its exit code."""
+    os.makedirs(rt.broker_dir, exist_ok=True)
+    os.makedirs(rt.config_dir, exist_ok=True)
+    lock_fd = take_lock(rt.lock_path, f"another broker named {rt.name}")
+    try:
+        broker = Broker(rt)
+        try:
+            broker.start()
+            broker.serve(stop)
+        finally:
+            clean = broker.shutdown()
+        log.info("broker %s stopped (%s)", rt.name, "clean" if clean else "store needs recovery")
+    finally:
+        os.close(lock_fd)
+    return 0

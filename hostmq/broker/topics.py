@@ -1,0 +1,109 @@
+"""A broker's topics: ``ROOT/brokers/NAME/config/topics.json`` (RocketMQ ``TopicConfigManager``).
+
+File shape::
+
+    {"data_version": 7, "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6, "order": false}}}
+
+Ownership: the broker's control loop is the only writer (atomic rewrite, ``.bak`` kept). The writer
+process reloads the file when the state segment's ``topics_version`` changes, to refuse records for
+topics or queues that do not exist. ``data_version`` goes up with every change; it is what the
+broker sends the NameServers so they replace their queue data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from ..errors import NoRouteError, ValidationError
+from ..jsonfile import read_json, write_json
+from ..namesrv.route_data import PERM_READ, PERM_WRITE, TopicConfig
+
+SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "%DLQ%", "%RETRY%")
+SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+                           "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+
+
+def is_system_topic(topic: str) -> bool:
+    """Topics users may not send to directly (RocketMQ ``TopicValidator.isSystemTopic`` + retry/DLQ)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
+class TopicTable:
+    """The topics of one broker, loaded from (and, for the owner, saved to) ``topics.json``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.topics: dict[str, TopicConfig] = {}
+        self.data_version = 0
+        self.load()
+
+    def load(self) -> None:
+        data = read_json(self.path, {"data_version": 0, "topics": {}})
+        if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
+            raise ValidationError(f"{self.path}: expected an object with a 'topics' object")
+        self.topics = {name: TopicConfig.from_dict({"topic_name": name, **cfg})
+                       for name, cfg in data["topics"].items()}
+        self.data_version = int(data.get("data_version", 0))
+
+    def save(self) -> None:
+        write_json(self.path, {"data_version": self.data_version,
+                               "topics": {n: _body(t) for n, t in sorted(self.topics.items())}})
+
+    # -- reading ----------------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def writable_queues(self, topic: str) -> int:
+        """How many queue ids accept writes (0 if the topic is missing or not writable)."""
+        t = self.topics.get(topic)
+        if t is None or not t.perm & PERM_WRITE:
+            return 0
+        return max(t.write_queues, t.read_queues)
+
+    def registration(self) -> dict[str, dict]:
+        """``{topic: {read_queues, write_queues, perm, order}}`` as sent to the NameServers."""
+        return {n: _body(t) for n, t in self.topics.items()}
+
+    # -- changes (the control loop only) ----------------------------------------------------------
+    def put(self, config: TopicConfig) -> bool:
+        """Create or update a topic; True if anything changed (then the file is rewritten)."""
+        if self.topics.get(config.topic_name) == config:
+            return False
+        self.topics[config.topic_name] = config
+        self._changed()
+        return True
+
+    def delete(self, topic: str) -> bool:
+        if self.topics.pop(topic, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def auto_create(self, topic: str, queues: int, enabled: bool) -> TopicConfig:
+        """The topic, created with ``queues`` read and write queues if missing and ``enabled``."""
+        t = self.topics.get(topic)
+        if t is not None:
+            return t
+        if is_system_topic(topic):
+            raise ValidationError(f"topic {topic!r} is a system topic; it cannot be created by a send")
+        if not enabled:
+            raise NoRouteError(f"topic {topic!r} does not exist and auto_create_topic is disabled")
+        t = TopicConfig(topic, queues, queues, PERM_READ | PERM_WRITE, False)
+        self.put(t)
+        return t
+
+    def _changed(self) -> None:
+        # A time-based version never goes backwards across broker restarts (RocketMQ DataVersion).
+        self.data_version = max(self.data_version + 1, time.time_ns() // 1000)
+        self.save()
+
+
+def _body(t: TopicConfig) -> dict:
+    d = dataclasses.asdict(t)
+    d.pop("topic_name")
+    return d
+
+
+def topics_path(config_dir: str) -> str:
+    return os.path.join(config_dir, "topics.json")

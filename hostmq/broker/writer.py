@@ -1,0 +1,482 @@
+"""The writer process: the only appender of the commitlog (DESIGN §2, §5).
+
+It serves every producer session of its broker: it drains each ingress ring in batches, validates
+every record (``validate``), appends the records, writes one completion per frame into the ring
+and wakes the producer. It publishes ``write_pos`` in the broker state after each batch and wakes
+the dispatcher. Under SYNC_FLUSH a batch's completions are published only once the flusher has
+made the commitlog durable past it (group commit), or with FLUSH_DISK_TIMEOUT after
+``sync_flush_timeout_ms``.
+
+Files and words it writes: the commitlog files (creates, appends, zeroes a torn tail, deletes expired
+ones), the writer lines of the broker state (``write_pos``, intent, …), the writer attach table, and
+in each ring the writer-owned words and completion entries.
+
+Exactly once across a writer crash. Per ring batch the writer
+
+1. writes an *intent* (slot, ring generation, ``phys_start`` = write_pos, the batch's data end and
+   completion end) and sets ``intent_valid``;
+2. appends the records and stages their completions in the ring (unpublished);
+3. publishes ``write_pos`` — one aligned store, so the whole batch becomes visible at once;
+4. journals in the ring (``appended_data_pos``, ``staged_completion_pos``) and clears the intent;
+5. publishes the completions and releases the ring bytes (at once, or after the group commit).
+
+A restarted writer zeroes the commitlog after the published ``write_pos`` (a torn batch can never be
+read or resurrected by recovery), and if the intent is valid and ``write_pos > phys_start`` the batch
+was published, so it applies step 4 itself. Rings then resume from their journal: frames below
+``appended_data_pos`` are never appended again, frames above it are appended once. So no
+acknowledged message is lost or duplicated, and an unacknowledged one is stored at most once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import records as R
+from ..errors import RingCorruptError, SegmentError, ValidationError
+from ..shm.ring import IngressRing
+from ..shm.signal import Signal, notify_if_waiting, wait_for
+from ..store import cleanup
+from ..store.commitlog import CommitLog
+from ..store.message_store import delay_levels_ms
+from ..store.readonly import StoreReader
+from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from .state import W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS, BrokerState
+from .topics import TopicTable, topics_path
+from .validate import frame_records, single_record
+
+log = logging.getLogger(__name__)
+
+_W = R.STATE_WORD
+I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_generation"]
+I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
+W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
+W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
+DISK_CHECK_INTERVAL_S = 10.0
+IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
+
+
+class _Attached(NamedTuple):
+    slot: int
+    generation: int
+    ring: IngressRing
+    signal: Signal          # the producer's completion signal (same name as the ring)
+
+
+class _Pending(NamedTuple):
+    """SYNC_FLUSH: completions of one batch, waiting for the commitlog to be durable to ``phys_end``."""
+
+    slot: int
+    generation: int
+    cw_start: int
+    cw_end: int
+    data_end: int
+    phys_end: int
+    since_s: float
+
+
+def torn_tail_bytes(config) -> int:
+    """How far past ``write_pos`` a killed writer may have written: one ring batch plus one frame."""
+    return config.broker.writer_batch_bytes + MAX_RING_DATA_BYTES // 2 + 4096
+
+
+class Writer:
+    """The writer's state and loop body (``run_once``), usable without spawning a process."""
+
+    def __init__(self, rt: BrokerRuntime) -> None:
+        self.rt = rt
+        cfg = rt.config
+        self.max_body = cfg.store.max_message_bytes
+        self.max_props = cfg.store.max_properties_bytes
+        self.batch_bytes = cfg.broker.writer_batch_bytes
+        self.spin_s = cfg.broker.writer_spin_s
+        self.sync_timeout_s = cfg.store.sync_flush_timeout_ms / 1000
+        self.state = BrokerState.attach(rt.state_name)
+        st = self.state
+        self.sync = st.sync_flush
+        self.cl = CommitLog(rt.store_dir, st.commitlog_file_bytes, store_host=st.store_host,
+                            warm=cfg.store.warm_mapped_file,
+                            delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
+        self.cl.mfq.load()
+        self.signal = Signal.open(rt.writer_signal)
+        self.dispatch_signal = Signal.open(rt.dispatch_signal)
+        self.flush_signal = Signal.open(rt.flush_signal)
+        self.topics = TopicTable(topics_path(rt.config_dir))
+        self._queues: dict[bytes, int] = {}
+        self._topics_seen = -1
+        self._sessions_seen = -1
+        self.rings: dict[int, _Attached] = {}
+        self._serving: list[_Attached] = []
+        self._flags: list = []
+        self.pending: deque[_Pending] = deque()
+        self._refusal = 0
+        self._next_disk_check_s = 0.0
+        self._recover()
+        st.set("writer_pid", os.getpid())
+
+    # -- start-up -------------------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Cut the commitlog back to the published ``write_pos``, rebuild the queue offsets, resolve
+        an intent left by a killed predecessor, and pick up every session."""
+        st = self.state
+        write_pos = st.w[W_WRITE_POS]
+        self._truncate_after(write_pos)
+        self.cl.last_store_ts_ms = st.w[W_LAST_TS]
+        self.cl.topic_queue_table = self._queue_table(write_pos)
+        self._load_topics()
+        self._sync_sessions()
+        if st.w[I_VALID]:
+            slot, gen = st.w[I_SLOT], st.w[I_GEN]
+            a = self.rings.get(slot)
+            if write_pos > st.w[I_PHYS] and a is not None and a.generation == gen:
+                log.info("writer: batch of slot %d was published before the last writer died; journalling it",
+                         slot)
+                a.ring.journal(st.w[I_DATA_END], st.w[I_CW_END])
+                self._detach(a, keep_attached=True)
+                self._attach(slot, gen)
+            st.w[I_VALID] = 0
+        for a in list(self.rings.values()):
+            self._resume_staged(a)
+
+    def _truncate_after(self, write_pos: int) -> None:
+        """Delete files after the one holding ``write_pos`` and zero what a torn batch may have left."""
+        mfq = self.cl.mfq
+        for mf in list(mfq.files):
+            if mf.file_from_offset > write_pos or (mf.file_from_offset == write_pos and mf is not mfq.files[0]):
+                mfq.files.remove(mf)
+                mf.destroy()
+        mf = mfq.find(write_pos) or (mfq.files[-1] if mfq.files else None)
+        if mf is None:
+            return
+        pos = write_pos - mf.file_from_offset
+        end = min(mf.file_bytes, pos + torn_tail_bytes(self.rt.config))
+        if 0 <= pos < end:
+            mf.u8[pos:end] = 0
+        mf.set_positions(max(0, min(pos, mf.file_bytes)))
+        for other in mfq.files:
+            if other is not mf:
+                other.set_positions(other.file_bytes)
+        self.cl._cur = None
+
+    def _queue_table(self, write_pos: int) -> dict[tuple[str, int], int]:
+        """Next queue offset of every queue: the consume queues' counts, then the records the
+        dispatcher has not covered yet (each record carries its queue offset)."""
+        table: dict[tuple[str, int], int] = {}
+        if not os.path.isdir(self.cl.directory):
+            return table
+        with StoreReader(self.rt.store_dir, self.rt.config.store, limit_phys=write_pos) as reader:
+            for key in reader.queues:
+                table[key] = reader.max_offset(*key)
+        phys = min(self.state.w[_W["dispatched_pos"]], write_pos)
+        phys = max(phys, self.cl.min_offset())
+        while phys < write_pos:
+            reqs, nxt = self.cl.scan(phys, write_pos, 8192)
+            for r in reqs:
+                key = (r.topic, r.queue_id)
+                if r.queue_offset + 1 > table.get(key, 0):
+                    table[key] = r.queue_offset + 1
+            if nxt <= phys:
+                break
+            phys = nxt
+        return table
+
+    # -- sessions -------------------------------------------------------------------------------------
+    def _load_topics(self) -> None:
+        self._topics_seen = self.state.w[W_TOPICS_VERSION]
+        try:
+            self.topics.load()
+        except Exception:
+            log.exception("writer: cannot reload topics; keeping the previous table")
+        self._queues = {n.encode(): self.topics.writable_queues(n) for n in self.topics.topics}
+
+    def _sync_sessions(self) -> None:
+        st = self.state
+        self._sessions_seen = st.w[W_SESSIONS_VERSION]
+        slots = set(st.active_slots("sessions")) | set(self.rings) | set(np.flatnonzero(st.attached).tolist())
+        for slot in sorted(slots):
+            state, gen, _, _ = st.slot("sessions", slot)
+            a = self.rings.get(slot)
+            if state == R.SLOT_ACTIVE:
+                if a is not None and a.generation != gen:
+                    self._detach(a)
+                    a = None
+                if a is None:
+                    self._attach(slot, gen)
+            elif a is not None:
+                if state == R.SLOT_CLOSING:
+                    self._drain(a)
+                self._detach(a)
+            else:
+                st.attached[slot] = 0
+
+    def _attach(self, slot: int, gen: int) -> None:
+        st = self.state
+        _, _, _, name = st.slot("sessions", slot)
+        try:
+            ring = IngressRing.attach(name)
+        except (SegmentError, RingCorruptError) as e:
+            log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
+            st.attached[slot] = 0
+            return
+        if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES:
+            log.warning("writer: session %d: ring %s is not the one registered", slot, name)
+            ring.close()
+            st.attached[slot] = 0
+            return
+        try:
+            sig = Signal.open(name)
+        except SegmentError:
+            ring.close()
+            st.attached[slot] = 0
+            return
+        a = _Attached(slot, gen, ring, sig)
+        self.rings[slot] = a
+        st.attached[slot] = gen
+        self._rebuild_lists()
+
+    def _resume_staged(self, a: _Attached) -> None:
+        """Completions a predecessor staged but did not publish: now (ASYNC) or after a flush (SYNC)."""
+        ring = a.ring
+        if ring.staged_position == ring._cwpos and ring.handed_position == ring._rpos:
+            return
+        if self.sync:
+            self._add_pending(a, ring._cwpos, ring.staged_position, ring.handed_position,
+                              self.state.w[W_WRITE_POS])
+        else:
+            self._complete(a, ring.staged_position, ring.handed_position)
+
+    def _detach(self, a: _Attached, keep_attached: bool = False) -> None:
+        self.rings.pop(a.slot, None)
+        a.ring.close()
+        a.signal.close()
+        if not keep_attached:
+            self.state.attached[a.slot] = 0
+        self.pending = deque(p for p in self.pending if p.slot != a.slot)
+        self._rebuild_lists()
+
+    def _rebuild_lists(self) -> None:
+        self._serving = list(self.rings.values())
+        self._flags = [self.state.writer_waiting] + [a.ring.writer_waiting for a in self._serving]
+
+    def _drain(self, a: _Attached) -> None:
+        """Append whatever a closing session published (a dead producer's last frames)."""
+        for _ in range(1000):
+            if not a.ring.has_frames() or a.ring.dropped:
+                break
+            self._serve(a)
+        deadline = time.monotonic() + self.sync_timeout_s
+        while self.pending and any(p.slot == a.slot for p in self.pending) and time.monotonic() < deadline:
+            self._publish_synced(time.monotonic())
+            if self.pending:
+                time.sleep(0.0005)
+
+    # -- the hot path ---------------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """Serve every ring once; returns the frames handled."""
+        w = self.state.w
+        if w[W_SESSIONS_VERSION] != self._sessions_seen:
+            self._sync_sessions()
+        if w[W_TOPICS_VERSION] != self._topics_seen:
+            self._load_topics()
+        n = 0
+        for a in self._serving:
+            if a.ring.has_frames():
+                n += self._serve(a)
+        if self.pending:
+            self._publish_synced(time.monotonic())
+        return n
+
+    def _serve(self, a: _Attached) -> int:
+        ring = a.ring
+        try:
+            frames = ring.frames(self.batch_bytes)
+        except RingCorruptError as e:
+            log.warning("writer: dropping session %d: %s", a.slot, e)
+            ring.mark_dropped()
+            notify_if_waiting(ring.producer_waiting, a.signal)
+            self._detach(a, keep_attached=False)
+            return 0
+        n = len(frames)
+        if n == 0:
+            return 0
+        w = self.state.w
+        cl = self.cl
+        phys_start = w[W_WRITE_POS]
+        cw_start = ring.staged_position
+        w[I_SLOT], w[I_GEN], w[I_PHYS] = a.slot, a.generation, phys_start
+        w[I_DATA_END], w[I_CW_END] = ring.handed_position, cw_start + n
+        w[I_VALID] = 1
+        comps = np.zeros(n, R.COMPLETION)
+        appended = self._append_frames(frames, comps)
+        ring.stage(comps)
+        end = cl.max_offset() if appended else phys_start
+        w[W_WRITE_POS] = end                                  # publish the whole batch at once
+        w[W_LAST_TS] = cl.last_store_ts_ms
+        w[W_APPENDED] += appended
+        ring.journal(ring.handed_position, ring.staged_position)
+        w[I_VALID] = 0
+        if self.sync and appended:
+            self._add_pending(a, cw_start, ring.staged_position, ring.handed_position, end)
+        else:
+            self._complete(a, ring.staged_position, ring.handed_position)
+        if appended:
+            notify_if_waiting(self.state.dispatcher_waiting, self.dispatch_signal)
+        return n
+
+    def _append_frames(self, frames, comps: np.ndarray) -> int:
+        cl, queues, refusal = self.cl, self._queues, self._refusal
+        now_ms = int(time.time() * 1000)
+        appended = 0
+        seqs, counts, statuses = comps["seq"], comps["record_count"], comps["status"]
+        qoffs, physs, tss = comps["queue_offset"], comps["phys_offset"], comps["store_ts_ms"]
+        for i, f in enumerate(frames):
+            seqs[i], counts[i] = f.seq, f.record_count
+            if refusal:
+                statuses[i] = refusal
+                continue
+            try:
+                if f.record_count == 1:
+                    topic_b, qid, size = single_record(f.payload, self.max_body, self.max_props)
+                    if qid >= queues.get(topic_b, 0):
+                        statuses[i] = R.COMPLETION_NO_TOPIC
+                        continue
+                    r = cl.append_record(topic_b.decode(), qid, f.payload, size, now_ms)
+                    qoffs[i], physs[i], tss[i] = r.queue_offset, r.phys_offset, r.store_ts_ms
+                else:
+                    fr = frame_records(f.payload, f.record_count, self.max_body, self.max_props)
+                    if fr.queue_id >= queues.get(fr.topic_b, 0):
+                        statuses[i] = R.COMPLETION_NO_TOPIC
+                        continue
+                    r = cl.append_batch(fr.topic_b.decode(), fr.queue_id, f.payload, fr.starts, fr.sizes,
+                                        now_ms=now_ms, patch_host=True)
+                    qoffs[i], physs[i], tss[i] = r.queue_offset, int(r.phys_offsets[0]), r.store_ts_ms
+            except ValidationError as e:
+                log.debug("writer: refused frame %d: %s", f.seq, e)
+                statuses[i] = R.COMPLETION_BAD_RECORD
+                continue
+            appended += f.record_count
+        return appended
+
+    def _complete(self, a: _Attached, cw_end: int, data_end: int) -> None:
+        ring = a.ring
+        ring.publish_completions(cw_end)
+        ring.release_to(data_end)
+        notify_if_waiting(ring.producer_waiting, a.signal)
+
+    def _add_pending(self, a: _Attached, cw_start: int, cw_end: int, data_end: int, phys_end: int) -> None:
+        self.pending.append(_Pending(a.slot, a.generation, cw_start, cw_end, data_end, phys_end, time.monotonic()))
+        w = self.state.w
+        if phys_end > w[W_FLUSH_REQ]:
+            w[W_FLUSH_REQ] = phys_end
+        notify_if_waiting(self.state.flusher_waiting, self.flush_signal)
+
+    def _publish_synced(self, now_s: float) -> None:
+        flushed = self.state.w[W_FLUSHED_POS]
+        while self.pending:
+            p = self.pending[0]
+            late = now_s - p.since_s >= self.sync_timeout_s
+            if p.phys_end > flushed and not late:
+                break
+            self.pending.popleft()
+            a = self.rings.get(p.slot)
+            if a is None or a.generation != p.generation:
+                continue
+            if p.phys_end > flushed:
+                a.ring.restatus(p.cw_start, p.cw_end, R.COMPLETION_FLUSH_DISK_TIMEOUT)
+            self._complete(a, p.cw_end, p.data_end)
+
+    # -- waiting and housekeeping ---------------------------------------------------------------------
+    def _ready(self) -> bool:
+        w = self.state.w
+        if w[W_SESSIONS_VERSION] != self._sessions_seen or w[W_TOPICS_VERSION] != self._topics_seen:
+            return True
+        if self.pending and w[W_FLUSHED_POS] >= self.pending[0].phys_end:
+            return True
+        for a in self._serving:
+            if a.ring.has_frames():
+                return True
+        return False
+
+    def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
+        deadline = time.monotonic() + timeout_s
+        if self.pending:        # a group commit may time out: wake for it
+            deadline = min(deadline, self.pending[0].since_s + self.sync_timeout_s)
+        return wait_for(self._ready, self.signal, deadline, flag=self._flags, spin_s=self.spin_s, stop=stop)
+
+    def housekeeping(self, now_s: float) -> None:
+        self.state.w[W_HEARTBEAT] = int(time.time() * 1000)
+        if now_s >= self._next_disk_check_s:
+            self._next_disk_check_s = now_s + DISK_CHECK_INTERVAL_S
+            self._check_disk()
+
+    def _check_disk(self) -> None:
+        """Delete expired commitlog files (only what the dispatcher has covered) and refuse writes
+        when the disk is too full (RocketMQ CleanCommitLogService + the disk-full check)."""
+        cfg = self.rt.config.store
+        now_ms = time.time() * 1000
+        try:
+            ratio = cleanup.disk_used_ratio(self.rt.store_dir)
+        except OSError:
+            return
+        d = cleanup.decide(time.localtime().tm_hour, ratio, cfg.delete_when, cfg.disk_max_used_ratio,
+                           cfg.disk_force_clean_ratio, cfg.disk_refuse_ratio)
+        if d.delete_expired or d.force:
+            dispatched = self.state.w[_W["dispatched_pos"]]
+            gone = []
+            while len(gone) < cfg.delete_files_batch_max:
+                first = self.cl.mfq.first()
+                if first is None or first.file_end_offset > dispatched or first is self.cl.mfq.last():
+                    break
+                step = self.cl.mfq.delete_expired_by_time(cfg.file_reserved_hours * 3_600_000, now_ms, d.force, 1)
+                if not step:
+                    break
+                gone += step
+            if gone:
+                log.info("writer: deleted expired commitlog files %s", gone)
+        refuse = ratio > cfg.disk_refuse_ratio
+        if refuse != bool(self._refusal):
+            log.warning("writer: disk %.0f%% full: writes %s", ratio * 100, "refused" if refuse else "accepted again")
+        self._refusal = R.COMPLETION_STORE_FULL if refuse else 0
+
+    def drain_all(self, timeout_s: float) -> None:
+        """At stop: append everything producers published, wait for pending group commits."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.run_once() and not self.pending:
+                break
+            if self.pending and not self.run_once():
+                time.sleep(0.0005)
+
+    def close(self) -> None:
+        for a in list(self.rings.values()):
+            a.ring.close()
+            a.signal.close()
+        self.rings.clear()
+        self._serving, self._flags = [], []
+        self.cl.close()
+        for s in (self.signal, self.dispatch_signal, self.flush_signal):
+            s.close()
+        self.state.close()
+
+
+def run(rt: BrokerRuntime, stop) -> int:
+    """The writer process's entry point (spawned by the broker)."""
+    w = Writer(rt)
+    log.info("writer ready: write_pos %d, %d sessions", w.state.get("write_pos"), len(w.rings))
+    next_housekeeping = 0.0
+    try:
+        while not stop.is_set():
+            if not w.run_once():
+                w.wait(stop)
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                w.housekeeping(now)
+                next_housekeeping = now + IDLE_WAKE_S
+        w.drain_all(rt.config.store.sync_flush_timeout_ms / 1000 + 1.0)
+    finally:
+        w.close()
+    return 0

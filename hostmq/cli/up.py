@@ -1,0 +1,66 @@
+"""``hostmq up [ROOT] [--brokers N] [--namesrvs N] [--config FILE] [--demo]``: a whole cluster in the
+foreground (NameServers + brokers as processes); Ctrl-C or SIGTERM stops it cleanly."""
+from __future__ import annotations
+
+import argparse
+import threading
+
+from ..client.producer import Producer
+from ..cluster import LocalCluster
+from ..process import stop_on_signals
+from ..root import resolve_root
+from . import workload
+from .common import add_root_and_config, load_config
+
+DEMO_TOPIC = "DemoTopic"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("up", help="run NameServer(s) and broker(s) in the foreground (Ctrl-C stops them)")
+    add_root_and_config(p)
+    p.add_argument("--brokers", type=int, default=1, help="brokers to run (default 1)")
+    p.add_argument("--namesrvs", type=int, default=1, help="NameServers to run (default 1)")
+    p.add_argument("--demo", action="store_true", help="run a short produce / consume demo, then keep serving")
+    p.add_argument("--demo-messages", type=int, default=20_000, help="messages per demo phase (default 20 000)")
+    p.set_defaults(func=main)
+
+
+def demo(root: str, n: int) -> None:
+    print(f"demo: topic {DEMO_TOPIC}, 100-byte bodies, {n:,} messages per phase", flush=True)
+    workload.ensure_topic(root, DEMO_TOPIC)
+    with Producer(root, group="demo") as p:
+        rate, lat = workload.sync_sends(p, DEMO_TOPIC, min(n, 5000))
+        print(f"  send (sync, one at a time)  {rate:>12,.0f} msgs/s   latency p50 {lat['p50']:.0f} µs, "
+              f"p99 {lat['p99']:.0f} µs, p99.9 {lat['p99.9']:.0f} µs", flush=True)
+        rate = workload.async_sends(p, DEMO_TOPIC, n)
+        print(f"  send_async                  {rate:>12,.0f} msgs/s", flush=True)
+        rate = workload.batch_sends(p, DEMO_TOPIC, n * 5)
+        print(f"  send_batch (100 a batch)    {rate:>12,.0f} msgs/s", flush=True)
+        total = min(n, 5000) + n + n * 5
+        rate = workload.consume_all(root, DEMO_TOPIC, total)
+        print(f"  consume (pull, mmap reads)  {rate:>12,.0f} msgs/s", flush=True)
+        e2e = workload.end_to_end(p, root, DEMO_TOPIC, 2000)
+        print(f"  end to end, producer → consumer process: p50 {e2e['p50']:.0f} µs, p99 {e2e['p99']:.0f} µs, "
+              f"p99.9 {e2e['p99.9']:.0f} µs ({e2e['received']} received)", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    root = resolve_root(args.root)
+    cfg = load_config(root, args.config)
+    stop = threading.Event()
+    stop_on_signals(stop, ignore_sigint=False)
+    print(f"hostmq up: root {root}, {args.namesrvs} NameServer(s), {args.brokers} broker(s)", flush=True)
+    with LocalCluster(root, brokers=args.brokers, namesrvs=args.namesrvs, config=cfg) as cluster:
+        print(f"  running: {', '.join(cluster.brokers)} (logs in {root}/logs); Ctrl-C stops", flush=True)
+        if args.demo:
+            demo(root, args.demo_messages)
+            print("demo done; still serving — Ctrl-C stops the cluster", flush=True)
+        while not stop.wait(0.5):
+            for name, proc in cluster.processes.items():
+                if proc.poll() is not None:
+                    print(f"hostmq up: {name} exited with {proc.returncode}; stopping", flush=True)
+                    stop.set()
+                    break
+        print("stopping…", flush=True)
+    print("stopped", flush=True)
+    return 0

@@ -1,0 +1,54 @@
+"""A client's read-only view of one broker's store (consumers read message bytes here, never over
+a socket).
+
+The view maps the broker's commitlog and the consume queues it needs read-only
+(``store.readonly.StoreReader``) and reads no further than the broker says is safe: its state
+segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH). With the broker down, the
+store is still readable up to what crash recovery would keep. A broker restart (a new state
+segment) is noticed by :meth:`stale`; the owner then builds a new view.
+"""
+from __future__ import annotations
+
+from ..broker.state import W_DISPATCH_SEQ, BrokerState
+from ..config import StoreConfig
+from ..errors import SegmentError
+from ..root import RootPaths, shm_name
+from ..store.readonly import StoreReader
+
+
+class BrokerView:
+    def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None) -> None:
+        self.broker = broker
+        self.state: BrokerState | None = None
+        try:
+            self.state = BrokerState.attach(shm_name(root, broker, "state"), readonly=True)
+        except SegmentError:
+            self.state = None           # broker not running: read what recovery would keep
+        cfg = store_config or StoreConfig()
+        if self.state is not None:
+            st = self.state
+            cfg = StoreConfig(**{**cfg.__dict__, "commitlog_file_bytes": st.commitlog_file_bytes,
+                                 "consume_queue_file_entries": st.consume_queue_file_entries,
+                                 "index_slots": st.index_slots, "index_entries": st.index_entries})
+        self.config = cfg
+        self.store_dir = RootPaths(root).store_dir(broker)
+        self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
+                                  limit_phys=self.state.readable_pos if self.state is not None else None)
+
+    @property
+    def live(self) -> bool:
+        return self.state is not None
+
+    def dispatch_seq(self) -> int:
+        return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
+
+    def stale(self) -> bool:
+        """True if the broker this view follows has gone (or one started since a static view)."""
+        if self.state is None:
+            return False
+        return not self.state.owner_alive()
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.state is not None:
+            self.state.close()

@@ -1,0 +1,321 @@
+"""The producer (API.md "Producing"): messages travel through shared memory, never a socket.
+
+``send`` validates the message (nothing leaves the process if it is bad), picks a queue — explicit,
+by ``selector`` / ``sharding_key``, or round-robin with RocketMQ's latency fault strategy
+(``fault``) — encodes the record straight into its session's ingress ring (``session``), and waits
+for the writer's completion (a bounded spin, then the semaphore). A sync send that fails because the
+broker is gone, busy or refuses the topic is retried up to ``retries`` times on another broker within
+its timeout (RocketMQ: ``retryTimesWhenSendFailed`` = 2). Bodies over ``compress_over_bytes`` are
+zlib-compressed (SYSFLAG bit 0) and decompressed transparently by readers.
+
+The route comes from any live NameServer; a topic no broker serves is auto-created (RocketMQ's
+TBW102 path: every broker with ``auto_create_topic`` creates it and registers at once).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+import zlib
+from typing import Callable, Sequence
+
+from .. import records as R
+from ..config import Config
+from ..errors import BrokerBusyError, ConnectError, HostMQError, NoRouteError, ValidationError
+from ..message import Message, MessageQueue, SendResult
+from ..protocol.codes import RequestCode
+from ..root import RootPaths
+from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
+from ..store.encode import check_body, properties_bytes
+from ..broker.topics import is_system_topic
+from .fault import LatencyFaultTolerance, select_queue
+from .instance import ClientInstance
+from .session import ProducerSession, Waiter
+
+log = logging.getLogger(__name__)
+
+COMPRESS_LEVEL = 5              # RocketMQ's default compressLevel
+ROUTE_WAIT_S = 5.0              # how long a first send waits for an auto-created topic's route
+
+
+class Producer:
+    """See the module docstring. ``start()`` / ``shutdown()``, or use it as a context manager; a send
+    on a producer not started yet starts it."""
+
+    def __init__(self, root=None, group: str = "DEFAULT_PRODUCER", *, send_timeout_s: float = 3.0,
+                 retries: int = 2, compress_over_bytes: int = 4096, spin_s: float = 50e-6,
+                 ring_bytes: int = DEFAULT_DATA_BYTES, completion_entries: int = DEFAULT_COMPLETION_ENTRIES,
+                 latency_fault: bool = True) -> None:
+        if not isinstance(group, str) or not group:
+            raise ValidationError(f"producer group must be a non-empty string, got {group!r}")
+        self.root = root
+        self.group = group
+        self.send_timeout_s = send_timeout_s
+        self.retries = retries
+        self.compress_over_bytes = compress_over_bytes
+        self.spin_s = spin_s
+        self.ring_bytes = ring_bytes
+        self.completion_entries = completion_entries
+        self.fault = LatencyFaultTolerance() if latency_fault else None
+        self.instance: ClientInstance | None = None
+        self._sessions: dict[str, ProducerSession] = {}
+        self._lock = threading.Lock()
+        self._rr = 0
+        self._started = False
+        self._limits = Config().store
+
+    # -- life -----------------------------------------------------------------------------------------
+    def start(self) -> "Producer":
+        if self._started:
+            return self
+        self.instance = ClientInstance(self.root, timeout_s=self.send_timeout_s)
+        paths = RootPaths(self.instance.root)
+        try:
+            self._limits = Config.load(paths.config_file).store if os.path.exists(paths.config_file) \
+                else Config().store
+        except HostMQError:     # a broken hostmq.toml is the servers' problem; use the defaults
+            self._limits = Config().store
+        self._started = True
+        return self
+
+    def shutdown(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+            self._started = False
+        for s in sessions:
+            s.close()
+        if self.instance is not None:
+            self.instance.close()
+            self.instance = None
+
+    close = shutdown
+
+    def __enter__(self) -> "Producer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # -- the public sends -----------------------------------------------------------------------------
+    def send(self, msg: Message, timeout: float | None = None, *, queue: MessageQueue | None = None,
+             selector: Callable | None = None, arg=None, sharding_key: str | None = None) -> SendResult:
+        """Send and wait for the broker's answer (SendResult); retried on another broker on failure."""
+        deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        topic_b, body, sys_flag, props = self._prepare(msg)
+        pinned = queue is not None or selector is not None or sharding_key is not None
+        last_failed, error = None, None
+        for attempt in range(1 + (0 if pinned else self.retries)):
+            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
+            t0 = time.monotonic()
+            try:
+                session = self._session(mq)
+                rec = self._record(topic_b, body, props, sys_flag, mq.queue_id, msg.flag, session)
+                waiter = Waiter(mq)
+                session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
+                session.wait(waiter, deadline)
+                out = waiter.outcome
+                if isinstance(out, Exception):
+                    raise out
+                self._latency(mq.broker, t0, False)
+                return out
+            except (ConnectError, BrokerBusyError, NoRouteError) as e:
+                error, last_failed = e, mq.broker
+                self._latency(mq.broker, t0, True)
+                self._forget(mq.broker, msg.topic, e)
+                if time.monotonic() >= deadline:
+                    break
+        raise error
+
+    def send_async(self, msg: Message, timeout: float | None = None, *, queue: MessageQueue | None = None,
+                   selector: Callable | None = None, arg=None, sharding_key: str | None = None,
+                   callback: Callable | None = None) -> concurrent.futures.Future:
+        """Send without waiting: a Future of the SendResult (``callback(future)`` runs when it is done,
+        on the producer's completion thread)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        if callback is not None:
+            fut.add_done_callback(callback)
+        self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut)
+        return fut
+
+    def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None, selector: Callable | None = None,
+                    arg=None, sharding_key: str | None = None) -> None:
+        """Send without any answer (RocketMQ oneway): errors after the frame left are not reported."""
+        self._submit_async(msg, None, queue, selector, arg, sharding_key, None)
+
+    def send_batch(self, msgs: Sequence[Message], timeout: float | None = None, *,
+                   queue: MessageQueue | None = None) -> SendResult:
+        """Send messages of one topic to one queue as one frame; one SendResult whose ``msg_id`` is
+        the comma-separated ids and ``queue_offset`` the first message's."""
+        msgs = list(msgs)
+        if not msgs:
+            raise ValidationError("send_batch needs at least one message")
+        topic = msgs[0].topic
+        prepared = []
+        for m in msgs:
+            if not isinstance(m, Message) or m.topic != topic:
+                raise ValidationError(f"a batch holds messages of one topic ({topic!r})")
+            if m.delay_level:
+                raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
+            prepared.append(self._prepare(m, compress=False))
+        deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        last_failed, error = None, None
+        for attempt in range(1 + (0 if queue is not None else self.retries)):
+            mq = self._choose(msgs[0], queue, None, None, None, last_failed, deadline)
+            t0 = time.monotonic()
+            try:
+                session = self._session(mq)
+                recs = [self._record(tb, body, props, flag, mq.queue_id, m.flag, session)
+                        for (tb, body, flag, props), m in zip(prepared, msgs)]
+                payload = b"".join(recs)
+                if len(payload) > session.max_payload_bytes:
+                    raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
+                                          f"a frame carries; split it")
+                waiter = Waiter(mq, [len(r) for r in recs])
+                session.submit(R.FRAME_BATCH, payload, len(recs), waiter, deadline)
+                session.wait(waiter, deadline)
+                if isinstance(waiter.outcome, Exception):
+                    raise waiter.outcome
+                self._latency(mq.broker, t0, False)
+                return waiter.outcome
+            except (ConnectError, BrokerBusyError, NoRouteError) as e:
+                error, last_failed = e, mq.broker
+                self._latency(mq.broker, t0, True)
+                self._forget(mq.broker, topic, e)
+                if time.monotonic() >= deadline:
+                    break
+        raise error
+
+    # -- pieces ---------------------------------------------------------------------------------------
+    def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut) -> None:
+        deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        topic_b, body, sys_flag, props = self._prepare(msg)
+        pinned = queue is not None or selector is not None or sharding_key is not None
+        last_failed, error = None, None
+        for attempt in range(1 + (0 if pinned else self.retries)):
+            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
+            try:
+                session = self._session(mq)
+                rec = self._record(topic_b, body, props, sys_flag, mq.queue_id, msg.flag, session)
+                session.submit(R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut), deadline, is_async=True)
+                return
+            except (ConnectError, BrokerBusyError) as e:
+                error, last_failed = e, mq.broker
+                self._latency(mq.broker, time.monotonic(), True)
+                self._forget(mq.broker, msg.topic, e)
+        raise error
+
+    def _prepare(self, msg: Message, compress: bool = True) -> tuple[bytes, bytes, int, bytes]:
+        """Validate; ``(topic bytes, body to store, sys flag, properties bytes)``. Nothing is sent
+        for a message that fails here."""
+        if not isinstance(msg, Message):
+            raise ValidationError(f"expected a hostmq.Message, got {type(msg).__name__}")
+        if not self._started:
+            self.start()
+        topic_b = R.validate_topic(msg.topic)
+        if is_system_topic(msg.topic):
+            raise ValidationError(f"topic {msg.topic!r} is a system topic; users cannot send to it")
+        lim = self._limits
+        body = bytes(check_body(msg.body, lim.max_message_bytes))
+        if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):
+            raise ValidationError(f"flag must be a 32-bit int, got {msg.flag!r}")
+        props = properties_bytes(msg, R.new_unique_id(), lim.max_properties_bytes)
+        sys_flag = 0
+        if compress and len(body) > self.compress_over_bytes:
+            packed = zlib.compress(body, COMPRESS_LEVEL)
+            if len(packed) < len(body):
+                body, sys_flag = packed, R.SYSFLAG_COMPRESSED
+        return topic_b, body, sys_flag, props
+
+    @staticmethod
+    def _record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, queue_id: int, flag: int,
+                session: ProducerSession) -> bytes:
+        return R.encode_record(topic_b, body, props, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
+                               born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
+                               store_host=session.store_host)
+
+    def _choose(self, msg: Message, queue, selector, arg, sharding_key, last_failed,
+                deadline: float) -> MessageQueue:
+        if queue is not None:
+            if not isinstance(queue, MessageQueue) or queue.topic != msg.topic:
+                raise ValidationError(f"queue {queue!r} is not a queue of topic {msg.topic!r}")
+            return queue
+        queues = self._queues(msg.topic, deadline)
+        if selector is not None:
+            mq = selector(queues, msg, arg)
+            if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:
+                raise ValidationError(f"selector returned {mq!r}, not a queue of topic {msg.topic!r}")
+            return mq
+        if sharding_key is not None:
+            if not isinstance(sharding_key, str):
+                raise ValidationError(f"sharding_key must be a string, got {sharding_key!r}")
+            return queues[abs(R.java_string_hash(sharding_key)) % len(queues)]
+        self._rr += 1
+        return select_queue(queues, self._rr, self.fault, time.time() * 1000, last_failed)
+
+    def _queues(self, topic: str, deadline: float) -> list[MessageQueue]:
+        inst = self.instance
+        try:
+            return inst.publish_queues(topic)
+        except NoRouteError:
+            pass
+        self._auto_create(topic)
+        wait_until = min(deadline, time.monotonic() + ROUTE_WAIT_S)
+        while True:
+            try:
+                return inst.publish_queues(topic, refresh=True)
+            except NoRouteError:
+                if time.monotonic() >= wait_until:
+                    raise
+                time.sleep(0.02)
+
+    def _auto_create(self, topic: str) -> None:
+        """Ask every live broker to create the topic (each registers it with the NameServers)."""
+        info = self.instance.cluster_info()
+        errors = []
+        created = 0
+        for name, b in sorted(info["brokers"].items()):
+            if not b.master_address:
+                continue
+            try:
+                self.instance.broker_request(b.master_address, RequestCode.AUTO_CREATE_TOPIC, {"topic": topic},
+                                             timeout_s=2.0)
+                created += 1
+            except HostMQError as e:
+                errors.append(f"{name}: {e}")
+        if not created:
+            raise NoRouteError(f"no route for topic {topic!r} and no broker created it"
+                               + (f" ({'; '.join(errors)})" if errors else " (no broker is registered)"))
+
+    def _session(self, mq: MessageQueue) -> ProducerSession:
+        s = self._sessions.get(mq.broker)
+        if s is not None and s.broken is None:
+            return s
+        with self._lock:
+            s = self._sessions.get(mq.broker)
+            if s is not None and s.broken is None:
+                return s
+            if s is not None:
+                s.close(0)
+            address = self.instance.broker_address(mq.broker, mq.topic)
+            s = ProducerSession(self.instance, mq.broker, address, data_bytes=self.ring_bytes,
+                                completion_entries=self.completion_entries, spin_s=self.spin_s)
+            self._sessions[mq.broker] = s
+            return s
+
+    def _latency(self, broker: str, t0: float, failed: bool) -> None:
+        if self.fault is not None:
+            self.fault.update(broker, (time.monotonic() - t0) * 1000, time.time() * 1000, isolation=failed)
+
+    def _forget(self, broker: str, topic: str, error: Exception) -> None:
+        """After a failure: drop a broken session and the topic's cached route."""
+        s = self._sessions.get(broker)
+        if s is not None and s.broken is not None:
+            with self._lock:
+                if self._sessions.get(broker) is s:
+                    del self._sessions[broker]
+            s.close(0)
+        if self.instance is not None:
+            self.instance.forget_route(topic)
+        log.info("send to %s failed: %s", broker, error)

@@ -1,0 +1,283 @@
+"""The pull consumer (API.md "Consuming"; RocketMQ's lite pull consumer) — the read side.
+
+``assign`` queues, then ``poll``: messages are read straight from the broker's store files through
+read-only maps (``broker_view``), never over a socket. Positions start at the group's committed
+offset (kept by the broker), else where ``consume_from`` says (a new group with LAST_OFFSET starts at
+the end and does not replay history). ``poll`` waits for new messages without busy-spinning: a short
+spin on the brokers' ``dispatch_seq`` words, then the consumer's wake-up semaphore, which the
+dispatchers post (``waiter``). Offsets are committed to the broker by ``commit`` (and every
+``auto_commit_interval_s`` and at ``close`` with ``auto_commit``).
+
+Not thread-safe: one thread polls a consumer (as with Kafka's and RocketMQ's lite consumers).
+Group membership and rebalance (``subscribe``) come with the consumer-group work.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Iterable
+
+import numpy as np
+
+from ..errors import HostMQError, ValidationError
+from ..message import ConsumeFrom, MessageExt, MessageQueue
+from ..protocol.codes import RequestCode, ResponseCode, error_for_response
+from ..root import shm_name
+from ..shm.segment import SHM_DIR
+from ..store.reader import GetStatus, MessageBatch
+from .broker_view import BrokerView
+from .filter import parse_tag_expression
+from .instance import ClientInstance
+from .waiter import ArrivalWaiter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000      # RocketMQ consumeTimestamp default: 30 min ago
+STALE_CHECK_S = 0.5
+_EMPTY = np.empty(0, np.int64)
+
+
+class PullConsumer:
+    def __init__(self, root=None, group: str = "DEFAULT_CONSUMER", auto_commit: bool = True,
+                 consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp_ms: int | None = None, *,
+                 auto_commit_interval_s: float = 5.0, max_poll_records: int = 32, spin_s: float = 50e-6,
+                 timeout_s: float = 3.0) -> None:
+        if not isinstance(group, str) or not group or "@" in group:
+            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        if not isinstance(consume_from, ConsumeFrom):
+            raise ValidationError(f"consume_from must be a hostmq.ConsumeFrom, got {consume_from!r}")
+        if max_poll_records < 1:
+            raise ValidationError("max_poll_records must be ≥ 1")
+        self.group = group
+        self.auto_commit = auto_commit
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.max_poll_records = max_poll_records
+        self.spin_s = spin_s
+        self.instance = ClientInstance(root, timeout_s=timeout_s)
+        self.root = self.instance.root
+        self.waiter = ArrivalWaiter(self.root)
+        self.views: dict[str, BrokerView] = {}
+        self.positions: dict[MessageQueue, int] = {}
+        self.expression = "*"
+        self._committed: dict[MessageQueue, int] = {}
+        self._rr = 0
+        self._next_commit = time.monotonic() + auto_commit_interval_s
+        self._next_stale_check = 0.0
+        self.closed = False
+
+    # -- assignment -----------------------------------------------------------------------------------
+    def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
+        """Read exactly these queues (replacing any earlier assignment); ``expression`` is a tag filter
+        (``*`` or ``A || B``): other messages are skipped, their offsets still advance."""
+        parse_tag_expression(expression)
+        queues = list(queues)
+        for mq in queues:
+            if not isinstance(mq, MessageQueue):
+                raise ValidationError(f"assign takes MessageQueue objects, got {mq!r}")
+        self._check_open()
+        positions = {}
+        for mq in sorted(set(queues)):
+            positions[mq] = self.positions[mq] if mq in self.positions else self._initial_offset(mq)
+        self.positions = positions
+        self.expression = expression
+
+    def assignment(self) -> list[MessageQueue]:
+        return list(self.positions)
+
+    def _view(self, broker: str) -> BrokerView:
+        v = self.views.get(broker)
+        if v is None:
+            v = self.views[broker] = BrokerView(self.root, broker)
+            if v.live:
+                try:
+                    self.waiter.register(self.instance, broker, self.instance.broker_address(broker))
+                except HostMQError as e:
+                    log.warning("cannot register for wake-ups with %s (polls will spin less cheaply): %s", broker, e)
+        return v
+
+    def _initial_offset(self, mq: MessageQueue) -> int:
+        committed = self.committed(mq)
+        if committed is not None:
+            return committed
+        r = self._view(mq.broker).reader
+        mx = r.refresh_queue(mq.topic, mq.queue_id)
+        if self.consume_from == ConsumeFrom.LAST_OFFSET:
+            return mx
+        if self.consume_from == ConsumeFrom.FIRST_OFFSET:
+            return r.min_offset(mq.topic, mq.queue_id)
+        ts = self.consume_timestamp_ms
+        if ts is None:
+            ts = int(time.time() * 1000) - DEFAULT_TIMESTAMP_LOOKBACK_MS
+        return r.offset_for_timestamp(mq.topic, mq.queue_id, ts)
+
+    # -- polling --------------------------------------------------------------------------------------
+    def poll(self, timeout: float = 1.0) -> list[MessageExt]:
+        """Up to ``max_poll_records`` messages from the assigned queues, waiting up to ``timeout``
+        seconds for some to arrive; [] if none did."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            seqs = self._seqs()
+            msgs = self._fetch(self.max_poll_records)
+            if msgs or time.monotonic() >= deadline:
+                self._maybe_autocommit()
+                return msgs
+            self._wait(seqs, deadline)
+
+    def poll_batch(self, timeout: float = 1.0, max_count: int = 4096) -> MessageBatch:
+        """The next messages of one assigned queue as a zero-copy MessageBatch (bodies valid until the
+        next poll); an empty batch if nothing arrived within ``timeout``."""
+        if max_count < 1:
+            raise ValidationError("max_count must be ≥ 1")
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            seqs = self._seqs()
+            b = self._fetch_batch(max_count)
+            if b is not None:
+                self._maybe_autocommit()
+                return b
+            if time.monotonic() >= deadline:
+                return MessageBatch(None, _EMPTY, [], None, _EMPTY, _EMPTY, GetStatus.NO_MESSAGE_IN_QUEUE, 0)
+            self._wait(seqs, deadline)
+
+    def _rotation(self) -> list[MessageQueue]:
+        qs = list(self.positions)
+        if not qs:
+            return qs
+        self._rr = (self._rr + 1) % len(qs)
+        return qs[self._rr:] + qs[:self._rr]
+
+    def _fetch(self, limit: int) -> list[MessageExt]:
+        self._check_open()
+        self._refresh_stale()
+        out: list[MessageExt] = []
+        for mq in self._rotation():
+            r = self._view(mq.broker).reader
+            r.refresh_queue(mq.topic, mq.queue_id)
+            g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), self.expression)
+            if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
+                self.positions[mq] = g.next_offset
+            out.extend(g.messages)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _fetch_batch(self, max_count: int) -> MessageBatch | None:
+        self._check_open()
+        self._refresh_stale()
+        for mq in self._rotation():
+            r = self._view(mq.broker).reader
+            r.refresh_queue(mq.topic, mq.queue_id)
+            b = r.get_batch(mq.topic, mq.queue_id, self.positions[mq], max_count)
+            if b.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.MESSAGE_WAS_REMOVING,
+                            GetStatus.FOUND):
+                self.positions[mq] = b.next_offset
+            if len(b):
+                return b
+        return None
+
+    def _seqs(self) -> dict[str, int]:
+        return {name: v.dispatch_seq() for name, v in self.views.items()}
+
+    def _wait(self, seqs: dict[str, int], deadline: float) -> None:
+        views = self.views
+        end = min(deadline, time.monotonic() + STALE_CHECK_S)
+        self.waiter.wait(lambda: any(v.dispatch_seq() != seqs.get(n) for n, v in views.items()), end, self.spin_s)
+
+    def _refresh_stale(self) -> None:
+        """Rebuild views of brokers that restarted (or started) since they were made."""
+        now = time.monotonic()
+        if now < self._next_stale_check:
+            return
+        self._next_stale_check = now + STALE_CHECK_S
+        for name, v in list(self.views.items()):
+            if v.stale() or (not v.live and _broker_running(self.root, name)):
+                log.info("broker %s restarted; reopening its store view", name)
+                self.waiter.registrations.pop(name, None)
+                v.close()
+                del self.views[name]
+                self._view(name)
+
+    # -- offsets --------------------------------------------------------------------------------------
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Continue ``mq`` from ``offset`` (the next poll reads it first)."""
+        if mq not in self.positions:
+            raise ValidationError(f"{mq} is not assigned to this consumer")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValidationError(f"offset must be an int ≥ 0, got {offset!r}")
+        self.positions[mq] = offset
+
+    def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        """Every assigned queue continues from its first message stored at or after ``timestamp_ms``."""
+        for mq in self.positions:
+            r = self._view(mq.broker).reader
+            r.refresh_queue(mq.topic, mq.queue_id)
+            self.positions[mq] = r.offset_for_timestamp(mq.topic, mq.queue_id, int(timestamp_ms))
+
+    def position(self, mq: MessageQueue) -> int:
+        """The next offset ``poll`` reads from ``mq``."""
+        return self.positions[mq]
+
+    def commit(self) -> None:
+        """Store every changed position as the group's offset on its broker."""
+        for mq, off in list(self.positions.items()):
+            if self._committed.get(mq) == off:
+                continue
+            addr = self.instance.broker_address(mq.broker, mq.topic)
+            self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
+                                          "offset": off})
+            self._committed[mq] = off
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` on its broker, or None if it has none."""
+        addr = self.instance.broker_address(mq.broker, mq.topic)
+        f = self.instance.broker_request(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
+                                         raw=True)
+        if f.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if f.code != ResponseCode.SUCCESS:
+            raise error_for_response(f.code, f.remark, addr)
+        self._committed[mq] = f.fields["offset"]
+        return f.fields["offset"]
+
+    def _maybe_autocommit(self) -> None:
+        if self.auto_commit and time.monotonic() >= self._next_commit:
+            self._next_commit = time.monotonic() + self.auto_commit_interval_s
+            try:
+                self.commit()
+            except HostMQError as e:
+                log.warning("auto-commit of %s failed: %s", self.group, e)
+
+    # -- life -----------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValidationError("the consumer is closed")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.auto_commit:
+            try:
+                self.commit()
+            except HostMQError as e:
+                log.warning("final commit of %s failed: %s", self.group, e)
+        self.closed = True
+        self.waiter.close(self.instance)
+        for v in self.views.values():
+            v.close()
+        self.views.clear()
+        self.instance.close()
+
+    def __enter__(self) -> "PullConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _broker_running(root: str, broker: str) -> bool:
+    return os.path.exists(os.path.join(SHM_DIR, shm_name(root, broker, "state").lstrip("/")))

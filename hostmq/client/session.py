@@ -1,0 +1,330 @@
+"""A producer's session with one broker: its own ingress ring and completion signal (DESIGN §2).
+
+The producer creates (and owns) the ring segment ``/hostmq.<hash12>.ring.<pid>-<n>`` and a semaphore
+of the same name, registers both with the broker (OPEN_PRODUCER_SESSION), and from then on talks to
+the writer through shared memory only: it publishes frames (one encoded record, or a batch) and
+posts the broker's writer signal if the writer sleeps; the writer answers each frame with a
+completion entry and posts our signal if we sleep.
+
+Threads: any number of threads may send. Writes to the ring are serialised by ``_write_lock``.
+Completions are read by whoever holds ``_read_lock``: a thread waiting for its own sync send reads
+them itself (no thread hop: spin, then block on the semaphore), and a background thread does it
+while async or oneway sends are outstanding. Completions resolve their waiters by frame sequence.
+
+Liveness: while waiting, the session checks every ``LIVENESS_CHECK_S`` that the broker process that
+created the state segment still runs, is not stopping, and has not dropped the ring; otherwise the
+session is *broken*: pending sends fail with ConnectError (their messages may or may not have been
+stored) and the producer opens a new session, possibly with another broker.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from .. import records as R
+from ..broker.state import BrokerState
+from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, SendTimeout, StoreFullError,
+                      ValidationError)
+from ..message import MessageQueue, SendResult, SendStatus
+from ..protocol.codes import RequestCode
+from ..root import shm_name
+from ..shm.ring import IngressRing
+from ..shm.signal import Signal, notify_if_waiting, wait_for
+
+log = logging.getLogger(__name__)
+
+LIVENESS_CHECK_S = 0.1
+_ring_ids = itertools.count(1)
+_STATUS = {R.COMPLETION_SEND_OK: SendStatus.SEND_OK, R.COMPLETION_FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           R.COMPLETION_FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+           R.COMPLETION_SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+def completion_error(status: int, broker: str) -> HostMQError:
+    """The exception for a refused frame (nothing was stored)."""
+    if status == R.COMPLETION_STORE_FULL:
+        return StoreFullError(f"broker {broker}: disk too full, message refused")
+    if status == R.COMPLETION_NO_TOPIC:
+        return NoRouteError(f"broker {broker} does not serve this topic or queue")
+    if status == R.COMPLETION_BAD_RECORD:
+        return ValidationError(f"broker {broker} refused a malformed record")
+    return BrokerBusyError(f"broker {broker} cannot accept messages now (status {status})")
+
+
+class Waiter:
+    """One frame in flight: its queue, record sizes (batches), and the outcome once completed."""
+
+    __slots__ = ("queue", "sizes", "future", "outcome", "done")
+
+    def __init__(self, queue: MessageQueue, sizes=None, future: concurrent.futures.Future | None = None) -> None:
+        self.queue = queue
+        self.sizes = sizes
+        self.future = future
+        self.outcome = None
+        self.done = False
+
+
+class ProducerSession:
+    def __init__(self, instance, broker: str, address: str, *, data_bytes: int, completion_entries: int,
+                 spin_s: float) -> None:
+        self.broker = broker
+        self.address = address
+        self.instance = instance
+        self.spin_s = spin_s
+        self.name = shm_name(instance.root, broker, "ring", f"{os.getpid()}-{next(_ring_ids)}")
+        self.ring = IngressRing.create(self.name, data_bytes, completion_entries)
+        self.done: Signal | None = None
+        self.wake: Signal | None = None
+        self.state: BrokerState | None = None
+        try:
+            self.done = Signal.create(self.name)
+            f = instance.broker_request(address, RequestCode.OPEN_PRODUCER_SESSION,
+                                        {"name": self.name, "pid": os.getpid()}).fields
+            self.slot, self.generation = f["slot"], f["generation"]
+            self.store_host = bytes.fromhex(f["store_host"])
+            self.host_hex = self.store_host.hex().upper()
+            self.max_message_bytes = f["max_message_bytes"]
+            self.max_properties_bytes = f["max_properties_bytes"]
+            self.wake = Signal.open(f["writer_signal"])
+            self.state = BrokerState.attach(f["state_name"], readonly=True)
+            if self.state.generation != f["state_generation"]:
+                raise ConnectError(f"broker {broker} restarted while the session was opening")
+        except BaseException:
+            self._release_ipc()
+            raise
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._cond_waiters = 0
+        self.pending: dict[int, Waiter] = {}
+        self.async_pending: set[int] = set()
+        self._seq = 0
+        self._async_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.broken: HostMQError | None = None
+        self.closed = False
+        self._next_check = time.monotonic() + LIVENESS_CHECK_S
+
+    # -- sending ----------------------------------------------------------------------------------------
+    @property
+    def max_payload_bytes(self) -> int:
+        return self.ring.max_payload_bytes
+
+    def submit(self, kind: int, payload, count: int, waiter: Waiter, deadline: float, is_async: bool = False) -> int:
+        """Publish one frame; its sequence number. BrokerBusyError if the ring stays full until
+        ``deadline``; ConnectError if the session is broken."""
+        ring = self.ring
+        with self._write_lock:
+            if self.broken is not None:
+                raise self.broken
+            self._seq += 1
+            seq = self._seq
+            self.pending[seq] = waiter
+            if is_async:
+                self.async_pending.add(seq)
+            if not ring.try_write(kind, seq, payload, count):
+                try:
+                    self._write_when_room(kind, seq, payload, count, deadline)
+                except BaseException:
+                    self.pending.pop(seq, None)
+                    self.async_pending.discard(seq)
+                    raise
+        notify_if_waiting(ring.writer_waiting, self.wake)
+        if is_async:
+            self._ensure_thread()
+            self._async_event.set()
+        return seq
+
+    def _write_when_room(self, kind: int, seq: int, payload, count: int, deadline: float) -> None:
+        """Back-pressure: the ring is full; read completions and wait for the writer to free room."""
+        ring = self.ring
+        while True:
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self._read_lock.release()
+            if ring.try_write(kind, seq, payload, count):
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise BrokerBusyError(f"broker {self.broker}: ingress ring full for the whole send timeout")
+            self._check_alive(now)
+            notify_if_waiting(ring.writer_waiting, self.wake)
+            time.sleep(0.0002)
+
+    # -- completions ------------------------------------------------------------------------------------
+    def wait(self, waiter: Waiter, deadline: float) -> None:
+        """Until ``waiter`` is done (SendTimeout / ConnectError otherwise); reads completions itself
+        when no other thread does."""
+        ring = self.ring
+        while not waiter.done:
+            now = time.monotonic()
+            if now >= deadline:
+                raise SendTimeout(f"no acknowledgement from broker {self.broker} within the send timeout "
+                                  f"(the message may still be stored)")
+            self._check_alive(now)
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    if not waiter.done:
+                        wait_for(lambda: ring.has_completions() or self._next_check <= time.monotonic(),
+                                 self.done, min(deadline, self._next_check), flag=ring.producer_waiting,
+                                 spin_s=self.spin_s)
+                        self._drain()
+                finally:
+                    self._read_lock.release()
+            else:
+                with self._cond:
+                    if not waiter.done:
+                        self._cond_waiters += 1
+                        self._cond.wait(0.002)
+                        self._cond_waiters -= 1
+
+    def _drain(self) -> int:
+        comps = self.ring.completions()
+        if not len(comps):
+            return 0
+        pending, apending = self.pending, self.async_pending
+        for seq, status, count, qoff, phys in zip(comps["seq"].tolist(), comps["status"].tolist(),
+                                                  comps["record_count"].tolist(), comps["queue_offset"].tolist(),
+                                                  comps["phys_offset"].tolist()):
+            w = pending.pop(seq, None)
+            if w is None:
+                continue            # a duplicate after a writer restart, or a send we gave up on
+            apending.discard(seq)
+            self._resolve(w, status, qoff, phys)
+        if self._cond_waiters:
+            with self._cond:
+                self._cond.notify_all()
+        return len(comps)
+
+    def _resolve(self, w: Waiter, status: int, qoff: int, phys: int) -> None:
+        if status < 0:
+            w.outcome = completion_error(status, self.broker)
+        else:
+            if w.sizes is None:
+                msg_id = f"{self.host_hex}{phys:016X}"
+            else:
+                starts = phys + np.concatenate(([0], np.cumsum(w.sizes[:-1]))).astype(np.int64)
+                msg_id = ",".join(f"{self.host_hex}{p:016X}" for p in starts.tolist())
+            w.outcome = SendResult(_STATUS.get(status, SendStatus.SEND_OK), msg_id, w.queue, qoff)
+        w.done = True
+        f = w.future
+        if f is not None:
+            if isinstance(w.outcome, Exception):
+                f.set_exception(w.outcome)
+            else:
+                f.set_result(w.outcome)
+
+    def _fail_all(self, error: HostMQError) -> None:
+        pending, self.pending = self.pending, {}
+        self.async_pending.clear()
+        for w in pending.values():
+            w.outcome = error
+            w.done = True
+            if w.future is not None and not w.future.done():
+                w.future.set_exception(error)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._completion_loop, daemon=True,
+                                            name=f"hostmq-completions {self.broker}")
+            self._thread.start()
+
+    def _completion_loop(self) -> None:
+        ring = self.ring
+        while not self.closed:
+            if not self.async_pending:
+                self._async_event.wait(0.05)
+                self._async_event.clear()
+                continue
+            now = time.monotonic()
+            try:
+                self._check_alive(now)
+            except HostMQError:
+                continue
+            if self._read_lock.acquire(timeout=0.005):
+                try:
+                    wait_for(ring.has_completions, self.done, now + 0.01, flag=ring.producer_waiting,
+                             spin_s=self.spin_s)
+                    self._drain()
+                except Exception:
+                    log.exception("completion reader for %s failed", self.broker)
+                finally:
+                    self._read_lock.release()
+
+    # -- liveness ---------------------------------------------------------------------------------------
+    def _check_alive(self, now: float) -> None:
+        if self.broken is not None:
+            raise self.broken
+        if now < self._next_check:
+            return
+        self._next_check = now + LIVENESS_CHECK_S
+        why = None
+        if self.ring.dropped:
+            why = "dropped this session (malformed frames)"
+        elif self.state.get("broker_state") == R.BROKER_STOPPING:
+            why = "is shutting down"
+        elif not self.state.owner_alive():
+            why = "is gone"
+        if why is not None:
+            self.broken = ConnectError(f"broker {self.broker} {why}; sends in flight may or may not be stored")
+            self._fail_all(self.broken)
+            raise self.broken
+
+    def usable(self) -> bool:
+        try:
+            self._check_alive(time.monotonic())
+        except HostMQError:
+            return False
+        return not self.closed
+
+    # -- closing ----------------------------------------------------------------------------------------
+    def close(self, timeout_s: float = 3.0) -> None:
+        """Wait (up to ``timeout_s``) for frames in flight, tell the broker, unlink the ring."""
+        if self.closed:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.pending and self.broken is None and time.monotonic() < deadline:
+            if self._read_lock.acquire(timeout=0.01):
+                try:
+                    self._drain()
+                finally:
+                    self._read_lock.release()
+            try:
+                self._check_alive(time.monotonic())
+            except HostMQError:
+                break
+            time.sleep(0.0005)
+        self.closed = True
+        self._async_event.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+        self._fail_all(ConnectError("producer shut down before the broker answered"))
+        self.ring.mark_closed()
+        if self.broken is None:
+            try:
+                self.instance.broker_request(self.address, RequestCode.CLOSE_PRODUCER_SESSION,
+                                             {"slot": self.slot, "generation": self.generation}, timeout_s=1.0)
+            except HostMQError as e:
+                log.debug("closing session with %s: %s", self.broker, e)
+        self._release_ipc()
+
+    def _release_ipc(self) -> None:
+        for s in (self.wake, self.done):
+            if s is not None:
+                s.close()
+        if self.done is not None:
+            self.done.unlink()
+        if self.state is not None:
+            self.state.close()
+        self.ring.close()
+        self.ring.unlink()

@@ -1,0 +1,216 @@
+"""``LocalCluster``: NameServers and brokers as real processes under one root (API.md "Running a cluster").
+
+Each server is started the way an operator (or systemd) would start it — ``python -m hostmq.cli.main
+namesrv|broker ROOT --config FILE`` — with its output in ``ROOT/logs/``. The config given to
+LocalCluster (a dict of overrides or a ``Config``), applied on top of ``ROOT/hostmq.toml`` if present,
+is written to ``ROOT/run/cluster.toml`` and passed to every server. The servers are asked to die with
+this process (``HOSTMQ_DIE_WITH_PARENT``: ``PR_SET_PDEATHSIG``), so a crashed test leaves nothing
+behind; start the cluster from the main thread (the signal follows the starting thread).
+
+``start()`` returns once every NameServer answers and every broker is registered and writable;
+``stop()`` is graceful (brokers first: unregister, drain, flush, remove ``abort``, unlink shared memory).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Mapping
+
+from . import records as R
+from .client.instance import ClientInstance
+from .client.remoting import RemotingClient
+from .config import Config
+from .errors import ConfigError, ConnectError, HostMQError
+from .namesrv.route_data import cluster_info_from_dict
+from .protocol.codes import RequestCode
+from .root import RootPaths, ipc_address, resolve_root
+
+DIE_WITH_PARENT_ENV = "HOSTMQ_DIE_WITH_PARENT"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+def broker_names(n: int) -> list[str]:
+    """``broker-a``, ``broker-b``, … (``broker-27`` … beyond 26)."""
+    return [f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i + 1}" for i in range(n)]
+
+
+def dump_toml(config: Config) -> str:
+    """``config`` as TOML (sections of scalars: all hostmq config is that shape)."""
+    lines = []
+    for section in ("namesrv", "broker", "store"):
+        lines.append(f"[{section}]")
+        for k, v in dataclasses.asdict(getattr(config, section)).items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v!r}")
+            else:
+                lines.append(f"{k} = \"{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}\"")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def merged_config(root: str, config: Config | Mapping[str, Any] | None) -> Config:
+    paths = RootPaths(root)
+    base = Config.load(paths.config_file) if os.path.exists(paths.config_file) else Config()
+    if isinstance(config, Config):
+        return config
+    return base.with_overrides(config)
+
+
+class LocalCluster:
+    def __init__(self, root=None, brokers: int = 1, namesrvs: int = 1,
+                 config: Config | Mapping[str, Any] | None = None, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
+        if not isinstance(brokers, int) or not 1 <= brokers <= 64 or not isinstance(namesrvs, int) or \
+                not 1 <= namesrvs <= 16:
+            raise ConfigError("LocalCluster needs 1..64 brokers and 1..16 NameServers")
+        self.root = resolve_root(root)
+        os.makedirs(self.root, exist_ok=True)
+        self.config = merged_config(self.root, config)
+        self.brokers = broker_names(brokers)
+        self.namesrvs = namesrvs
+        self.start_timeout_s = start_timeout_s
+        self.processes: dict[str, subprocess.Popen] = {}
+        self._logs: dict[str, Any] = {}
+        self.config_file = os.path.join(self.root, "run", "cluster.toml")
+
+    # -- life -----------------------------------------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        os.makedirs(os.path.dirname(self.config_file), exist_ok=True)
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        with open(self.config_file, "w") as f:
+            f.write(dump_toml(self.config))
+        try:
+            for i in range(self.namesrvs):
+                self._spawn(f"namesrv-{i}", ["namesrv", self.root, "--index", str(i)])
+            self._await_namesrvs()
+            for name in self.brokers:
+                self._spawn(name, ["broker", self.root, "--name", name])
+            self._await_brokers()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(os.path.join(self.root, "logs", f"{name}.log"), "ab")
+        self._logs[name] = log
+        env = {**os.environ, DIE_WITH_PARENT_ENV: "1"}
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "hostmq.cli.main", *args, "--config", self.config_file],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            process_group=0)   # Ctrl-C reaches only us; we stop the servers in order
+
+    def _deadline_check(self, deadline: float, what: str) -> None:
+        for name, p in self.processes.items():
+            if p.poll() is not None:
+                raise ConnectError(f"{name} exited with {p.returncode} while starting:\n{self.log_tail(name)}")
+        if time.monotonic() >= deadline:
+            raise ConnectError(f"{what} not ready within {self.start_timeout_s:.0f} s")
+
+    def _await_namesrvs(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        paths = RootPaths(self.root)
+        for i in range(self.namesrvs):
+            while True:
+                try:
+                    with RemotingClient(ipc_address(paths.namesrv_socket(i)), timeout_s=1.0) as c:
+                        c.request(RequestCode.PING)
+                    break
+                except HostMQError:
+                    self._deadline_check(deadline, f"NameServer {i}")
+                    time.sleep(0.02)
+
+    def _await_brokers(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        inst = ClientInstance(self.root, timeout_s=1.0)
+        try:
+            pending = set(self.brokers)
+            while pending:
+                for name in sorted(pending):
+                    if self._broker_ready(inst, name):
+                        pending.discard(name)
+                if pending:
+                    self._deadline_check(deadline, f"broker(s) {', '.join(sorted(pending))}")
+                    time.sleep(0.02)
+        finally:
+            inst.close()
+
+    def _broker_ready(self, inst, name: str) -> bool:
+        """Registered with every NameServer and RUNNING (its children attached)."""
+        paths = RootPaths(self.root)
+        try:
+            for i in range(self.namesrvs):
+                with RemotingClient(ipc_address(paths.namesrv_socket(i)), timeout_s=1.0) as c:
+                    info = cluster_info_from_dict(c.request(RequestCode.GET_BROKER_CLUSTER_INFO).fields)
+                if name not in info["brokers"]:
+                    return False
+            f = inst.broker_request(ipc_address(paths.broker_socket(name)), RequestCode.PING).fields
+            return f["state"] == R.BROKER_RUNNING
+        except HostMQError:
+            return False
+
+    def stop(self) -> None:
+        """Stop brokers (in parallel), then NameServers; SIGKILL what ignores SIGTERM."""
+        brokers = [n for n in self.processes if not n.startswith("namesrv-")]
+        namesrvs = [n for n in self.processes if n.startswith("namesrv-")]
+        for group in (brokers, namesrvs):
+            for n in group:
+                p = self.processes[n]
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for n in group:
+                p = self.processes[n]
+                try:
+                    p.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self.processes.clear()
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- helpers for tests and operators ----------------------------------------------------------------
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        try:
+            with open(os.path.join(self.root, "logs", f"{name}.log"), "rb") as f:
+                return b"".join(f.readlines()[-lines:]).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def kill_broker(self, name: str, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to a broker process (tests); returns its exit code once it is gone."""
+        p = self.processes[name]
+        p.send_signal(sig)
+        return p.wait(30)
+
+    def start_broker(self, name: str) -> None:
+        """(Re)start one broker under the same root and wait until it is ready."""
+        if name in self.processes and self.processes[name].poll() is None:
+            raise ConfigError(f"{name} is running")
+        old = self._logs.pop(name, None)
+        if old is not None:
+            old.close()
+        self._spawn(name, ["broker", self.root, "--name", name])
+        saved = self.brokers
+        self.brokers = [name]
+        try:
+            self._await_brokers()
+        finally:
+            self.brokers = saved if name in saved else saved + [name]

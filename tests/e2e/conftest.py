@@ -1,0 +1,88 @@
+"""Fixtures for tests with real processes: clusters under a fresh root, and leak checks.
+
+``cluster`` is a factory ``cluster(brokers=1, namesrvs=1, **config_overrides) -> LocalCluster`` (started).
+At teardown every cluster is stopped, and the test fails if anything is left behind: a child process
+of the test, a socket file under the root, or a shared-memory segment or semaphore with the root's
+names (every broker's prefix and the root-level prefix of consumers' wake-up words).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from hostmq import LocalCluster
+from hostmq.root import shm_name
+from hostmq.shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
+
+# Small files so tests roll commitlog, consume-queue and index files; fast expiry and registration.
+TEST_CONFIG = {
+    "namesrv": {"scan_interval_s": 0.2, "broker_expiry_s": 1.5},
+    "broker": {"register_interval_s": 0.5},
+    "store": {"commitlog_file_bytes": 4 << 20, "consume_queue_file_entries": 4000, "index_slots": 1000,
+              "index_entries": 8000},
+}
+
+
+def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: float = 0.02):
+    """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(step_s)
+
+
+def prefixes(root: str, brokers) -> list[str]:
+    names = [shm_name(root, b, "x") for b in brokers] + [shm_name(root, "", "x")]
+    return [n.rsplit(".", 2)[0] + "." for n in names]
+
+
+def leftovers(root: str, brokers) -> list[str]:
+    out = []
+    for p in prefixes(root, brokers):
+        out += list_segments(p) + [f"sem:{s}" for s in list_semaphores(p)]
+    return out
+
+
+def merge(base: dict, extra: dict) -> dict:
+    out = {k: dict(v) for k, v in base.items()}
+    for section, values in extra.items():
+        out.setdefault(section, {}).update(values)
+    return out
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    return str(r)
+
+
+@pytest.fixture
+def cluster(root):
+    made: list[LocalCluster] = []
+    me = psutil.Process()
+
+    def _make(brokers: int = 1, namesrvs: int = 1, **overrides) -> LocalCluster:
+        c = LocalCluster(root, brokers=brokers, namesrvs=namesrvs, config=merge(TEST_CONFIG, overrides))
+        made.append(c)
+        return c.start()
+
+    yield _make
+    names = set()
+    for c in made:
+        names |= set(c.brokers)
+        c.stop()
+    wait_until(lambda: not me.children(recursive=True), 20, "child processes to exit")
+    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
+    left = leftovers(root, names or {"broker-a"})
+    for n in left:
+        unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
+    assert not socks, f"socket files left behind: {socks}"
+    assert not left, f"shared memory left behind: {left}"
