@@ -13,6 +13,7 @@ behind; start the cluster from the main thread (the signal follows the starting 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import signal
 import subprocess
@@ -27,7 +28,8 @@ from .config import Config
 from .errors import ConfigError, ConnectError, HostMQError
 from .namesrv.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
-from .root import RootPaths, ipc_address, resolve_root
+from .shm.segment import reclaim_stale
+from .root import RootPaths, ipc_address, resolve_root, shm_name
 
 DIE_WITH_PARENT_ENV = "HOSTMQ_DIE_WITH_PARENT"
 START_TIMEOUT_S = 60.0
@@ -172,10 +174,36 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+        for n in brokers:
+            if self.processes[n].returncode not in (0, None):
+                self._clean_after_crash(n)
         for log in self._logs.values():
             log.close()
         self._logs.clear()
         self.processes.clear()
+
+    def _clean_after_crash(self, broker: str) -> None:
+        """What a broker killed with SIGKILL leaves (its socket file, state segment, semaphores) is
+        reclaimed by its next start; a cluster that stops for good reclaims it now."""
+        paths = RootPaths(self.root)
+        lock = paths.broker_lock(broker)
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # nobody runs it: we may clean
+        except BlockingIOError:
+            os.close(fd)
+            return
+        try:
+            prefix = shm_name(self.root, broker, "x").rsplit(".", 2)[0] + "."
+            reclaim_stale(prefix, grace_s=0.0, orphan_semaphores=True)
+            sock = paths.broker_socket(broker)
+            if os.path.exists(sock):
+                os.unlink(sock)
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
@@ -193,6 +221,28 @@ class LocalCluster:
                 return b"".join(f.readlines()[-lines:]).decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def signal_group(self, name: str, sig: int) -> None:
+        """Send ``sig`` to a server and every process it started (its process group): SIGKILL here is a
+        crash of the whole broker, SIGSTOP / SIGCONT freeze and thaw it."""
+        os.killpg(self.processes[name].pid, sig)
+
+    def stop_process(self, name: str) -> int:
+        """Stop one server gracefully (SIGTERM); its exit code."""
+        p = self.processes[name]
+        p.send_signal(signal.SIGTERM)
+        return p.wait(STOP_TIMEOUT_S)
+
+    def start_namesrv(self, index: int = 0) -> None:
+        """(Re)start NameServer ``index`` and wait until it answers."""
+        name = f"namesrv-{index}"
+        if name in self.processes and self.processes[name].poll() is None:
+            raise ConfigError(f"{name} is running")
+        old = self._logs.pop(name, None)
+        if old is not None:
+            old.close()
+        self._spawn(name, ["namesrv", self.root, "--index", str(index)])
+        self._await_namesrvs()
 
     def kill_broker(self, name: str, sig: int = signal.SIGKILL) -> int:
         """Send ``sig`` to a broker process (tests); returns its exit code once it is gone."""
