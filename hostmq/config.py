@@ -52,8 +52,10 @@ class BrokerConfig:
     session_slots: int = 256             # producer sessions (ingress rings) served at once
     waiter_slots: int = 256              # consumer wake-up registrations served at once
     offset_persist_interval_s: float = 5.0   # consumerOffset.json is rewritten this often (if changed)
-    writer_spin_s: float = 50e-6         # writer spins this long for new frames before it blocks
+    writer_spin_s: float = 50e-6         # writer spins this long for new frames before it blocks (idle)
+    writer_busy_spin_s: float = 200e-6   # ... and this long within 2 ms of its last work (0: block only)
     dispatcher_spin_s: float = 50e-6     # dispatcher spins this long for new records before it blocks
+    dispatcher_nice: int = 10            # the dispatcher yields the CPU to producer ↔ writer hand-offs (0: no)
     writer_batch_bytes: int = 1 << 20    # ring bytes the writer takes from one producer per turn
     child_stop_timeout_s: float = 10.0   # a child that ignores SIGTERM this long is killed
 

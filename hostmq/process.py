@@ -51,9 +51,21 @@ def resolve(target: str):
     return getattr(importlib.import_module(module), func or "run")
 
 
+PR_SET_NAME = 15
+
+
+def set_process_name(name: str) -> None:
+    """The name ``ps -o comm`` and ``top`` show (15 bytes), e.g. ``hostmq-writer``."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def child_main(target: str, config) -> None:
     """Entry point of a spawned child: die with the parent, stop on SIGTERM, run the target."""
     set_parent_death_signal()
+    set_process_name("hostmq-" + target.rsplit(".", 1)[-1].split(":")[0])
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=True)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import operator
 import os
 import re
 import socket
@@ -127,12 +128,19 @@ def encode_record(topic_b: bytes, body: bytes, props_b: bytes, *, queue_id: int 
                   prepared_tx_offset: int = 0, queue_offset: int = 0, phys_offset: int = 0,
                   crc: int | None = None) -> bytes:
     """One complete record. The writer patches queue/phys offsets and the store time later."""
-    tail = record_tail(topic_b, props_b)
-    total = MSG_HEADER.size + len(body) + len(tail)
-    head = MSG_HEADER.pack(total, MAGIC_CODE, body_crc(body) if crc is None else crc, queue_id, flag,
-                           queue_offset, phys_offset, sys_flag, born_ts_ms, born_host, store_ts_ms,
-                           store_host, reconsume_times, prepared_tx_offset, len(body))
-    return head + body + tail
+    blen, tlen, plen = len(body), len(topic_b), len(props_b)
+    if tlen > 0xFF or plen > 0xFFFF:
+        record_tail(topic_b, props_b)               # raises the ValidationError
+    fmt = _record_struct(blen, tlen, plen)
+    return fmt.pack(fmt.size, MAGIC_CODE, (zlib.crc32(body) & 0x7FFFFFFF) if crc is None else crc, queue_id,
+                    flag, queue_offset, phys_offset, sys_flag, born_ts_ms, born_host, store_ts_ms, store_host,
+                    reconsume_times, prepared_tx_offset, blen, body, tlen, topic_b, plen, props_b)
+
+
+@functools.lru_cache(maxsize=1024)
+def _record_struct(blen: int, tlen: int, plen: int) -> struct.Struct:
+    """The whole record as one format (header, body, topic, properties): one pack per record."""
+    return struct.Struct(f"{MSG_HEADER.format}{blen}sB{tlen}sH{plen}s")
 
 
 def _fail(pos: int, why: str) -> CorruptRecordError:
@@ -406,8 +414,18 @@ def tag_hash(tag: str) -> int:
     return java_string_hash(tag)
 
 
+_ASCII_HASH_MAX = 512
+# 31**(k-1) … 31**0 modulo 2**32 for the last k characters: hash(s) = Σ s[i]·31**(n-1-i), wrapped once.
+_POW31_DESC = [pow(31, _ASCII_HASH_MAX - 1 - i, 1 << 32) for i in range(_ASCII_HASH_MAX)]
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode``: over UTF-16 code units, wrapping at 32 bits, signed."""
+    n = len(s)
+    if n <= _ASCII_HASH_MAX and s.isascii():
+        # ASCII characters are one UTF-16 unit each: one C-level multiply-and-sum instead of a loop.
+        h = sum(map(operator.mul, s.encode("ascii"), _POW31_DESC[_ASCII_HASH_MAX - n:])) & 0xFFFFFFFF
+        return h - (1 << 32) if h >= (1 << 31) else h
     h = 0
     data = s.encode("utf-16-be", "surrogatepass")    # Java strings may hold lone surrogates
     for (unit,) in struct.iter_unpack(">H", data):

@@ -58,6 +58,7 @@ W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
+BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
 
 
 class _Attached(NamedTuple):
@@ -94,6 +95,8 @@ class Writer:
         self.max_props = cfg.store.max_properties_bytes
         self.batch_bytes = cfg.broker.writer_batch_bytes
         self.spin_s = cfg.broker.writer_spin_s
+        self.busy_spin_s = max(self.spin_s, cfg.broker.writer_busy_spin_s)
+        self.last_work_s = 0.0
         self.sync_timeout_s = cfg.store.sync_flush_timeout_ms / 1000
         self.state = BrokerState.attach(rt.state_name)
         st = self.state
@@ -303,6 +306,7 @@ class Writer:
         n = len(frames)
         if n == 0:
             return 0
+        self.last_work_s = time.monotonic()
         w = self.state.w
         cl = self.cl
         phys_start = w[W_WRITE_POS]
@@ -310,9 +314,12 @@ class Writer:
         w[I_SLOT], w[I_GEN], w[I_PHYS] = a.slot, a.generation, phys_start
         w[I_DATA_END], w[I_CW_END] = ring.handed_position, cw_start + n
         w[I_VALID] = 1
-        comps = np.zeros(n, R.COMPLETION)
-        appended = self._append_frames(frames, comps)
-        ring.stage(comps)
+        rows, appended = self._append_frames(frames)
+        if n <= 8:
+            for row in rows:
+                ring.stage_one(*row)
+        else:
+            ring.stage(np.array(rows, R.COMPLETION))
         end = cl.max_offset() if appended else phys_start
         w[W_WRITE_POS] = end                                  # publish the whole batch at once
         w[W_LAST_TS] = cl.last_store_ts_ms
@@ -327,39 +334,40 @@ class Writer:
             notify_if_waiting(self.state.dispatcher_waiting, self.dispatch_signal)
         return n
 
-    def _append_frames(self, frames, comps: np.ndarray) -> int:
+    def _append_frames(self, frames) -> tuple[list[tuple], int]:
+        """Validate and append each frame's records; a completion row per frame and the records appended."""
         cl, queues, refusal = self.cl, self._queues, self._refusal
+        max_body, max_props = self.max_body, self.max_props
         now_ms = int(time.time() * 1000)
         appended = 0
-        seqs, counts, statuses = comps["seq"], comps["record_count"], comps["status"]
-        qoffs, physs, tss = comps["queue_offset"], comps["phys_offset"], comps["store_ts_ms"]
-        for i, f in enumerate(frames):
-            seqs[i], counts[i] = f.seq, f.record_count
+        rows = []
+        for f in frames:
             if refusal:
-                statuses[i] = refusal
+                rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
                 continue
             try:
                 if f.record_count == 1:
-                    topic_b, qid, size = single_record(f.payload, self.max_body, self.max_props)
+                    topic_b, qid, size = single_record(f.payload, max_body, max_props)
                     if qid >= queues.get(topic_b, 0):
-                        statuses[i] = R.COMPLETION_NO_TOPIC
+                        rows.append((f.seq, R.COMPLETION_NO_TOPIC, 1, 0, 0, 0))
                         continue
                     r = cl.append_record(topic_b.decode(), qid, f.payload, size, now_ms)
-                    qoffs[i], physs[i], tss[i] = r.queue_offset, r.phys_offset, r.store_ts_ms
+                    rows.append((f.seq, R.COMPLETION_SEND_OK, 1, r.queue_offset, r.phys_offset, r.store_ts_ms))
                 else:
-                    fr = frame_records(f.payload, f.record_count, self.max_body, self.max_props)
+                    fr = frame_records(f.payload, f.record_count, max_body, max_props)
                     if fr.queue_id >= queues.get(fr.topic_b, 0):
-                        statuses[i] = R.COMPLETION_NO_TOPIC
+                        rows.append((f.seq, R.COMPLETION_NO_TOPIC, f.record_count, 0, 0, 0))
                         continue
                     r = cl.append_batch(fr.topic_b.decode(), fr.queue_id, f.payload, fr.starts, fr.sizes,
                                         now_ms=now_ms, patch_host=True)
-                    qoffs[i], physs[i], tss[i] = r.queue_offset, int(r.phys_offsets[0]), r.store_ts_ms
+                    rows.append((f.seq, R.COMPLETION_SEND_OK, f.record_count, r.queue_offset,
+                                 int(r.phys_offsets[0]), r.store_ts_ms))
             except ValidationError as e:
                 log.debug("writer: refused frame %d: %s", f.seq, e)
-                statuses[i] = R.COMPLETION_BAD_RECORD
+                rows.append((f.seq, R.COMPLETION_BAD_RECORD, f.record_count, 0, 0, 0))
                 continue
             appended += f.record_count
-        return appended
+        return rows, appended
 
     def _complete(self, a: _Attached, cw_end: int, data_end: int) -> None:
         ring = a.ring
@@ -402,10 +410,14 @@ class Writer:
         return False
 
     def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
-        deadline = time.monotonic() + timeout_s
+        now = time.monotonic()
+        deadline = now + timeout_s
         if self.pending:        # a group commit may time out: wake for it
             deadline = min(deadline, self.pending[0].since_s + self.sync_timeout_s)
-        return wait_for(self._ready, self.signal, deadline, flag=self._flags, spin_s=self.spin_s, stop=stop)
+        # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
+        # then, and only the configured minimum when the writer has been idle (OS_NOTES 15).
+        spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
+        return wait_for(self._ready, self.signal, deadline, flag=self._flags, spin_s=spin, stop=stop)
 
     def housekeeping(self, now_s: float) -> None:
         self.state.w[W_HEARTBEAT] = int(time.time() * 1000)

@@ -33,6 +33,7 @@ class ClientInstance:
         self._preferred: str | None = None
         self._brokers: dict[str, RemotingClient] = {}
         self._routes: dict[str, tuple[float, TopicRouteData]] = {}
+        self._queue_lists: dict[tuple[str, int], tuple[float, list[MessageQueue]]] = {}
         self.closed = False
 
     # -- NameServers ----------------------------------------------------------------------------------
@@ -82,6 +83,8 @@ class ClientInstance:
 
     def forget_route(self, topic: str) -> None:
         self._routes.pop(topic, None)
+        for key in [k for k in self._queue_lists if k[0] == topic]:
+            self._queue_lists.pop(key, None)
 
     def publish_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Writable queues of the topic on brokers that have a master, ordered by broker then id."""
@@ -92,6 +95,15 @@ class ClientInstance:
         return self._queues(topic, refresh, PERM_READ, "read_queues")
 
     def _queues(self, topic: str, refresh: bool, perm: int, count: str) -> list[MessageQueue]:
+        key = (topic, perm)
+        cached = self._queue_lists.get(key)
+        if cached is not None and not refresh and time.monotonic() - cached[0] < self.route_max_age_s:
+            return cached[1]
+        queues = self._build_queues(topic, refresh, perm, count)
+        self._queue_lists[key] = (time.monotonic(), queues)
+        return queues
+
+    def _build_queues(self, topic: str, refresh: bool, perm: int, count: str) -> list[MessageQueue]:
         route = self.route(topic, refresh)
         masters = {b.broker_name for b in route.broker_datas if b.master_address}
         out = [MessageQueue(topic, q.broker_name, i) for q in route.queue_datas

@@ -28,7 +28,7 @@ from ..message import Message, MessageQueue, SendResult
 from ..protocol.codes import RequestCode
 from ..root import RootPaths
 from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
-from ..store.encode import check_body, properties_bytes
+from ..store.encode import check_body, encode_records, properties_bytes
 from ..broker.topics import is_system_topic
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance
@@ -45,7 +45,7 @@ class Producer:
     on a producer not started yet starts it."""
 
     def __init__(self, root=None, group: str = "DEFAULT_PRODUCER", *, send_timeout_s: float = 3.0,
-                 retries: int = 2, compress_over_bytes: int = 4096, spin_s: float = 50e-6,
+                 retries: int = 2, compress_over_bytes: int = 4096, spin_s: float = 200e-6,
                  ring_bytes: int = DEFAULT_DATA_BYTES, completion_entries: int = DEFAULT_COMPLETION_ENTRIES,
                  latency_fault: bool = True) -> None:
         if not isinstance(group, str) or not group:
@@ -65,6 +65,7 @@ class Producer:
         self._rr = 0
         self._started = False
         self._limits = Config().store
+        self._topics: dict[str, bytes] = {}       # validated topic names
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -166,14 +167,15 @@ class Producer:
             t0 = time.monotonic()
             try:
                 session = self._session(mq)
-                recs = [self._record(tb, body, props, flag, mq.queue_id, m.flag, session)
-                        for (tb, body, flag, props), m in zip(prepared, msgs)]
-                payload = b"".join(recs)
+                payload, sizes = encode_records(prepared[0][0], [pr[1] for pr in prepared], [pr[3] for pr in prepared],
+                                                queue_id=mq.queue_id, flags=[m.flag for m in msgs],
+                                                born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
+                                                store_host=session.store_host)
                 if len(payload) > session.max_payload_bytes:
                     raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
                                           f"a frame carries; split it")
-                waiter = Waiter(mq, [len(r) for r in recs])
-                session.submit(R.FRAME_BATCH, payload, len(recs), waiter, deadline)
+                waiter = Waiter(mq, sizes)
+                session.submit(R.FRAME_BATCH, payload, len(sizes), waiter, deadline)
                 session.wait(waiter, deadline)
                 if isinstance(waiter.outcome, Exception):
                     raise waiter.outcome
@@ -213,9 +215,13 @@ class Producer:
             raise ValidationError(f"expected a hostmq.Message, got {type(msg).__name__}")
         if not self._started:
             self.start()
-        topic_b = R.validate_topic(msg.topic)
-        if is_system_topic(msg.topic):
-            raise ValidationError(f"topic {msg.topic!r} is a system topic; users cannot send to it")
+        topic_b = self._topics.get(msg.topic) if msg.topic.__class__ is str else None
+        if topic_b is None:
+            topic_b = R.validate_topic(msg.topic)
+            if is_system_topic(msg.topic):
+                raise ValidationError(f"topic {msg.topic!r} is a system topic; users cannot send to it")
+            if len(self._topics) < 10_000:
+                self._topics[msg.topic] = topic_b
         lim = self._limits
         body = bytes(check_body(msg.body, lim.max_message_bytes))
         if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):

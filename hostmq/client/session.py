@@ -187,13 +187,11 @@ class ProducerSession:
                         self._cond_waiters -= 1
 
     def _drain(self) -> int:
-        comps = self.ring.completions()
-        if not len(comps):
+        comps = self.ring.completion_tuples()
+        if not comps:
             return 0
         pending, apending = self.pending, self.async_pending
-        for seq, status, count, qoff, phys in zip(comps["seq"].tolist(), comps["status"].tolist(),
-                                                  comps["record_count"].tolist(), comps["queue_offset"].tolist(),
-                                                  comps["phys_offset"].tolist()):
+        for seq, status, count, qoff, phys, _ in comps:
             w = pending.pop(seq, None)
             if w is None:
                 continue            # a duplicate after a writer restart, or a send we gave up on

@@ -3,6 +3,9 @@ ring so the writer only copies and patches offsets)."""
 from __future__ import annotations
 
 import time
+import zlib
+
+import numpy as np
 
 from .. import records as R
 from ..errors import ValidationError
@@ -79,3 +82,44 @@ def encode_message(msg: Message, topic_b: bytes, queue_id: int, *, max_body_byte
     return R.encode_record(topic_b, bytes(body), props, queue_id=queue_id, flag=msg.flag,
                            sys_flag=sys_flag, born_ts_ms=born_ts_ms or int(time.time() * 1000),
                            born_host=born_host, store_host=store_host or born_host, reconsume_times=reconsume_times)
+
+
+def encode_records(topic_b: bytes, bodies: list[bytes], props: list[bytes], *, queue_id: int, flags: list[int],
+                   born_ts_ms: int, born_host: bytes, store_host: bytes) -> tuple[bytes, list[int]]:
+    """A batch of validated records of one topic and queue, back to back, and each record's size.
+
+    When every record has the same size (equal bodies and properties lengths, the usual batch) the
+    records are assembled as rows of one numpy array — header fields as columns, bodies and
+    properties as slices — instead of one ``pack`` per record; otherwise record by record.
+    """
+    n = len(bodies)
+    blen, plen, tlen = len(bodies[0]), len(props[0]), len(topic_b)
+    same = all(len(b) == blen for b in bodies) and all(len(p) == plen for p in props)
+    if not same or n < 8:
+        recs = [R.encode_record(topic_b, b, p, queue_id=queue_id, flag=f, born_ts_ms=born_ts_ms,
+                                born_host=born_host, store_host=store_host)
+                for b, p, f in zip(bodies, props, flags)]
+        return b"".join(recs), [len(r) for r in recs]
+    size = R.record_size(blen, tlen, plen)
+    out = np.empty((n, size), np.uint8)
+    hdr = np.zeros(n, R.MSG_HEADER_DTYPE)
+    hdr["total_size"] = size
+    hdr["magic"] = R.MAGIC_CODE
+    hdr["body_crc"] = [zlib.crc32(b) & 0x7FFFFFFF for b in bodies]
+    hdr["queue_id"] = queue_id
+    hdr["flag"] = flags
+    hdr["born_ts_ms"] = born_ts_ms
+    hdr["born_host"] = born_host
+    hdr["store_host"] = store_host
+    hdr["body_length"] = blen
+    hs = R.MSG_HEADER.size
+    out[:, :hs] = hdr.view(np.uint8).reshape(n, hs)
+    out[:, hs:hs + blen] = np.frombuffer(b"".join(bodies), np.uint8).reshape(n, blen)
+    t = hs + blen
+    out[:, t] = tlen
+    out[:, t + 1:t + 1 + tlen] = np.frombuffer(topic_b, np.uint8)
+    p = t + 1 + tlen
+    out[:, p:p + 2] = np.frombuffer(R.PROPS_LEN.pack(plen), np.uint8)
+    if plen:
+        out[:, p + 2:] = np.frombuffer(b"".join(props), np.uint8).reshape(n, plen)
+    return out.tobytes(), [size] * n

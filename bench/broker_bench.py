@@ -1,0 +1,304 @@
+"""Broker benchmark: one producer process against a real cluster, beside Redis Streams and pyzmq ipc.
+
+    .venv/bin/python bench/broker_bench.py [--messages 20000] [--root DIR] [--quick]
+
+Every workload uses 100-byte bodies and runs in this invocation against:
+
+* hostmq — a LocalCluster (NameServer + broker with writer, dispatcher, flusher), ASYNC_FLUSH, first with
+  the default bounded spin-then-block, then with every wait configured to block only;
+* Redis Streams — Debian's redis-server on 127.0.0.1 (started here on a free port, no persistence) via
+  redis-py: XADD one at a time, pipelined XADD in batches of 100, XREAD BLOCK in another process;
+  skipped with a note if redis-server or redis-py is missing;
+* pyzmq over ipc — REQ/REP round trips (an acknowledged send), PUSH one frame per message, PUSH of
+  100 messages per frame, PUSH → PULL in another process.
+
+End-to-end latency is always producer (this process) → consumer (another process), one message at a
+time, each body carrying its send time. Prints a table with hostmq/peer ratios and writes
+``bench/out/broker_bench.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import zmq
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import hostmq  # noqa: E402
+from hostmq.cli import workload  # noqa: E402
+
+SPAWN = multiprocessing.get_context("spawn")
+STAMP = struct.Struct("<q")
+BODY = b"x" * 100
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+# ---------------------------------------------------------------------------------------------------
+# hostmq
+# ---------------------------------------------------------------------------------------------------
+def run_hostmq(root: str, n: int, block_only: bool) -> dict:
+    cfg = {"store": {"commitlog_file_bytes": 256 << 20}}
+    if block_only:
+        cfg["broker"] = {"writer_spin_s": 0.0, "writer_busy_spin_s": 0.0, "dispatcher_spin_s": 0.0}
+    res = {}
+    shutil.rmtree(root, ignore_errors=True)
+    with hostmq.LocalCluster(root, config=cfg):
+        workload.ensure_topic(root, "bench")
+        with hostmq.Producer(root, spin_s=0.0 if block_only else 200e-6) as p:
+            workload.sync_sends(p, "bench", 500)                                    # warm-up
+            rate, lat = workload.sync_sends(p, "bench", n)
+            res["sync send msgs/s"] = rate
+            res.update({f"sync send {k} µs": v for k, v in lat.items() if k != "mean"})
+            if block_only:
+                return res
+            res["send_async msgs/s"] = workload.async_sends(p, "bench", n)
+            res["send_batch(100) msgs/s"] = workload.batch_sends(p, "bench", n * 10)
+            e2e = workload.end_to_end(p, root, "bench", min(n, 5000))
+            res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
+        res["consume (pull) msgs/s"] = workload.consume_all(root, "bench", n * 12 + 500 + min(n, 5000))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------
+# Redis Streams
+# ---------------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_reader(port: int, n: int, conn) -> None:
+    import redis
+    r = redis.Redis(port=port)
+    conn.send("ready")
+    last, lat = "$", []
+    while len(lat) < n:
+        got = r.xread({"e2e": last}, block=5000, count=100)
+        if not got:
+            break
+        for mid, fields in got[0][1]:
+            lat.append(time.time_ns() - STAMP.unpack_from(fields[b"b"])[0])
+            last = mid
+    conn.send(lat)
+
+
+def run_redis(n: int) -> dict | str:
+    exe = shutil.which("redis-server")
+    try:
+        import redis
+    except ImportError:
+        return "redis-py not installed (pip install redis)"
+    if exe is None:
+        return "redis-server not installed (apt-get install redis-server)"
+    port = _free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    return "redis-server did not start"
+                time.sleep(0.05)
+        res = {}
+        lat = np.empty(n, np.int64)
+        t0 = time.perf_counter()
+        for i in range(n):
+            s = time.perf_counter_ns()
+            r.xadd("s", {"b": BODY})
+            lat[i] = time.perf_counter_ns() - s
+        res["sync send msgs/s"] = n / (time.perf_counter() - t0)
+        res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
+        t0 = time.perf_counter()
+        for _ in range(n * 10 // 100):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(100):
+                pipe.xadd("s", {"b": BODY})
+            pipe.execute()
+        res["send_batch(100) msgs/s"] = n * 10 / (time.perf_counter() - t0)
+        parent, child = SPAWN.Pipe()
+        reader = SPAWN.Process(target=_redis_reader, args=(port, min(n, 5000), child), daemon=True)
+        reader.start()
+        parent.recv()
+        time.sleep(0.2)         # the reader is blocked in XREAD before the first message
+        for _ in range(min(n, 5000)):
+            r.xadd("e2e", {"b": STAMP.pack(time.time_ns()) + BODY[8:]})
+            time.sleep(0.0005)
+        e2e = workload.percentiles_us(parent.recv())
+        reader.join(10)
+        res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
+        return res
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# ---------------------------------------------------------------------------------------------------
+# pyzmq over ipc
+# ---------------------------------------------------------------------------------------------------
+def _zmq_rep(addr: str, n: int) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REP)
+    s.bind(addr)
+    for _ in range(n):
+        s.send(s.recv()[:8])
+    s.close(0)
+    ctx.term()
+
+
+def _zmq_pull(addr: str, expect: int, latency: bool, conn) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    s.bind(addr)
+    conn.send("ready")
+    lat, got = [], 0
+    while got < expect:
+        m = s.recv()
+        if latency:
+            lat.append(time.time_ns() - STAMP.unpack_from(m)[0])
+            got += 1
+        else:
+            got += max(1, len(m) // len(BODY))
+    conn.send(lat)
+    s.close(0)
+    ctx.term()
+
+
+def run_zmq(tmp: str, n: int) -> dict:
+    res = {}
+    ctx = zmq.Context()
+    addr = f"ipc://{tmp}/rep.sock"
+    rep = SPAWN.Process(target=_zmq_rep, args=(addr, n), daemon=True)
+    rep.start()
+    req = ctx.socket(zmq.REQ)
+    req.connect(addr)
+    lat = np.empty(n, np.int64)
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter_ns()
+        req.send(BODY)
+        req.recv()
+        lat[i] = time.perf_counter_ns() - s
+    res["sync send msgs/s"] = n / (time.perf_counter() - t0)
+    res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
+    req.close(0)
+    rep.join(10)
+    for name, per_frame, count in (("send_async msgs/s", 1, n), ("send_batch(100) msgs/s", 100, n * 10)):
+        addr = f"ipc://{tmp}/pull-{per_frame}.sock"
+        parent, child = SPAWN.Pipe()
+        pull = SPAWN.Process(target=_zmq_pull, args=(addr, count, False, child), daemon=True)
+        pull.start()
+        parent.recv()
+        push = ctx.socket(zmq.PUSH)
+        push.connect(addr)
+        frame = BODY * per_frame
+        t0 = time.perf_counter()
+        for _ in range(count // per_frame):
+            push.send(frame)
+        parent.recv()
+        res[name] = count / (time.perf_counter() - t0)
+        push.close(0)
+        pull.join(10)
+    addr = f"ipc://{tmp}/e2e.sock"
+    m = min(n, 5000)
+    parent, child = SPAWN.Pipe()
+    pull = SPAWN.Process(target=_zmq_pull, args=(addr, m, True, child), daemon=True)
+    pull.start()
+    parent.recv()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(addr)
+    time.sleep(0.2)
+    for _ in range(m):
+        push.send(STAMP.pack(time.time_ns()) + BODY[8:])
+        time.sleep(0.0005)
+    e2e = workload.percentiles_us(parent.recv())
+    res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
+    push.close(0)
+    pull.join(10)
+    ctx.term()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=20_000, help="messages per phase (default 20 000)")
+    ap.add_argument("--root", default=None, help="cluster root (default: a temporary directory on disk)")
+    ap.add_argument("--quick", action="store_true", help="2 000 messages per phase")
+    args = ap.parse_args()
+    n = 2000 if args.quick else args.messages
+    tmp = tempfile.mkdtemp(prefix="hqb-")
+    root = args.root or os.path.join(tmp, "root")
+    print(f"broker bench: {n:,} messages per phase, 100-byte bodies; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}; root {root}", flush=True)
+    results = {"hostmq": run_hostmq(root, n, False)}
+    print("  hostmq (spin-then-block) done", flush=True)
+    results["hostmq block-only"] = run_hostmq(root + "-block", n, True)
+    print("  hostmq (block only) done", flush=True)
+    redis_res = run_redis(n)
+    if isinstance(redis_res, str):
+        print(f"  Redis Streams skipped: {redis_res}", flush=True)
+        redis_res = {}
+    else:
+        print("  Redis Streams done", flush=True)
+    results["redis"] = redis_res
+    results["zmq ipc"] = run_zmq(tmp, n)
+    print("  pyzmq ipc done\n", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    rows = sorted({k for r in results.values() for k in r}, key=_order)
+    cols = ["hostmq", "hostmq block-only", "redis", "zmq ipc"]
+    header = f"{'workload':<26}" + "".join(f"{c:>18}" for c in cols) + f"{'hostmq/redis':>14}{'hostmq/zmq':>12}"
+    print(header)
+    print("-" * len(header))
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "broker_bench.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["workload"] + cols + ["hostmq/redis", "hostmq/zmq", "messages", "machine"])
+        for k in rows:
+            vals = [results[c].get(k) for c in cols]
+            ratios = [_ratio(vals[0], vals[2]), _ratio(vals[0], vals[3])]
+            print(f"{k:<26}" + "".join(f"{_fmt(v):>18}" for v in vals) + f"{_fmt(ratios[0], 2):>14}"
+                  f"{_fmt(ratios[1], 2):>12}")
+            w.writerow([k] + vals + ratios + [n, f"{platform.machine()} {os.cpu_count()} CPUs"])
+    print(f"\nCSV: {os.path.join(OUT, 'broker_bench.csv')} (ratios: rates hostmq/peer, latencies hostmq/peer)")
+    return 0
+
+
+def _order(k: str) -> tuple:
+    order = ["sync send msgs/s", "sync send p50", "sync send p99 ", "sync send p99.9", "send_async", "send_batch",
+             "consume", "end-to-end p50", "end-to-end p99 ", "end-to-end p99.9"]
+    for i, o in enumerate(order):
+        if k.startswith(o.strip()) and (o.endswith(" ") is False or k.startswith(o)):
+            return (i, k)
+    return (99, k)
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def _fmt(v, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}" if digits else f"{v:,.0f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
