@@ -42,6 +42,11 @@ class BrokerView:
     def dispatch_seq(self) -> int:
         return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
 
+    def readable_mark(self) -> int | None:
+        """The broker's readable position: while it is unchanged no queue of this broker has new
+        messages (None for a view of a stopped broker, which is static)."""
+        return self.state.readable_pos() if self.state is not None else None
+
     def stale(self) -> bool:
         """True if the broker this view follows has gone (or one started since a static view)."""
         if self.state is None:

@@ -63,6 +63,7 @@ class PullConsumer:
         self.positions: dict[MessageQueue, int] = {}
         self.expression = "*"
         self._committed: dict[MessageQueue, int] = {}
+        self._seen: dict[MessageQueue, tuple] = {}     # mq → (view, readable mark, max offset) at refresh
         self._rr = 0
         self._next_commit = time.monotonic() + auto_commit_interval_s
         self._next_stale_check = 0.0
@@ -154,8 +155,9 @@ class PullConsumer:
         self._refresh_stale()
         out: list[MessageExt] = []
         for mq in self._rotation():
-            r = self._view(mq.broker).reader
-            r.refresh_queue(mq.topic, mq.queue_id)
+            r = self._reader_with_news(mq)
+            if r is None:
+                continue
             g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), self.expression)
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
                 self.positions[mq] = g.next_offset
@@ -168,8 +170,9 @@ class PullConsumer:
         self._check_open()
         self._refresh_stale()
         for mq in self._rotation():
-            r = self._view(mq.broker).reader
-            r.refresh_queue(mq.topic, mq.queue_id)
+            r = self._reader_with_news(mq)
+            if r is None:
+                continue
             b = r.get_batch(mq.topic, mq.queue_id, self.positions[mq], max_count)
             if b.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.MESSAGE_WAS_REMOVING,
                             GetStatus.FOUND):
@@ -177,6 +180,21 @@ class PullConsumer:
             if len(b):
                 return b
         return None
+
+    def _reader_with_news(self, mq: MessageQueue):
+        """The store reader of ``mq``'s broker, brought up to date — or None when ``mq`` certainly has
+        nothing at our position: the broker's readable position has not moved since the queue was
+        last refreshed and we have read up to what it held then (a poll then costs one word read
+        per queue instead of a refresh)."""
+        view = self._view(mq.broker)
+        mark = view.readable_mark()
+        seen = self._seen.get(mq)
+        if mark is not None and seen is not None and seen[0] is view and seen[1] == mark \
+                and self.positions[mq] >= seen[2]:
+            return None
+        r = view.reader
+        self._seen[mq] = (view, mark, r.refresh_queue(mq.topic, mq.queue_id))
+        return r
 
     def _seqs(self) -> dict[str, int]:
         return {name: v.dispatch_seq() for name, v in self.views.items()}

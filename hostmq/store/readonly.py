@@ -29,9 +29,13 @@ from ..errors import CorruptRecordError, MessageNotFoundError
 from ..message import MessageExt, MessageQueue
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
+from ..records import CQ_ENTRY_STRUCT
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
 from .reader import GetResult, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
+
+
+SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
 
 
 class StoreReader:
@@ -136,6 +140,25 @@ class StoreReader:
             self._trim_files(cq)
         m = cq.max_offset()
         per_file = self.config.consume_queue_file_entries
+        # Scalar look at the next few entries first: a live consumer usually finds none or a handful
+        # new, and numpy's per-call cost would dominate (a poll refreshes every assigned queue).
+        mf = cq.mfq.find(m * ENTRY_BYTES)
+        if mf is not None:
+            pos = m * ENTRY_BYTES - mf.file_from_offset
+            limit, end = self.readable_end, min(mf.file_bytes, pos + SCALAR_ENTRIES * ENTRY_BYTES)
+            mm, unpack = mf.mm, CQ_ENTRY_STRUCT.unpack_from
+            start = pos
+            while pos < end:
+                phys, size, _ = unpack(mm, pos)
+                if size <= 0 or phys + size > limit:
+                    break
+                pos += ENTRY_BYTES
+            if pos > start:
+                mf.wrote_pos = mf.committed_pos = pos
+                m += (pos - start) // ENTRY_BYTES
+            if pos < end or pos == start:
+                self._trim_files(cq, m)
+                return cq.max_offset()
         while True:
             mf = cq.mfq.find(m * ENTRY_BYTES)
             if mf is None:

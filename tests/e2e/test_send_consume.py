@@ -144,3 +144,18 @@ def test_consumer_offsets_seek_and_wakeup(cluster):
             first = pc3.poll(1.0)
             pc3.seek_to_timestamp(first[5].store_timestamp_ms)
             assert pc3.position(mq) <= 5
+
+
+def test_a_consumer_can_wait_on_a_broker_that_has_stored_nothing_yet(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        queues = a.create_topic("fresh", queues=2)
+    with hostmq.PullConsumer(c.root, group="early", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.assign(queues)                            # before the broker's first message
+        assert [pc.position(q) for q in queues] == [0, 0]
+        assert pc.poll(0.05) == []
+        with hostmq.Producer(c.root) as p:
+            r = p.send(Message("fresh", b"one"), queue=queues[1])
+        got = wait_until(lambda: pc.poll(0.5), 10, "the first message")
+        assert [(m.queue, m.queue_offset, m.body, m.msg_id) for m in got] == [(queues[1], 0, b"one", r.msg_id)]
+        assert pc.poll(0.05) == []                    # nothing new: the unchanged broker is not re-read

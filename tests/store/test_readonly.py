@@ -123,3 +123,31 @@ def test_a_reader_does_not_lock_the_store(tmp_path):
     with StoreReader(path, small_config()):
         with MessageStore(path, small_config()) as again:     # the writer can still open it
             assert again.max_offset("T0", 0) > 0
+
+
+@pytest.mark.parametrize("bursts", [[1, 1, 3, 15, 16, 17, 33, 1, 120, 2, 64, 1, 300]])
+def test_refresh_queue_follows_a_live_queue_entry_by_entry(tmp_path, bursts):
+    """A consumer's incremental refresh (a scalar look at the next entries, numpy past that) sees
+    exactly the dispatched entries, across consume-queue file boundaries, and never more."""
+    path = str(tmp_path / "s")
+    cfg = small_config()
+    store = MessageStore(path, cfg)
+    try:
+        store.put(Message("T", b"first"), queue_id=0)
+        store.dispatch()
+        reader = StoreReader(path, cfg, scan_queues=False, limit_phys=lambda: store.dispatched_phys)
+        assert reader.refresh_queue("T", 0) == 1
+        expected = 1
+        for n in bursts:
+            for i in range(n):
+                store.put(Message("T", b"b%d-%d" % (expected, i)), queue_id=0)
+            assert reader.refresh_queue("T", 0) == expected          # appended, not dispatched
+            store.dispatch()
+            expected += n
+            assert reader.refresh_queue("T", 0) == expected
+        assert expected > 2 * cfg["consume_queue_file_entries"]
+        assert [m.body for m in reader.get("T", 0, 0, expected).messages] == \
+            [b"first"] + [b"b%d-%d" % (sum([1] + bursts[:k]), i) for k, n in enumerate(bursts) for i in range(n)]
+        reader.close()
+    finally:
+        store.close()
