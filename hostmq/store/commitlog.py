@@ -263,6 +263,13 @@ class CommitLog:
             raise CorruptRecordError(mf.path, phys_offset, "blank record, not a message")
         return mf.mm[pos:pos + total]
 
+    def record_size_at(self, phys_offset: int) -> int:
+        """TOTALSIZE of the record at ``phys_offset`` (0 if no file holds it)."""
+        mf = self.mfq.find(phys_offset)
+        if mf is None:
+            return 0
+        return R.BLANK.unpack_from(mf.mm, phys_offset - mf.file_from_offset)[0]     # (TOTALSIZE, magic)
+
     def store_ts_at(self, phys_offset: int) -> int:
         mf = self.mfq.find(phys_offset)
         pos = phys_offset - mf.file_from_offset
