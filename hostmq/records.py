@@ -367,16 +367,11 @@ def host_tag() -> bytes:
 def host_bytes(pid: int | None = None) -> bytes:
     """BORNHOST / STOREHOST value: host tag + pid (this process's when ``pid`` is None)."""
     if pid is None:
-        mine = _MY_HOST
-        if mine[0] == os.getpid():
-            return mine[1]
-        pid = os.getpid()
-        _MY_HOST[:] = [pid, host_tag() + struct.pack(">I", pid & 0xFFFFFFFF)]
-        return _MY_HOST[1]
+        return _MY_HOST[0]
     return host_tag() + struct.pack(">I", pid & 0xFFFFFFFF)
 
 
-_MY_HOST: list = [0, b""]       # (pid, host bytes) of this process, recomputed after a fork
+_MY_HOST: list = [b""]          # this process's host bytes, set again in a forked child
 
 
 def _seed_unique_ids() -> None:
@@ -384,7 +379,8 @@ def _seed_unique_ids() -> None:
     from the clock, 32 hex digits. Re-seeded in a forked child so parent and child never share one;
     call it as ``records.new_unique_id()`` (the module attribute is replaced on fork)."""
     global new_unique_id
-    prefix = host_bytes(os.getpid()).hex().upper()
+    _MY_HOST[0] = host_bytes(os.getpid())
+    prefix = _MY_HOST[0].hex().upper()
     counter = itertools.count(int(time.time() * 1000) << 16).__next__
     new_unique_id = lambda: f"{prefix}{counter():016X}"  # noqa: E731 - the hot path wants no frame
 

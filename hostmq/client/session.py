@@ -138,7 +138,8 @@ class ProducerSession:
         notify_if_waiting(ring.writer_waiting, self.wake)
         if is_async:
             self._ensure_thread()
-            self._async_event.set()
+            if not self._async_event.is_set():
+                self._async_event.set()
         return seq
 
     def _write_when_room(self, kind: int, seq: int, payload, count: int, deadline: float) -> None:
@@ -251,8 +252,10 @@ class ProducerSession:
                 continue
             if self._read_lock.acquire(timeout=0.005):
                 try:
+                    # No spin here: a spinning Python thread holds the GIL and starves the thread
+                    # that is sending; blocking on the semaphore releases it.
                     wait_for(ring.has_completions, self.done, now + 0.01, flag=ring.producer_waiting,
-                             spin_s=self.spin_s)
+                             spin_s=0.0)
                     self._drain()
                 except Exception:
                     log.exception("completion reader for %s failed", self.broker)
