@@ -12,6 +12,10 @@ Every workload uses 100-byte bodies and runs in this invocation against:
 * pyzmq over ipc — REQ/REP round trips (an acknowledged send), PUSH one frame per message, PUSH of
   100 messages per frame, PUSH → PULL in another process.
 
+Raw limits measured in the same run: a blocking POSIX-semaphore round trip between two processes,
+back to back and with 0.5 ms pauses, and how much slower the same pure-Python work runs right after
+a 0.5 ms sleep (the cost of a cold vCPU, which every paused workload pays).
+
 End-to-end latency is always producer (this process) → consumer (another process), one message at a
 time, each body carrying its send time. Prints a table with hostmq/peer ratios and writes
 ``bench/out/broker_bench.csv``.
@@ -42,6 +46,7 @@ from hostmq.cli import workload  # noqa: E402
 SPAWN = multiprocessing.get_context("spawn")
 STAMP = struct.Struct("<q")
 BODY = b"x" * 100
+PAUSE_S = 0.0005        # the pause of the paused workloads (as end-to-end: one message at a time)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 
@@ -61,6 +66,8 @@ def run_hostmq(root: str, n: int, block_only: bool) -> dict:
             rate, lat = workload.sync_sends(p, "bench", n)
             res["sync send msgs/s"] = rate
             res.update({f"sync send {k} µs": v for k, v in lat.items() if k != "mean"})
+            _, lat = workload.sync_sends(p, "bench", min(n, 2000), pause_s=PAUSE_S)
+            res["sync send p50 µs, 0.5 ms pauses"] = lat["p50"]
             if block_only:
                 return res
             res["send_async msgs/s"] = workload.async_sends(p, "bench", n)
@@ -126,6 +133,13 @@ def run_redis(n: int) -> dict | str:
             lat[i] = time.perf_counter_ns() - s
         res["sync send msgs/s"] = n / (time.perf_counter() - t0)
         res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
+        lat = np.empty(min(n, 2000), np.int64)
+        for i in range(len(lat)):
+            s = time.perf_counter_ns()
+            r.xadd("s", {"b": BODY})
+            lat[i] = time.perf_counter_ns() - s
+            time.sleep(PAUSE_S)
+        res["sync send p50 µs, 0.5 ms pauses"] = workload.percentiles_us(lat)["p50"]
         t0 = time.perf_counter()
         for _ in range(n * 10 // 100):
             pipe = r.pipeline(transaction=False)
@@ -140,7 +154,7 @@ def run_redis(n: int) -> dict | str:
         time.sleep(0.2)         # the reader is blocked in XREAD before the first message
         for _ in range(min(n, 5000)):
             r.xadd("e2e", {"b": STAMP.pack(time.time_ns()) + BODY[8:]})
-            time.sleep(0.0005)
+            time.sleep(PAUSE_S)
         e2e = workload.percentiles_us(parent.recv())
         reader.join(10)
         res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
@@ -185,7 +199,7 @@ def run_zmq(tmp: str, n: int) -> dict:
     res = {}
     ctx = zmq.Context()
     addr = f"ipc://{tmp}/rep.sock"
-    rep = SPAWN.Process(target=_zmq_rep, args=(addr, n), daemon=True)
+    rep = SPAWN.Process(target=_zmq_rep, args=(addr, n + min(n, 2000)), daemon=True)
     rep.start()
     req = ctx.socket(zmq.REQ)
     req.connect(addr)
@@ -198,6 +212,14 @@ def run_zmq(tmp: str, n: int) -> dict:
         lat[i] = time.perf_counter_ns() - s
     res["sync send msgs/s"] = n / (time.perf_counter() - t0)
     res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
+    lat = np.empty(min(n, 2000), np.int64)
+    for i in range(len(lat)):
+        s = time.perf_counter_ns()
+        req.send(BODY)
+        req.recv()
+        lat[i] = time.perf_counter_ns() - s
+        time.sleep(PAUSE_S)
+    res["sync send p50 µs, 0.5 ms pauses"] = workload.percentiles_us(lat)["p50"]
     req.close(0)
     rep.join(10)
     for name, per_frame, count in (("send_async msgs/s", 1, n), ("send_batch(100) msgs/s", 100, n * 10)):
@@ -227,12 +249,72 @@ def run_zmq(tmp: str, n: int) -> dict:
     time.sleep(0.2)
     for _ in range(m):
         push.send(STAMP.pack(time.time_ns()) + BODY[8:])
-        time.sleep(0.0005)
+        time.sleep(PAUSE_S)
     e2e = workload.percentiles_us(parent.recv())
     res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
     push.close(0)
     pull.join(10)
     ctx.term()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------
+# Raw limits of this machine, measured in the same run
+# ---------------------------------------------------------------------------------------------------
+def _sem_echo(a_name: str, b_name: str) -> None:
+    import posix_ipc
+    a, b = posix_ipc.Semaphore(a_name), posix_ipc.Semaphore(b_name)
+    while True:
+        a.acquire()
+        b.release()
+
+
+def _python_work() -> int:
+    s = 0
+    for i in range(200):
+        s += i * i
+    return s
+
+
+def run_raw(n: int) -> dict:
+    """Blocking semaphore round trips between two processes, back to back and with 0.5 ms pauses
+    (the end-to-end workloads pause 0.5 ms between messages), and how much slower the same
+    pure-Python work runs right after a 0.5 ms sleep than back to back (a cold vCPU)."""
+    import posix_ipc
+    res = {}
+    names = [f"/hqb-{os.getpid()}-a", f"/hqb-{os.getpid()}-b"]
+    a, b = (posix_ipc.Semaphore(x, posix_ipc.O_CREX) for x in names)
+    echo = SPAWN.Process(target=_sem_echo, args=tuple(names), daemon=True)
+    echo.start()
+    try:
+        m = min(n, 3000)
+        for label, gap in (("back to back", 0.0), ("0.5 ms pauses", 0.0005)):
+            lat = np.empty(m, np.int64)
+            for i in range(m):
+                t = time.perf_counter_ns()
+                a.release()
+                b.acquire()
+                lat[i] = time.perf_counter_ns() - t
+                if gap:
+                    time.sleep(gap)
+            res[f"semaphore round trip p50 µs, {label}"] = float(np.percentile(lat, 50)) / 1000
+        work = {}
+        for label, gap in (("back to back", 0.0), ("after 0.5 ms sleep", 0.0005)):
+            lat = np.empty(m, np.int64)
+            for i in range(m):
+                t = time.perf_counter_ns()
+                _python_work()
+                lat[i] = time.perf_counter_ns() - t
+                if gap:
+                    time.sleep(gap)
+            work[label] = float(np.percentile(lat, 50))
+        res["same Python work after 0.5 ms sleep (× slower)"] = work["after 0.5 ms sleep"] / work["back to back"]
+    finally:
+        echo.kill()
+        echo.join(5)
+        for x in (a, b):
+            x.unlink()
+            x.close()
     return res
 
 
@@ -270,13 +352,19 @@ def main() -> int:
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "broker_bench.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["workload"] + cols + ["hostmq/redis", "hostmq/zmq", "messages", "machine"])
+        w.writerow(["workload"] + cols + ["hostmq/redis", "hostmq/zmq", "messages", "machine", "raw"])
         for k in rows:
             vals = [results[c].get(k) for c in cols]
             ratios = [_ratio(vals[0], vals[2]), _ratio(vals[0], vals[3])]
             print(f"{k:<26}" + "".join(f"{_fmt(v):>18}" for v in vals) + f"{_fmt(ratios[0], 2):>14}"
                   f"{_fmt(ratios[1], 2):>12}")
             w.writerow([k] + vals + ratios + [n, f"{platform.machine()} {os.cpu_count()} CPUs"])
+        raw = run_raw(n)
+        print("\nraw limits of this machine (same run)")
+        for k, v in raw.items():
+            print(f"  {k:<52}{v:>10,.1f}")
+            w.writerow([f"raw: {k}"] + [None] * len(cols) + [None, None, n, f"{platform.machine()} {os.cpu_count()} CPUs",
+                                                              v])
     print(f"\nCSV: {os.path.join(OUT, 'broker_bench.csv')} (ratios: rates hostmq/peer, latencies hostmq/peer)")
     return 0
 

@@ -35,8 +35,8 @@ def ensure_topic(root: str, topic: str, queues: int = 4) -> None:
         a.create_topic(topic, queues=queues)
 
 
-def sync_sends(p: Producer, topic: str, n: int, body_bytes: int = 100) -> tuple[float, dict]:
-    """``n`` sync sends one at a time: (rate, latency percentiles in µs)."""
+def sync_sends(p: Producer, topic: str, n: int, body_bytes: int = 100, pause_s: float = 0.0) -> tuple[float, dict]:
+    """``n`` sync sends one at a time (``pause_s`` apart): (rate, latency percentiles in µs)."""
     body = b"x" * body_bytes
     lat = np.empty(n, np.int64)
     t0 = time.perf_counter()
@@ -44,6 +44,8 @@ def sync_sends(p: Producer, topic: str, n: int, body_bytes: int = 100) -> tuple[
         s = time.perf_counter_ns()
         p.send(Message(topic, body))
         lat[i] = time.perf_counter_ns() - s
+        if pause_s:
+            time.sleep(pause_s)
     return n / (time.perf_counter() - t0), percentiles_us(lat)
 
 
