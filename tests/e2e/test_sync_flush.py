@@ -1,0 +1,115 @@
+"""SYNC_FLUSH: a send is acknowledged only once the flusher's group commit made it durable;
+ASYNC_FLUSH acknowledges after the append. Real broker processes; the flushed position is read from
+the broker's state segment."""
+from __future__ import annotations
+
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import hostmq
+from hostmq import Message
+from hostmq.broker.state import W_FLUSHED_POS, BrokerState
+from hostmq.root import shm_name
+from tests.e2e.conftest import wait_until
+from tests.e2e.test_faults import Load, check_exactly_once, stored
+
+pytestmark = pytest.mark.timeout(240)
+SYNC = {"flush_disk_type": "SYNC_FLUSH"}
+# ASYNC_FLUSH that will not flush during the test: the acknowledgement cannot be waiting for a flush.
+LAZY_ASYNC = {"flush_disk_type": "ASYNC_FLUSH", "flush_interval_ms": 600_000, "flush_thorough_interval_ms": 600_000}
+
+
+def phys_of(r: hostmq.SendResult) -> int:
+    return int(r.msg_id[-16:], 16)          # message id = store host + commitlog offset
+
+
+class State:
+    def __init__(self, root: str, broker: str = "broker-a") -> None:
+        self.st = BrokerState.attach(shm_name(root, broker, "state"), readonly=True)
+
+    def flushed(self) -> int:
+        return int(self.st.w[W_FLUSHED_POS])
+
+    def flush_count(self) -> int:
+        return int(self.st.get("flush_count"))
+
+    def close(self) -> None:
+        self.st.close()
+
+
+def test_sync_flush_acknowledges_only_what_is_on_disk_and_commits_in_groups(cluster):
+    c = cluster(store=SYNC)
+    st = State(c.root)
+    try:
+        with hostmq.Producer(c.root) as p, hostmq.Admin(c.root) as a:
+            a.create_topic("sf", queues=2)
+            seen = []
+            for i in range(100):
+                r = p.send(Message("sf", b"one-%d" % i))
+                seen.append((r, st.flushed()))                # read at once after the acknowledgement
+            for r, flushed in seen:
+                assert r.status == hostmq.SendStatus.SEND_OK
+                m = a.view_message(r.msg_id)
+                end = m.commitlog_offset + m.store_size
+                assert flushed >= end, f"acknowledged {r.msg_id} ending at {end} with only {flushed} flushed"
+
+            # Group commit: concurrent senders share fsyncs.
+            flushes_before = st.flush_count()
+            lock = threading.Lock()
+            late = []
+
+            def send(i: int) -> hostmq.SendResult:
+                r = p.send(Message("sf", b"many-%d" % i))
+                flushed = st.flushed()
+                if flushed <= phys_of(r):
+                    with lock:
+                        late.append((r.msg_id, flushed))
+                return r
+
+            with ThreadPoolExecutor(8) as ex:
+                results = list(ex.map(send, range(400)))
+            assert not late, f"acknowledged before the flush covered them: {late[:5]}"
+            assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
+            flushes = st.flush_count() - flushes_before
+            assert 0 < flushes < len(results), f"{flushes} flushes for {len(results)} concurrent sends"
+
+            # Async sends under SYNC_FLUSH complete the same way.
+            futs = [p.send_async(Message("sf", b"async-%d" % i)) for i in range(200)]
+            for f in futs:
+                r = f.result(30)
+                m = a.view_message(r.msg_id)
+                assert st.flushed() >= m.commitlog_offset + m.store_size
+    finally:
+        st.close()
+
+
+def test_async_flush_acknowledges_before_the_flush(cluster):
+    c = cluster(store=LAZY_ASYNC)
+    st = State(c.root)
+    try:
+        with hostmq.Producer(c.root) as p:
+            flushed_at_start = st.flushed()
+            results = [p.send(Message("af", b"m%d" % i)) for i in range(50)]
+            assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
+            assert st.flushed() == flushed_at_start <= phys_of(results[-1])
+    finally:
+        st.close()
+
+
+def test_sync_flush_broker_killed_then_restarted_keeps_every_acknowledged_message(cluster):
+    c = cluster(store=SYNC)
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("sfcrash", queues=4)
+    with Load(c.root, "sfcrash") as load:
+        wait_until(lambda: len(load.acked) >= 1500, 60, "1500 acknowledgements")
+        c.signal_group("broker-a", signal.SIGKILL)
+        c.processes["broker-a"].wait(30)
+        acked_before = dict(load.acked)
+        c.start_broker("broker-a")
+        wait_until(lambda: len(load.acked) >= len(acked_before) + 500, 60, "sends after the restart")
+    counts = stored(c.root, "sfcrash")
+    assert set(acked_before) <= set(load.acked)
+    check_exactly_once(counts, load.acked)
