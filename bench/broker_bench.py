@@ -50,6 +50,27 @@ PAUSE_S = 0.0005        # the pause of the paused workloads (as end-to-end: one 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 
+def timed_calls(call, n: int, pause_s: float = 0.0) -> tuple[float, dict]:
+    """``call()`` ``n`` times one after another (``pause_s`` apart): (calls/s, latency percentiles in µs)."""
+    lat = np.empty(n, np.int64)
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter_ns()
+        call()
+        lat[i] = time.perf_counter_ns() - s
+        if pause_s:
+            time.sleep(pause_s)
+    return n / (time.perf_counter() - t0), workload.percentiles_us(lat)
+
+
+def sync_rows(call, n: int) -> dict:
+    """The sync-send rows of a peer: back to back, then with pauses."""
+    rate, lat = timed_calls(call, n)
+    res = {"sync send msgs/s": rate, **{f"sync send {k} µs": v for k, v in lat.items() if k != "mean"}}
+    res["sync send p50 µs, 0.5 ms pauses"] = timed_calls(call, min(n, 2000), PAUSE_S)[1]["p50"]
+    return res
+
+
 # ---------------------------------------------------------------------------------------------------
 # hostmq
 # ---------------------------------------------------------------------------------------------------
@@ -125,21 +146,7 @@ def run_redis(n: int) -> dict | str:
                     return "redis-server did not start"
                 time.sleep(0.05)
         res = {}
-        lat = np.empty(n, np.int64)
-        t0 = time.perf_counter()
-        for i in range(n):
-            s = time.perf_counter_ns()
-            r.xadd("s", {"b": BODY})
-            lat[i] = time.perf_counter_ns() - s
-        res["sync send msgs/s"] = n / (time.perf_counter() - t0)
-        res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
-        lat = np.empty(min(n, 2000), np.int64)
-        for i in range(len(lat)):
-            s = time.perf_counter_ns()
-            r.xadd("s", {"b": BODY})
-            lat[i] = time.perf_counter_ns() - s
-            time.sleep(PAUSE_S)
-        res["sync send p50 µs, 0.5 ms pauses"] = workload.percentiles_us(lat)["p50"]
+        res.update(sync_rows(lambda: r.xadd("s", {"b": BODY}), n))
         t0 = time.perf_counter()
         for _ in range(n * 10 // 100):
             pipe = r.pipeline(transaction=False)
@@ -195,6 +202,17 @@ def _zmq_pull(addr: str, expect: int, latency: bool, conn) -> None:
     ctx.term()
 
 
+def _pull_pair(ctx, addr: str, count: int, latency: bool):
+    """A PULL process bound at ``addr`` (ready) and a PUSH socket connected to it."""
+    parent, child = SPAWN.Pipe()
+    pull = SPAWN.Process(target=_zmq_pull, args=(addr, count, latency, child), daemon=True)
+    pull.start()
+    parent.recv()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(addr)
+    return pull, parent, push
+
+
 def run_zmq(tmp: str, n: int) -> dict:
     res = {}
     ctx = zmq.Context()
@@ -203,33 +221,16 @@ def run_zmq(tmp: str, n: int) -> dict:
     rep.start()
     req = ctx.socket(zmq.REQ)
     req.connect(addr)
-    lat = np.empty(n, np.int64)
-    t0 = time.perf_counter()
-    for i in range(n):
-        s = time.perf_counter_ns()
+
+    def round_trip():
         req.send(BODY)
         req.recv()
-        lat[i] = time.perf_counter_ns() - s
-    res["sync send msgs/s"] = n / (time.perf_counter() - t0)
-    res.update({f"sync send {k} µs": v for k, v in workload.percentiles_us(lat).items() if k != "mean"})
-    lat = np.empty(min(n, 2000), np.int64)
-    for i in range(len(lat)):
-        s = time.perf_counter_ns()
-        req.send(BODY)
-        req.recv()
-        lat[i] = time.perf_counter_ns() - s
-        time.sleep(PAUSE_S)
-    res["sync send p50 µs, 0.5 ms pauses"] = workload.percentiles_us(lat)["p50"]
+
+    res.update(sync_rows(round_trip, n))
     req.close(0)
     rep.join(10)
     for name, per_frame, count in (("send_async msgs/s", 1, n), ("send_batch(100) msgs/s", 100, n * 10)):
-        addr = f"ipc://{tmp}/pull-{per_frame}.sock"
-        parent, child = SPAWN.Pipe()
-        pull = SPAWN.Process(target=_zmq_pull, args=(addr, count, False, child), daemon=True)
-        pull.start()
-        parent.recv()
-        push = ctx.socket(zmq.PUSH)
-        push.connect(addr)
+        pull, parent, push = _pull_pair(ctx, f"ipc://{tmp}/pull-{per_frame}.sock", count, False)
         frame = BODY * per_frame
         t0 = time.perf_counter()
         for _ in range(count // per_frame):
@@ -238,14 +239,8 @@ def run_zmq(tmp: str, n: int) -> dict:
         res[name] = count / (time.perf_counter() - t0)
         push.close(0)
         pull.join(10)
-    addr = f"ipc://{tmp}/e2e.sock"
     m = min(n, 5000)
-    parent, child = SPAWN.Pipe()
-    pull = SPAWN.Process(target=_zmq_pull, args=(addr, m, True, child), daemon=True)
-    pull.start()
-    parent.recv()
-    push = ctx.socket(zmq.PUSH)
-    push.connect(addr)
+    pull, parent, push = _pull_pair(ctx, f"ipc://{tmp}/e2e.sock", m, True)
     time.sleep(0.2)
     for _ in range(m):
         push.send(STAMP.pack(time.time_ns()) + BODY[8:])
@@ -288,26 +283,15 @@ def run_raw(n: int) -> dict:
     echo.start()
     try:
         m = min(n, 3000)
-        for label, gap in (("back to back", 0.0), ("0.5 ms pauses", 0.0005)):
-            lat = np.empty(m, np.int64)
-            for i in range(m):
-                t = time.perf_counter_ns()
-                a.release()
-                b.acquire()
-                lat[i] = time.perf_counter_ns() - t
-                if gap:
-                    time.sleep(gap)
-            res[f"semaphore round trip p50 µs, {label}"] = float(np.percentile(lat, 50)) / 1000
-        work = {}
-        for label, gap in (("back to back", 0.0), ("after 0.5 ms sleep", 0.0005)):
-            lat = np.empty(m, np.int64)
-            for i in range(m):
-                t = time.perf_counter_ns()
-                _python_work()
-                lat[i] = time.perf_counter_ns() - t
-                if gap:
-                    time.sleep(gap)
-            work[label] = float(np.percentile(lat, 50))
+
+        def round_trip():
+            a.release()
+            b.acquire()
+
+        res["semaphore round trip p50 µs, back to back"] = timed_calls(round_trip, m)[1]["p50"]
+        res["semaphore round trip p50 µs, 0.5 ms pauses"] = timed_calls(round_trip, m, PAUSE_S)[1]["p50"]
+        work = {"back to back": timed_calls(_python_work, m)[1]["p50"],
+                "after 0.5 ms sleep": timed_calls(_python_work, m, PAUSE_S)[1]["p50"]}
         res["same Python work after 0.5 ms sleep (× slower)"] = work["after 0.5 ms sleep"] / work["back to back"]
     finally:
         echo.kill()

@@ -1,0 +1,199 @@
+"""Shared-memory layouts (hostmq.shm, the broker state segment, consumers' wake-up words), pure.
+
+Part of hostmq/records.py's declarations — re-exported there and used as ``records.NAME`` — kept in
+their own module only to keep each file readable. Every layout is declared once, here.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# Shared-memory layouts (hostmq.shm): segment header, ingress ring header, frame, completion
+# ---------------------------------------------------------------------------------------------
+# These layouts never leave the host, so unlike the store formats above they use the machine's
+# NATIVE byte order: cursors and flags are published with aligned native int64 stores
+# (``memoryview.cast("q")``, OS_NOTES 14), and every other field must agree with them.
+#
+# Segment header — the first 128 bytes of every hostmq shared-memory segment; the payload starts
+# at SEGMENT_PAYLOAD_OFFSET (one page, so rings inside are page aligned)::
+#
+#     +0   magic "HOSTMQSG" (8, stored last)  | +8  layout_version u32   | +12 header_bytes u32 (4096)
+#     +16  kind (16, ASCII, NUL padded: "ingress", …)
+#     +32  owner_pid i64                      | +40 owner_start_time_s f64 (psutil create_time)
+#     +48  boot_id (16, raw UUID of /proc/sys/kernel/random/boot_id)
+#     +64  generation u64 (random per creation) | +72 size_bytes u64 (whole segment)
+#     +80  created_ms i64 (wall clock)        | +88 reserved (40, zero)
+#     +128 … +4096 unused                     | +4096 payload (size given to Segment.create)
+SEGMENT_MAGIC = b"HOSTMQSG"
+SEGMENT_HEADER = np.dtype([
+    ("magic", "S8"), ("layout_version", "u4"), ("header_bytes", "u4"), ("kind", "S16"),
+    ("owner_pid", "i8"), ("owner_start_time_s", "f8"), ("boot_id", "S16"), ("generation", "u8"),
+    ("size_bytes", "u8"), ("created_ms", "i8"), ("reserved", "S40"),
+])
+assert SEGMENT_HEADER.itemsize == 128
+assert SEGMENT_HEADER.fields["magic"][1] == 0     # published last with one aligned int64 store
+SEGMENT_PAYLOAD_OFFSET = 4096
+SEGMENT_KIND_BYTES = SEGMENT_HEADER.fields["kind"][0].itemsize
+
+# Ingress ring (one per producer session) — the segment payload is::
+#
+#     +0    ring header (256, below)
+#     +256  completion ring: completion_entries × COMPLETION (writer → producer)
+#     +data_offset (page aligned)  data ring: data_bytes of FRAMEs (producer → writer)
+#
+# Ring header: one 64-byte line per writer so a cursor store never shares a cache line with the
+# other side's cursor. Line 0 is written once by the creator before the segment's magic is
+# published; line 1 only by the producer; line 2 only by the writer. Cursors are monotonic byte
+# (data) or entry (completion) counters; the index into the ring is ``pos & (capacity - 1)``::
+#
+#     line 0 +0   data_offset u64 | data_bytes u64 | completion_offset u64 | completion_entries u64
+#            +32  max_frame_bytes u64 | reserved (24)
+#     line 1 +64  data_write_pos i64 | completion_read_pos i64 | producer_waiting i64 | producer_state i64
+#            +96  reserved (32)
+#     line 2 +128 data_read_pos i64 | completion_write_pos i64 | writer_waiting i64 | writer_state i64
+#            +160 appended_data_pos i64 | staged_completion_pos i64 | reserved (16)
+#     line 3 +192 reserved (64)
+RING_KIND = "ingress"
+#
+# The writer's journal (line 2, +160/+168) makes a writer restart exactly-once: ``appended_data_pos``
+# is the data position up to which frames are in the commitlog, ``staged_completion_pos`` the end of
+# the completion entries written for them (published to the producer only up to
+# ``completion_write_pos``, e.g. after a SYNC_FLUSH group commit). See hostmq.broker.writer.
+RING_LAYOUT_VERSION = 2
+RING_HEADER = np.dtype({
+    "names": ["data_offset", "data_bytes", "completion_offset", "completion_entries", "max_frame_bytes",
+              "data_write_pos", "completion_read_pos", "producer_waiting", "producer_state",
+              "data_read_pos", "completion_write_pos", "writer_waiting", "writer_state",
+              "appended_data_pos", "staged_completion_pos"],
+    "formats": ["u8"] * 5 + ["i8"] * 10,
+    "offsets": [0, 8, 16, 24, 32, 64, 72, 80, 88, 128, 136, 144, 152, 160, 168],
+    "itemsize": 256,
+})
+assert RING_HEADER.itemsize == 256
+# Index of each ring-header field in the header viewed as int64 words (``cast("q")``).
+RING_WORD = {name: RING_HEADER.fields[name][1] // 8 for name in RING_HEADER.names}
+assert all(RING_HEADER.fields[n][1] % 8 == 0 for n in RING_HEADER.names)
+assert RING_HEADER.fields["data_write_pos"][1] // 64 != RING_HEADER.fields["data_read_pos"][1] // 64
+RING_STATE_OPEN = 0
+RING_STATE_CLOSED = 1        # producer_state: the producer closed its session cleanly
+RING_STATE_DROPPED = 2       # writer_state: the writer found the ring corrupt and stopped reading it
+
+# Frame — what a producer publishes into the data ring, 8-byte aligned, never split at the end::
+#
+#     +0  frame_bytes u32 (header + payload, exact; the next frame starts at align8(frame_bytes))
+#     +4  kind u32 (FRAME_MESSAGE | FRAME_BATCH | FRAME_SKIP)   +8 seq i64 (producer's completion id)
+#     +16 record_count u32                                      +20 flags u32 (producer ↔ writer hints)
+#     +24 payload: record_count commitlog records back to back (QUEUEOFFSET/PHYSICALOFFSET left 0)
+#
+# A SKIP frame (record_count 0) pads from its position to the end of the ring; when fewer than
+# FRAME_HEADER.size bytes remain before the end, both sides skip them without any header.
+FRAME_HEADER = struct.Struct("=IIqII")
+FRAME_HEADER_DTYPE = np.dtype([("frame_bytes", "u4"), ("kind", "u4"), ("seq", "i8"),
+                               ("record_count", "u4"), ("flags", "u4")])
+assert FRAME_HEADER.size == FRAME_HEADER_DTYPE.itemsize == 24
+FRAME_ALIGN = 8
+FRAME_MESSAGE = 1            # exactly one record
+FRAME_BATCH = 2              # one or more records (a RocketMQ batch: one topic and queue)
+FRAME_SKIP = 3               # padding to the end of the ring
+FRAME_KINDS = (FRAME_MESSAGE, FRAME_BATCH, FRAME_SKIP)
+
+# Completion — one per MESSAGE/BATCH frame, written by the writer in the producer's ring::
+#
+#     +0 seq i64 | +8 status i32 | +12 record_count i32 | +16 queue_offset i64 (first record)
+#     +24 phys_offset i64 (first record) | +32 store_ts_ms i64
+COMPLETION = np.dtype([("seq", "i8"), ("status", "i4"), ("record_count", "i4"), ("queue_offset", "i8"),
+                       ("phys_offset", "i8"), ("store_ts_ms", "i8")])
+assert COMPLETION.itemsize == 40
+# status: >= 0 stored (values follow message.SendStatus order), < 0 refused (nothing stored).
+COMPLETION_SEND_OK = 0
+COMPLETION_FLUSH_DISK_TIMEOUT = 1
+COMPLETION_FLUSH_SLAVE_TIMEOUT = 2
+COMPLETION_SLAVE_NOT_AVAILABLE = 3
+COMPLETION_BAD_RECORD = -1           # a record failed validation (check_record)
+COMPLETION_STORE_FULL = -2           # disk above the refuse-writes ratio
+COMPLETION_NOT_AVAILABLE = -3        # the broker cannot accept writes (shutting down, slave, …)
+COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, or the queue id is too big
+
+# Broker state — one segment per running broker (``/hostmq.<hash12>.state.0``), created by the broker
+# process before it starts its children and unlinked when it stops. Positions that other processes
+# read are published here with aligned native int64 stores; each 64-byte line has ONE writer::
+#
+#     line 0 +0   (broker, once, before the magic) flush_disk_type (0 async, 1 sync) | session_slots |
+#                 waiter_slots | broker_pid | store_host (8 raw bytes) | commitlog_file_bytes | started_ms |
+#                 consume_queue_file_entries
+#     line 1 +64  (broker control) broker_state | sessions_version | topics_version | waiters_version |
+#                 control_heartbeat_ms
+#     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
+#                 appended_records | flush_request_pos
+#     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
+#                 intent_data_end | intent_cw_end
+#     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
+#                 cq_flushed_pos | dispatched_records
+#     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
+#                 checkpoint_ms | flush_latency_us
+#     line 6 +384 (broker, once, before the magic) index_slots | index_entries
+#     +512                      session table: session_slots × STATE_SLOT (broker control)
+#     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
+#     +512 + 72·S               waiter table: waiter_slots × STATE_SLOT (broker control)
+#
+# ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
+# below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
+# of what is on disk. Readers may see an older value, never a torn one (OS_NOTES 14).
+BROKER_STATE_KIND = "broker"
+BROKER_STATE_VERSION = 1
+_STATE_FIELDS = [
+    (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
+         "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
+    (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms"]),
+    (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
+           "appended_records", "flush_request_pos"]),
+    (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
+           "intent_cw_end"]),
+    (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
+           "dispatched_records"]),
+    (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
+           "flush_latency_us"]),
+    (384, ["index_slots", "index_entries"]),
+]
+BROKER_STATE = np.dtype({
+    "names": [n for _, names in _STATE_FIELDS for n in names],
+    "formats": ["S8" if n == "store_host" else "i8" for _, names in _STATE_FIELDS for n in names],
+    "offsets": [base + 8 * i for base, names in _STATE_FIELDS for i in range(len(names))],
+    "itemsize": 512,
+})
+assert BROKER_STATE.itemsize == 512 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
+STATE_WORD = {name: BROKER_STATE.fields[name][1] // 8 for name in BROKER_STATE.names}
+BROKER_STARTING, BROKER_RUNNING, BROKER_STOPPING = 0, 1, 2
+FLUSH_ASYNC, FLUSH_SYNC = 0, 1
+DEFAULT_SESSION_SLOTS = 256
+DEFAULT_WAITER_SLOTS = 256
+
+# One row of the session and waiter tables: which shared-memory segment a client registered::
+#
+#     +0 state i64 (SLOT_FREE | SLOT_ACTIVE | SLOT_CLOSING) | +8 generation u64 (the segment's)
+#     +16 owner_pid i64 | +24 name (40, ASCII, NUL padded)
+STATE_SLOT = np.dtype([("state", "i8"), ("generation", "u8"), ("owner_pid", "i8"), ("name", "S40")])
+assert STATE_SLOT.itemsize == 64
+SLOT_FREE, SLOT_ACTIVE, SLOT_CLOSING = 0, 1, 2
+STATE_SLOT_NAME_BYTES = STATE_SLOT.fields["name"][0].itemsize
+
+
+def broker_state_bytes(session_slots: int, waiter_slots: int) -> tuple[int, int, int, int]:
+    """``(sessions_offset, attach_offset, waiters_offset, total_bytes)`` of a broker state payload."""
+    sessions = BROKER_STATE.itemsize
+    attach = sessions + session_slots * STATE_SLOT.itemsize
+    waiters = attach + session_slots * 8
+    return sessions, attach, waiters, waiters + waiter_slots * STATE_SLOT.itemsize
+
+
+# Waiter — a consumer's wake-up word (``/hostmq.<hash12>.wait.<id>``, owned by the consumer and
+# registered with every broker it reads from); the dispatcher posts the semaphore of the same name
+# after publishing ``dispatched_pos`` when ``waiting`` is set::
+#
+#     +0 waiting i64 (consumer) | +8 reserved (56)
+WAITER_KIND = "waiter"
+WAITER_VERSION = 1
+WAITER = np.dtype({"names": ["waiting"], "formats": ["i8"], "offsets": [0], "itemsize": 64})
+assert WAITER.itemsize == 64
