@@ -9,6 +9,8 @@ from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordEr
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
 from .records import tag_hash
+from .client.rebalance import allocate
+from .client.sql92 import SQL
 from .store.reader import MessageBatch
 
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
@@ -34,6 +36,6 @@ __all__ = [
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
     "MessageNotFoundError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
-    "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash",
+    "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "PullConsumer", "Admin", "LocalCluster",
 ]
