@@ -16,6 +16,7 @@ from .store.reader import MessageBatch
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
 _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".client.admin",
+         "PushConsumer": ".client.push_consumer",
          "LocalCluster": ".cluster"}
 
 
@@ -37,5 +38,5 @@ __all__ = [
     "MessageNotFoundError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
-    "Producer", "PullConsumer", "Admin", "LocalCluster",
+    "Producer", "PullConsumer", "PushConsumer", "Admin", "LocalCluster",
 ]

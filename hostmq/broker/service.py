@@ -34,7 +34,8 @@ from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OffsetTable
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
-from .state import W_DISPATCH_SEQ, BrokerState
+from .consumers import ConsumerTable
+from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class BrokerService:
         self.server: Server | None = None
         self.held: list[_HeldPull] = []
         self._held_seq = -1
-        self.clients: dict[str, tuple[float, list[str], list[str]]] = {}
+        self.consumers = ConsumerTable()
 
     def handlers(self) -> dict:
         c = RequestCode
@@ -89,6 +90,7 @@ class BrokerService:
             c.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, c.VIEW_MESSAGE_BY_ID: self.view_message,
             c.HEART_BEAT: self.heartbeat, c.UNREGISTER_CLIENT: self.unregister_client,
             c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
+            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
         }
 
     def ping(self, frame: Frame, token=None) -> Reply:
@@ -183,9 +185,7 @@ class BrokerService:
                     if not _segment_owner_alive(name, pid):
                         _unlink(name)
                     st.set_slot_state(table, slot, R.SLOT_FREE)
-        now = time.monotonic()
-        for cid in [c for c, (seen, _, _) in self.clients.items() if now - seen > CLIENT_EXPIRY_S]:
-            del self.clients[cid]
+        self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
 
     # -- topics ---------------------------------------------------------------------------------------
     def create_topic(self, frame: Frame, token=None) -> Reply:
@@ -320,12 +320,29 @@ class BrokerService:
 
     def heartbeat(self, frame: Frame, token=None) -> Reply:
         req = HeartbeatRequest.from_fields(frame.fields)
-        self.clients[req.client_id] = (time.monotonic(), req.producer_groups, req.consumer_groups)
-        return Reply()
+        self._consumers_changed(self.consumers.heartbeat(req.client_id, req.pid, req.producer_groups,
+                                                         req.consumer_groups, time.monotonic()))
+        return Reply(fields={"consumers_version": int(self.state.get("consumers_version"))})
 
     def unregister_client(self, frame: Frame, token=None) -> Reply:
         cid = frame.fields.get("client_id")
-        return Reply(fields={"removed": self.clients.pop(cid, None) is not None if isinstance(cid, str) else False})
+        if not isinstance(cid, str):
+            raise ValidationError("client_id must be a string")
+        existed = cid in self.consumers.clients
+        self._consumers_changed(self.consumers.unregister(cid))
+        return Reply(fields={"removed": existed})
+
+    def consumer_list(self, frame: Frame, token=None) -> Reply:
+        group = frame.fields.get("group")
+        if not isinstance(group, str) or not group:
+            raise ValidationError("group must be a non-empty string")
+        return Reply(fields={"consumer_ids": self.consumers.members(group),
+                             "consumers_version": int(self.state.get("consumers_version"))})
+
+    def _consumers_changed(self, groups: set[str]) -> None:
+        if groups:
+            log.info("consumer groups changed: %s", ", ".join(sorted(groups)))
+            self.state.bump("consumers_version")        # members watch this word and rebalance
 
     def consume_stats(self, frame: Frame, token=None) -> Reply:
         """A group's committed offset beside each queue's max offset (RocketMQ ``ConsumeStats``)."""
@@ -352,7 +369,7 @@ class BrokerService:
                              "sessions": len(st.active_slots("sessions")),
                              "waiters": len(st.active_slots("waiters")),
                              "topics": self.topics.registration(), "queues": queues,
-                             "groups": self.offsets.groups(), "clients": len(self.clients)})
+                             "groups": self.offsets.groups(), "clients": len(self.consumers)})
 
     def close(self) -> None:
         for h in self.held:

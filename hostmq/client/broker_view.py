@@ -42,6 +42,10 @@ class BrokerView:
     def dispatch_seq(self) -> int:
         return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
 
+    def consumers_version(self) -> int:
+        """Bumped by the broker whenever a consumer group's members change."""
+        return int(self.state.get("consumers_version")) if self.state is not None else 0
+
     def readable_mark(self) -> int | None:
         """The broker's readable position: while it is unchanged no queue of this broker has new
         messages (None for a view of a stopped broker, which is static)."""

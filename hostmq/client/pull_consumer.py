@@ -8,8 +8,10 @@ spin on the brokers' ``dispatch_seq`` words, then the consumer's wake-up semapho
 dispatchers post (``waiter``). Offsets are committed to the broker by ``commit`` (and every
 ``auto_commit_interval_s`` and at ``close`` with ``auto_commit``).
 
-Not thread-safe: one thread polls a consumer (as with Kafka's and RocketMQ's lite consumers).
-Group membership and rebalance (``subscribe``) come with the consumer-group work.
+Queues are either assigned (``assign``) or group-managed (``subscribe``: the group's members share
+each topic's queues, see ``membership``; a member heartbeats and rebalances from ``poll``, so a
+consumer that stops polling for the broker's client expiry (120 s) leaves its group until it polls
+again). Not thread-safe: one thread polls a consumer (as with Kafka's and RocketMQ's lite consumers).
 """
 from __future__ import annotations
 
@@ -20,14 +22,18 @@ from typing import Iterable
 
 import numpy as np
 
+from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..message import ConsumeFrom, MessageExt, MessageQueue
-from ..protocol.codes import RequestCode, ResponseCode, error_for_response
 from ..root import shm_name
 from ..shm.segment import SHM_DIR
 from ..store.reader import GetStatus, MessageBatch
 from .broker_view import BrokerView
 from .filter import parse_tag_expression
+from .offset_store import BrokerOffsets
+from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
+from .rebalance import Strategy
+from .sql92 import SQL
 from .instance import ClientInstance
 from .waiter import ArrivalWaiter
 
@@ -42,7 +48,9 @@ class PullConsumer:
     def __init__(self, root=None, group: str = "DEFAULT_CONSUMER", auto_commit: bool = True,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp_ms: int | None = None, *,
                  auto_commit_interval_s: float = 5.0, max_poll_records: int = 32, spin_s: float = 50e-6,
-                 timeout_s: float = 3.0) -> None:
+                 timeout_s: float = 3.0, allocate: Strategy = "average",
+                 rebalance_interval_s: float = REBALANCE_INTERVAL_S,
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, offset_store=None) -> None:
         if not isinstance(group, str) or not group or "@" in group:
             raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
         if not isinstance(consume_from, ConsumeFrom):
@@ -63,6 +71,11 @@ class PullConsumer:
         self.positions: dict[MessageQueue, int] = {}
         self.expression = "*"
         self._committed: dict[MessageQueue, int] = {}
+        self.paused: set[MessageQueue] = set()
+        self.offsets = offset_store if offset_store is not None else BrokerOffsets(self.instance, group)
+        self.member: GroupMember | None = None          # set by subscribe (group-managed queues)
+        self.subscriptions: dict[str, str | SQL] = {}
+        self._allocate, self._rebalance_s, self._heartbeat_s = allocate, rebalance_interval_s, heartbeat_interval_s
         self._seen: dict[MessageQueue, tuple] = {}     # mq → (view, readable mark, max offset) at refresh
         self._rr = 0
         self._next_commit = time.monotonic() + auto_commit_interval_s
@@ -73,6 +86,8 @@ class PullConsumer:
     def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
         """Read exactly these queues (replacing any earlier assignment); ``expression`` is a tag filter
         (``*`` or ``A || B``): other messages are skipped, their offsets still advance."""
+        if self.member is not None:
+            raise ValidationError("this consumer subscribed to topics; assign and subscribe cannot be mixed")
         parse_tag_expression(expression)
         queues = list(queues)
         for mq in queues:
@@ -84,6 +99,66 @@ class PullConsumer:
             positions[mq] = self.positions[mq] if mq in self.positions else self._initial_offset(mq)
         self.positions = positions
         self.expression = expression
+
+    def subscribe(self, topic: str, expression: str | SQL = "*") -> None:
+        """Read ``topic`` as a member of the group: the group's consumers share its queues (rebalanced
+        when members come and go, and every ``rebalance_interval_s``). ``expression`` is a tag
+        expression or a ``hostmq.SQL`` filter; filtered-out messages still advance the offset."""
+        self._check_open()
+        if self.positions and self.member is None:
+            raise ValidationError("this consumer has assigned queues; assign and subscribe cannot be mixed")
+        R.validate_topic(topic)
+        if isinstance(expression, str):
+            parse_tag_expression(expression)
+        elif not isinstance(expression, SQL):
+            raise ValidationError(f"expression must be a tag expression or hostmq.SQL, got {expression!r}")
+        if self.member is None:
+            self.member = GroupMember(self.instance, self.group, self._allocate,
+                                      heartbeat_interval_s=self._heartbeat_s, rebalance_interval_s=self._rebalance_s)
+        self.subscriptions[topic] = expression
+        self.member.add_topic(topic)
+        self.member.heartbeat(force=True)
+        self._rebalance()
+
+    def _maybe_rebalance(self) -> None:
+        m = self.member
+        if m is None:
+            return
+        m.heartbeat()
+        versions = {name: v.consumers_version() for name, v in self.views.items() if v.live}
+        if m.rebalance_due(versions):
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        """Take this member's share: commit and drop queues it lost, start the ones it gained at the
+        group's committed offset (handover without loss: the old owner commits before it lets go)."""
+        m = self.member
+        for topic in m.topics:                       # views of every broker, to watch their versions
+            try:
+                for b in {q.broker for q in self.instance.subscribe_queues(topic)}:
+                    self._view(b)
+            except HostMQError:
+                pass
+        versions = {name: v.consumers_version() for name, v in self.views.items() if v.live}
+        shares = m.allocation(versions)
+        if shares is None:
+            return
+        mine = {q for qs in shares.values() for q in qs}
+        lost = [q for q in self.positions if q not in mine]
+        gained = sorted(mine - set(self.positions))
+        if lost:
+            try:
+                self._commit_queues(lost)
+            except HostMQError as e:        # its broker is down: the next owner cannot read it either
+                log.warning("committing released queues of %s failed: %s", self.group, e)
+            for q in lost:
+                del self.positions[q]
+                self._seen.pop(q, None)
+        for q in gained:
+            self.positions[q] = self._initial_offset(q)
+        if lost or gained:
+            log.info("%s %s: rebalanced: %d queues (-%d +%d)", self.group, m.client_id, len(self.positions),
+                     len(lost), len(gained))
 
     def assignment(self) -> list[MessageQueue]:
         return list(self.positions)
@@ -120,6 +195,7 @@ class PullConsumer:
         seconds for some to arrive; [] if none did."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
+            self._maybe_rebalance()
             seqs = self._seqs()
             msgs = self._fetch(self.max_poll_records)
             if msgs or time.monotonic() >= deadline:
@@ -143,8 +219,15 @@ class PullConsumer:
                 return MessageBatch(None, _EMPTY, [], None, _EMPTY, _EMPTY, GetStatus.NO_MESSAGE_IN_QUEUE, 0)
             self._wait(seqs, deadline)
 
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        """Stop fetching from these queues (flow control) until ``resume``; positions are kept."""
+        self.paused |= set(queues)
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        self.paused -= set(queues)
+
     def _rotation(self) -> list[MessageQueue]:
-        qs = list(self.positions)
+        qs = [q for q in self.positions if q not in self.paused] if self.paused else list(self.positions)
         if not qs:
             return qs
         self._rr = (self._rr + 1) % len(qs)
@@ -158,10 +241,12 @@ class PullConsumer:
             r = self._reader_with_news(mq)
             if r is None:
                 continue
-            g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), self.expression)
+            expr = self.subscriptions.get(mq.topic, self.expression)
+            sql = expr if isinstance(expr, SQL) else None
+            g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), "*" if sql else expr)
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
                 self.positions[mq] = g.next_offset
-            out.extend(g.messages)
+            out.extend(g.messages if sql is None else [m for m in g.messages if sql.matches(m.properties)])
             if len(out) >= limit:
                 break
         return out
@@ -240,27 +325,28 @@ class PullConsumer:
 
     def commit(self) -> None:
         """Store every changed position as the group's offset on its broker."""
-        for mq, off in list(self.positions.items()):
+        self._commit_queues(list(self.positions))
+
+    def _commit_queues(self, queues) -> None:
+        for mq in queues:
+            off = self.commit_position(mq)
             if self._committed.get(mq) == off:
                 continue
-            addr = self.instance.broker_address(mq.broker, mq.topic)
-            self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                          "offset": off})
+            self.offsets.store(mq, off)
             self._committed[mq] = off
+        self.offsets.flush()
+
+    def commit_position(self, mq: MessageQueue) -> int:
+        """The offset ``commit`` stores for ``mq``: the next one to read (a push consumer stores the
+        first one its listener has not finished)."""
+        return self.positions[mq]
 
     def committed(self, mq: MessageQueue) -> int | None:
-        """The group's committed offset of ``mq`` on its broker, or None if it has none."""
-        addr = self.instance.broker_address(mq.broker, mq.topic)
-        f = self.instance.broker_request(addr, RequestCode.QUERY_CONSUMER_OFFSET,
-                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
-                                         raw=True)
-        if f.code == ResponseCode.QUERY_NOT_FOUND:
-            return None
-        if f.code != ResponseCode.SUCCESS:
-            raise error_for_response(f.code, f.remark, addr)
-        self._committed[mq] = f.fields["offset"]
-        return f.fields["offset"]
+        """The group's committed offset of ``mq``, or None if it has none."""
+        off = self.offsets.query(mq)
+        if off is not None:
+            self._committed[mq] = off
+        return off
 
     def _maybe_autocommit(self) -> None:
         if self.auto_commit and time.monotonic() >= self._next_commit:
@@ -284,6 +370,8 @@ class PullConsumer:
             except HostMQError as e:
                 log.warning("final commit of %s failed: %s", self.group, e)
         self.closed = True
+        if self.member is not None:
+            self.member.leave()
         self.waiter.close(self.instance)
         for v in self.views.values():
             v.close()

@@ -193,6 +193,7 @@ class HeartbeatRequest(ControlMessage):
     client_id: str
     producer_groups: list[str]
     consumer_groups: list[str]
+    pid: int = 0                # the client's process (same host): the broker drops it when it is gone
 
 
 # --- schema checking -----------------------------------------------------------------------------------

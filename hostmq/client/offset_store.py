@@ -1,0 +1,77 @@
+"""Where a consumer group's progress lives (RocketMQ ``OffsetStore``).
+
+* :class:`BrokerOffsets` — clustering: each queue's offset is kept by the broker that holds the
+  queue (``consumerOffset.json`` there); every member of the group sees the same offsets.
+* :class:`LocalOffsets` — broadcasting: every consumer instance keeps its own offsets in
+  ``ROOT/consumer-offsets/<instance>/<group>.json`` (RocketMQ ``LocalFileOffsetStore``), written
+  atomically; the same ``instance_name`` resumes where it stopped.
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import ValidationError
+from ..jsonfile import read_json, write_json
+from ..message import MessageQueue
+from ..protocol.codes import RequestCode, ResponseCode, error_for_response
+
+
+class BrokerOffsets:
+    def __init__(self, instance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+
+    def query(self, mq: MessageQueue) -> int | None:
+        addr = self.instance.broker_address(mq.broker, mq.topic)
+        f = self.instance.broker_request(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
+                                         raw=True)
+        if f.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if f.code != ResponseCode.SUCCESS:
+            raise error_for_response(f.code, f.remark, addr)
+        return f.fields["offset"]
+
+    def store(self, mq: MessageQueue, offset: int) -> None:
+        addr = self.instance.broker_address(mq.broker, mq.topic)
+        self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                     {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
+                                      "offset": offset})
+
+    def flush(self) -> None:
+        pass
+
+
+def local_offsets_path(root: str, instance_name: str, group: str) -> str:
+    for what, v in (("instance_name", instance_name), ("group", group)):
+        if not v or os.sep in v or v in (".", ".."):
+            raise ValidationError(f"{what} {v!r} cannot name a file")
+    return os.path.join(root, "consumer-offsets", instance_name, f"{group}.json")
+
+
+class LocalOffsets:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        data = read_json(path, {"offsets": []})
+        self.offsets: dict[MessageQueue, int] = {}
+        for row in data.get("offsets", []) if isinstance(data, dict) else []:
+            try:
+                mq = MessageQueue(str(row["topic"]), str(row["broker"]), int(row["queue_id"]))
+                self.offsets[mq] = int(row["offset"])
+            except (KeyError, TypeError, ValueError):
+                continue
+        self._dirty = False
+
+    def query(self, mq: MessageQueue) -> int | None:
+        return self.offsets.get(mq)
+
+    def store(self, mq: MessageQueue, offset: int) -> None:
+        if self.offsets.get(mq) != offset:
+            self.offsets[mq] = offset
+            self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            write_json(self.path, {"offsets": [{"topic": q.topic, "broker": q.broker, "queue_id": q.queue_id,
+                                                "offset": o} for q, o in sorted(self.offsets.items())]})
+            self._dirty = False

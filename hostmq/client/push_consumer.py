@@ -1,0 +1,279 @@
+"""The push consumer (API.md "Consuming"; RocketMQ ``DefaultMQPushConsumer``, concurrent mode).
+
+One pull thread does everything that talks to brokers — membership and rebalance, fetching, offset
+commits — through a :class:`PullConsumer` it owns; a pool of ``threads`` runs the listener on
+batches of ``batch_size`` messages of one queue. Messages go from the mapped store to the listener
+without crossing a socket; an idle pull thread sleeps on the consumer's wake-up semaphore, which
+the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broker long poll).
+
+* Flow control (RocketMQ ``pullThresholdForQueue`` / ``…SizeInMiB``): a queue holding
+  ``max_held_messages`` (1000) or ``max_held_bytes`` (100 MiB) unconsumed messages is not fetched
+  from until its listener catches up.
+* Offsets: per queue the first message whose listener has not finished (``process_queue``) is
+  committed every ``auto_commit_interval_s`` (5 s), when a queue moves to another member, and at
+  shutdown — a crash re-delivers only unfinished messages.
+* ``RECONSUME_LATER`` or an exception from the listener: the batch is consumed again after
+  ``retry_delay_s`` (RocketMQ's local fallback); its offset is not committed past it meanwhile.
+  Retry topics and the dead-letter queue, and orderly consumption, come with issue 5.
+* BROADCASTING: every instance reads every queue; offsets are kept per ``instance_name`` under the
+  root (``offset_store.LocalOffsets``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from ..errors import HostMQError, ValidationError
+from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
+from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S
+from .offset_store import LocalOffsets, local_offsets_path
+from .process_queue import ProcessQueue
+from .pull_consumer import PullConsumer
+from .rebalance import Strategy
+from .sql92 import SQL
+from .filter import parse_tag_expression
+
+log = logging.getLogger(__name__)
+
+MAX_HELD_MESSAGES = 1000
+MAX_HELD_BYTES = 100 << 20
+RETRY_DELAY_S = 1.0
+
+
+class PushConsumer:
+    def __init__(self, root=None, group: str = "DEFAULT_CONSUMER", model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp_ms: int | None = None,
+                 allocate: Strategy = "average", max_reconsume_times: int = 16, batch_size: int = 1,
+                 threads: int = 4, *, instance_name: str = "DEFAULT", pull_batch_size: int = 32,
+                 max_held_messages: int = MAX_HELD_MESSAGES, max_held_bytes: int = MAX_HELD_BYTES,
+                 auto_commit_interval_s: float = 5.0, rebalance_interval_s: float = REBALANCE_INTERVAL_S,
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, retry_delay_s: float = RETRY_DELAY_S) -> None:
+        if not isinstance(model, MessageModel):
+            raise ValidationError(f"model must be a hostmq.MessageModel, got {model!r}")
+        for name, v in (("batch_size", batch_size), ("threads", threads), ("pull_batch_size", pull_batch_size),
+                        ("max_held_messages", max_held_messages), ("max_held_bytes", max_held_bytes)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValidationError(f"{name} must be an int ≥ 1, got {v!r}")
+        if not isinstance(group, str) or not group or "@" in group:
+            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        self.root, self.group, self.model = root, group, model
+        self.consume_from, self.consume_timestamp_ms = consume_from, consume_timestamp_ms
+        self.allocate, self.max_reconsume_times = allocate, max_reconsume_times
+        self.batch_size, self.threads, self.instance_name = batch_size, threads, instance_name
+        self.pull_batch_size = pull_batch_size
+        self.max_held_messages, self.max_held_bytes = max_held_messages, max_held_bytes
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.rebalance_interval_s, self.heartbeat_interval_s = rebalance_interval_s, heartbeat_interval_s
+        self.retry_delay_s = retry_delay_s
+        self.subscriptions: dict[str, str | SQL] = {}
+        self.listener: Callable[[list[MessageExt]], ConsumeResult] | None = None
+        self.pull: PullConsumer | None = None
+        self.queues: dict[MessageQueue, ProcessQueue] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._timers: set[threading.Timer] = set()
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str | SQL = "*") -> None:
+        if self.pull is not None:
+            raise ValidationError("subscribe before start()")
+        if isinstance(expression, str):
+            parse_tag_expression(expression)
+        elif not isinstance(expression, SQL):
+            raise ValidationError(f"expression must be a tag expression or hostmq.SQL, got {expression!r}")
+        from .. import records as R
+        R.validate_topic(topic)
+        self.subscriptions[topic] = expression
+
+    def register(self, fn: Callable[[list[MessageExt]], ConsumeResult], orderly: bool = False) -> None:
+        if not callable(fn):
+            raise ValidationError("the listener must be callable")
+        if orderly:
+            raise ValidationError("orderly consumption (queue locks on the broker) is not built yet; "
+                                  "register(fn) consumes concurrently")
+        self.listener = fn
+
+    def start(self) -> "PushConsumer":
+        if self.pull is not None:
+            return self
+        if not self.subscriptions:
+            raise ValidationError("subscribe to at least one topic before start()")
+        if self.listener is None:
+            raise ValidationError("register a listener before start()")
+        store = None
+        pull = PullConsumer(self.root, group=self.group, auto_commit=False, consume_from=self.consume_from,
+                            consume_timestamp_ms=self.consume_timestamp_ms, max_poll_records=self.pull_batch_size,
+                            allocate=self.allocate, rebalance_interval_s=self.rebalance_interval_s,
+                            heartbeat_interval_s=self.heartbeat_interval_s)
+        try:
+            if self.model == MessageModel.BROADCASTING:
+                store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))
+                pull.offsets = store
+            pull.commit_position = self._commit_position
+            self.pull = pull
+            self._setup_queues()
+        except BaseException:
+            pull.close()
+            self.pull = None
+            raise
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"hostmq-consume {self.group}")
+        self._thread = threading.Thread(target=self._run, name=f"hostmq-pull {self.group}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _setup_queues(self) -> None:
+        pull = self.pull
+        if self.model == MessageModel.CLUSTERING:
+            for topic, expr in self.subscriptions.items():
+                pull.subscribe(topic, expr)
+        else:
+            self._broadcast_assign()
+        self._sync_queues()
+
+    def _broadcast_assign(self) -> None:
+        pull = self.pull
+        queues = []
+        for topic in self.subscriptions:
+            try:
+                queues += pull.instance.subscribe_queues(topic, refresh=True)
+            except HostMQError as e:
+                log.info("broadcast %s: no route for %s yet: %s", self.group, topic, e)
+        if set(queues) != set(pull.positions):
+            pull.assign(queues)
+            pull.subscriptions = dict(self.subscriptions)      # per-topic filters for assigned queues
+
+    # -- the pull thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        pull = self.pull
+        next_commit = time.monotonic() + self.auto_commit_interval_s
+        next_route = time.monotonic() + self.rebalance_interval_s
+        try:
+            while not self._stop.is_set():
+                if self.model == MessageModel.BROADCASTING and time.monotonic() >= next_route:
+                    next_route = time.monotonic() + self.rebalance_interval_s
+                    self._broadcast_assign()
+                self._sync_queues()
+                self._flow_control()
+                try:
+                    msgs = pull.poll(0.2)
+                except HostMQError as e:
+                    log.warning("pull for %s failed: %s", self.group, e)
+                    self._stop.wait(0.5)
+                    continue
+                self._sync_queues()
+                if msgs:
+                    self._dispatch(msgs)
+                if time.monotonic() >= next_commit:
+                    next_commit = time.monotonic() + self.auto_commit_interval_s
+                    self._commit()
+        except BaseException as e:          # keep the reason for shutdown(); never die silently
+            self.error = e
+            log.exception("pull thread of %s failed", self.group)
+        finally:
+            self._pool.shutdown(wait=True)
+            for t in list(self._timers):
+                t.cancel()
+            self._commit()
+            pull.close()
+
+    def _sync_queues(self) -> None:
+        """Process queues follow the pull consumer's assignment (after each rebalance)."""
+        positions = self.pull.positions
+        with self._lock:
+            for mq in [q for q in self.queues if q not in positions]:
+                self.queues.pop(mq).dropped = True
+            for mq, off in positions.items():
+                if mq not in self.queues:
+                    self.queues[mq] = ProcessQueue(off)
+
+    def _flow_control(self) -> None:
+        with self._lock:
+            full = {mq for mq, pq in self.queues.items() if pq.is_full(self.max_held_messages, self.max_held_bytes)}
+        pull = self.pull
+        if full != pull.paused:
+            pull.resume(pull.paused - full)
+            pull.pause(full)
+
+    def _dispatch(self, msgs: list[MessageExt]) -> None:
+        by_queue: dict[MessageQueue, list[MessageExt]] = {}
+        for m in msgs:
+            by_queue.setdefault(m.queue, []).append(m)
+        for mq, batch in by_queue.items():
+            with self._lock:
+                pq = self.queues.get(mq)
+                if pq is None:
+                    continue
+                pq.add([(m.queue_offset, m.store_size) for m in batch], self.pull.positions.get(mq, 0))
+            for i in range(0, len(batch), self.batch_size):
+                self._submit(pq, batch[i:i + self.batch_size], 0)
+
+    def _submit(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        try:
+            self._pool.submit(self._consume, pq, batch, attempt)
+        except RuntimeError:                # the pool is shutting down: the offset stays uncommitted
+            pass
+
+    def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        if pq.dropped or self._stop.is_set():
+            return                          # another member owns the queue now; it re-reads from the commit
+        try:
+            result = self.listener(batch)
+        except Exception:
+            log.exception("listener of %s failed; consuming again later", self.group)
+            result = ConsumeResult.RECONSUME_LATER
+        if result == ConsumeResult.SUCCESS:
+            with self._lock:
+                pq.remove([m.queue_offset for m in batch])
+            return
+        if result != ConsumeResult.RECONSUME_LATER:
+            log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
+        if attempt + 1 >= self.max_reconsume_times:
+            log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
+                      self.group, len(batch), attempt + 1, self.retry_delay_s)
+        timer = threading.Timer(self.retry_delay_s, self._retry, (pq, batch, attempt + 1))
+        timer.daemon = True
+        with self._lock:
+            self._timers.add(timer)
+        timer.start()
+
+    def _retry(self, pq: ProcessQueue, batch, attempt: int) -> None:
+        with self._lock:
+            self._timers.discard(threading.current_thread())
+        if not self._stop.is_set():
+            self._submit(pq, batch, attempt)
+
+    # -- offsets --------------------------------------------------------------------------------------
+    def _commit_position(self, mq: MessageQueue) -> int:
+        with self._lock:
+            pq = self.queues.get(mq)
+            return pq.safe_offset() if pq is not None else self.pull.positions[mq]
+
+    def _commit(self) -> None:
+        try:
+            self.pull.commit()
+        except HostMQError as e:
+            log.warning("committing offsets of %s failed: %s", self.group, e)
+
+    # -- life -----------------------------------------------------------------------------------------
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop fetching, let running listeners finish, commit, leave the group."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def assignment(self) -> list[MessageQueue]:
+        with self._lock:
+            return sorted(self.queues)
+
+    def __enter__(self) -> "PushConsumer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

@@ -1,0 +1,40 @@
+"""A push consumer's per-queue hold: the safe commit offset never passes an unfinished message."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hostmq.client.process_queue import ProcessQueue
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_safe_offset_is_the_lowest_unfinished_or_the_next_to_fetch():
+    pq = ProcessQueue(10)
+    assert pq.safe_offset() == 10
+    pq.add([(10, 100), (11, 100), (12, 50)], 13)
+    assert pq.count == 3 and pq.size_bytes == 250 and pq.safe_offset() == 10
+    assert pq.remove([11]) == 10                     # 10 still running: cannot move past it
+    assert pq.remove([10]) == 12
+    assert pq.remove([12]) == 13 and pq.count == 0 and pq.size_bytes == 0
+    pq.add([(13, 1)], 14)
+    pq.add([(13, 1)], 14)                            # the same message twice is held once
+    assert pq.count == 1 and pq.size_bytes == 1
+    assert pq.is_full(1, 10**6) and pq.is_full(100, 1) and not pq.is_full(2, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 60), st.randoms(use_true_random=False))
+def test_any_completion_order_commits_exactly_the_finished_prefix(n, rnd):
+    pq = ProcessQueue(0)
+    pq.add([(i, 1) for i in range(n)], n)
+    order = list(range(n))
+    rnd.shuffle(order)
+    done = set()
+    for off in order:
+        safe = pq.remove([off])
+        done.add(off)
+        prefix = 0
+        while prefix in done:
+            prefix += 1
+        assert safe == prefix
