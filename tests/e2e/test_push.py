@@ -229,3 +229,32 @@ def _max_total(root: str, topic: str) -> int:
     """Messages of ``topic`` dispatched so far (the sum of its queues' max offsets)."""
     with hostmq.Admin(root) as a:
         return sum(q["max_offset"] for b in a.brokers() for q in b.get("queues", []) if q["topic"] == topic)
+
+
+def test_flow_control_holds_at_most_the_threshold_per_queue(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        queues = a.create_topic("flow-t", queues=1)
+    release = threading.Event()
+    got = Sink()
+
+    def slow(msgs):
+        release.wait(60)
+        return got(msgs)
+    x = push(c.root, slow, "flow-t", group="flow-g", max_held_messages=50, pull_batch_size=16, threads=2)
+    try:
+        send_batches(c.root, "flow-t", range(2000), 100)
+        wait_until(lambda: x.queues and next(iter(x.queues.values())).count >= 50, 30, "the hold to fill")
+        peak = 0
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:                  # watch it while the listener is stuck
+            peak = max(peak, next(iter(x.queues.values())).count)
+            time.sleep(0.01)
+        assert 50 <= peak < 50 + 16, f"held {peak} messages with a threshold of 50 (+ one pull of 16)"
+        assert x.pull.paused == set(queues)
+        release.set()
+        wait_until(lambda: got.total() == 2000, 60, "everything once the listener is free")
+        assert max(got.counts.values()) == 1
+    finally:
+        release.set()
+        x.shutdown()
