@@ -121,6 +121,13 @@ class BrokerState:
         except SegmentError:
             return False
 
+    def stored_pos(self) -> int:
+        """End of the records a sender has been (or may be) told are stored: everything the writer
+        published, and under SYNC_FLUSH only what is flushed — what a view by message id may read,
+        before the dispatcher has indexed it."""
+        w = self.w
+        return min(w[W_WRITE_POS], w[W_FLUSHED_POS]) if self.sync_flush else w[W_WRITE_POS]
+
     def readable_pos(self) -> int:
         """How far consumers may read: dispatched, and under SYNC_FLUSH also flushed (DESIGN §5)."""
         w = self.w

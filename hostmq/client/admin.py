@@ -187,7 +187,7 @@ class Admin:
 
     def _view(self, broker: str) -> BrokerView | None:
         try:
-            return BrokerView(self.root, broker)
+            return BrokerView(self.root, broker, by_id=True)
         except (HostMQError, OSError, ValueError):
             return None
 

@@ -17,7 +17,10 @@ from ..store.readonly import StoreReader
 
 
 class BrokerView:
-    def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None) -> None:
+    def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None, *,
+                 by_id: bool = False) -> None:
+        """``by_id``: a view for reading messages by id (Admin), bounded by what is stored rather
+        than by what consumers may read (dispatched), so a message is found as soon as it is acked."""
         self.broker = broker
         self.state: BrokerState | None = None
         try:
@@ -33,7 +36,8 @@ class BrokerView:
         self.config = cfg
         self.store_dir = RootPaths(root).store_dir(broker)
         self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
-                                  limit_phys=self.state.readable_pos if self.state is not None else None)
+                                  limit_phys=None if self.state is None else
+                                  (self.state.stored_pos if by_id else self.state.readable_pos))
 
     @property
     def live(self) -> bool:

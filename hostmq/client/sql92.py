@@ -175,12 +175,14 @@ class Not(Node):
         return None if v is None else not v
 
 
-class And(Node):
+class Binary(Node):
     boolean = True
 
     def __init__(self, left: Node, right: Node) -> None:
         self.left, self.right = left, right
 
+
+class And(Binary):
     def eval(self, props):
         lv = self.left.eval(props)
         if lv is False:
@@ -191,12 +193,7 @@ class And(Node):
         return None if lv is None or rv is None else True
 
 
-class Or(Node):
-    boolean = True
-
-    def __init__(self, left: Node, right: Node) -> None:
-        self.left, self.right = left, right
-
+class Or(Binary):
     def eval(self, props):
         lv = self.left.eval(props)
         if lv is True:
@@ -207,12 +204,7 @@ class Or(Node):
         return None if lv is None or rv is None else False
 
 
-class Equal(Node):
-    boolean = True
-
-    def __init__(self, left: Node, right: Node) -> None:
-        self.left, self.right = left, right
-
+class Equal(Binary):
     def eval(self, props):
         lv, rv = self.left.eval(props), self.right.eval(props)
         if lv is None and rv is None:
@@ -224,13 +216,13 @@ class Equal(Node):
         return compare(lv, rv) == 0
 
 
-class Order(Node):
+class Order(Binary):
     """``> >= < <=``."""
-    boolean = True
     TESTS = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
 
     def __init__(self, op: str, left: Node, right: Node) -> None:
-        self.test, self.left, self.right = self.TESTS[op], left, right
+        super().__init__(left, right)
+        self.test = self.TESTS[op]
 
     def eval(self, props):
         lv = self.left.eval(props)

@@ -90,9 +90,13 @@ def test_async_flush_acknowledges_before_the_flush(cluster):
     c = cluster(store=LAZY_ASYNC)
     st = State(c.root)
     try:
-        with hostmq.Producer(c.root) as p:
+        with hostmq.Producer(c.root) as p, hostmq.Admin(c.root) as a:
             flushed_at_start = st.flushed()
-            results = [p.send(Message("af", b"m%d" % i)) for i in range(50)]
+            results = []
+            for i in range(50):
+                r = p.send(Message("af", b"m%d" % i))
+                assert a.view_message(r.msg_id).body == b"m%d" % i      # found at once, dispatched or not
+                results.append(r)
             assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
             assert st.flushed() == flushed_at_start <= phys_of(results[-1])
     finally:
