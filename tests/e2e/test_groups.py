@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -165,3 +166,43 @@ def test_assign_and_subscribe_do_not_mix(cluster):
             pc.assign([MessageQueue("mix", "broker-a", 0)])
         with pytest.raises(hostmq.FilterSyntaxError):
             pc.subscribe("mix", hostmq.SQL("a = "))
+
+
+def test_a_pull_that_finds_nothing_is_held_and_answered_on_arrival(cluster):
+    """The broker's long poll (remote clients): held up to suspend_ms, answered when the message lands."""
+    from hostmq.client.instance import ClientInstance
+    from hostmq.protocol.codes import RequestCode, ResponseCode
+
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("lp", queues=1)
+    inst = ClientInstance(c.root)
+    try:
+        addr = inst.broker_address("broker-a")
+        t0 = time.monotonic()
+        f = inst.broker_request(addr, RequestCode.PULL_MESSAGE, {"topic": "lp", "queue_id": 0, "offset": 0,
+                                                                  "suspend_ms": 400, "local": False},
+                                raw=True, timeout_s=10)
+        held_s = time.monotonic() - t0
+        assert f.code == ResponseCode.PULL_NOT_FOUND and held_s >= 0.35, (f.code, held_s)
+
+        answer = {}
+
+        def pull():
+            t = time.monotonic()
+            answer["frame"] = inst.broker_request(addr, RequestCode.PULL_MESSAGE,
+                                                  {"topic": "lp", "queue_id": 0, "offset": 0, "suspend_ms": 10_000,
+                                                   "local": False}, raw=True, timeout_s=20)
+            answer["s"] = time.monotonic() - t
+        th = threading.Thread(target=pull)
+        th.start()
+        time.sleep(0.3)                                   # the pull is held by now (nothing to answer)
+        assert th.is_alive()
+        send(c.root, "lp", [7])
+        th.join(15)
+        f = answer["frame"]
+        assert f.code == ResponseCode.SUCCESS and f.fields["count"] == 1 and len(f.bodies) == 1
+        assert answer["s"] < 5.0, "answered on arrival, not at the end of the hold"
+        assert SEQ.unpack_from(hostmq.MessageExt(f.bodies[0]).body)[0] == 7
+    finally:
+        inst.close()
