@@ -124,7 +124,8 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #                 waiter_slots | broker_pid | store_host (8 raw bytes) | commitlog_file_bytes | started_ms |
 #                 consume_queue_file_entries
 #     line 1 +64  (broker control) broker_state | sessions_version | topics_version | waiters_version |
-#                 control_heartbeat_ms | consumers_version (bumped when a consumer group's members change)
+#                 control_heartbeat_ms | consumers_version (bumped when a consumer group's members change) |
+#                 offsets_reset_version (bumped when a group's offsets are reset to a timestamp)
 #     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
 #                 appended_records | flush_request_pos
 #     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
@@ -142,12 +143,12 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 # below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
 # of what is on disk. Readers may see an older value, never a torn one (OS_NOTES 14).
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 2          # 2: consumers_version
+BROKER_STATE_VERSION = 3          # 2: consumers_version, 3: offsets_reset_version
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
     (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms",
-          "consumers_version"]),
+          "consumers_version", "offsets_reset_version"]),
     (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
            "appended_records", "flush_request_pos"]),
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",

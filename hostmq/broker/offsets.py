@@ -21,6 +21,7 @@ class OffsetTable:
     def __init__(self, path: str) -> None:
         self.path = path
         self.offsets: dict[tuple[str, str, int], int] = {}
+        self.reset_versions: dict[str, int] = {}       # group → state word value of its last reset
         self.dirty = False
         data = read_json(path, {"offset_table": {}})
         table = data.get("offset_table", {}) if isinstance(data, dict) else {}
@@ -31,6 +32,19 @@ class OffsetTable:
             for qid, off in queues.items():
                 if str(qid).isdigit() and isinstance(off, int):
                     self.offsets[(group, topic, int(qid))] = off
+
+    def reset(self, group: str, topic: str, offsets: dict[int, int], version: int) -> None:
+        """Backtracking: set the group's offsets of ``topic`` and refuse, from now on, commits of
+        that group from clients that have not seen reset ``version`` yet (they still hold the old
+        positions and would undo the reset)."""
+        for queue_id, offset in offsets.items():
+            self.commit(group, topic, queue_id, offset)
+        self.reset_versions[group] = version
+
+    def accepts(self, group: str, seen_reset_version: int | None) -> bool:
+        """Whether a commit from a client that has seen ``seen_reset_version`` may apply (None: a
+        client that does not say; accepted)."""
+        return seen_reset_version is None or seen_reset_version >= self.reset_versions.get(group, 0)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         for name, v in (("group", group), ("topic", topic)):

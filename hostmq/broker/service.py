@@ -25,6 +25,7 @@ from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frames import Frame
 from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRequest, OpenSessionRequest,
+                                 ResetOffsetRequest,
                                  PullRequest, QueueRequest, TopicRequest, ViewMessageRequest)
 from ..root import shm_name
 from ..shm.ring import IngressRing
@@ -90,7 +91,7 @@ class BrokerService:
             c.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, c.VIEW_MESSAGE_BY_ID: self.view_message,
             c.HEART_BEAT: self.heartbeat, c.UNREGISTER_CLIENT: self.unregister_client,
             c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
-            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
 
     def ping(self, frame: Frame, token=None) -> Reply:
@@ -315,8 +316,29 @@ class BrokerService:
 
     def update_offset(self, frame: Frame, token=None) -> Reply:
         req = OffsetRequest.from_fields(frame.fields)
+        if not self.offsets.accepts(req.group, req.reset_version):
+            # The group was reset after this client last looked: its position is from before.
+            return Reply(fields={"ignored": True, "reason": "offsets were reset"})
         self.offsets.commit(req.group, req.topic, req.queue_id, req.offset)
-        return Reply()
+        return Reply(fields={"ignored": False})
+
+    def reset_offset(self, frame: Frame, token=None) -> Reply:
+        req = ResetOffsetRequest.from_fields(frame.fields)
+        if not self.topics.get(req.topic):
+            raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
+        reader = self._reader_or_none()
+        offsets = {}
+        for qid in range(self.topics.get(req.topic).read_queues):
+            if reader is None:
+                offsets[qid] = 0
+                continue
+            reader.refresh_queue(req.topic, qid)
+            offsets[qid] = reader.offset_for_timestamp(req.topic, qid, req.timestamp_ms)
+        version = self.state.bump("offsets_reset_version")      # running consumers reload at once
+        self.offsets.reset(req.group, req.topic, offsets, version)
+        self.offsets.persist()
+        log.info("reset %s on %s to %d: %s", req.group, req.topic, req.timestamp_ms, offsets)
+        return Reply(fields={"offsets": {str(q): o for q, o in offsets.items()}})
 
     def heartbeat(self, frame: Frame, token=None) -> Reply:
         req = HeartbeatRequest.from_fields(frame.fields)

@@ -126,6 +126,23 @@ class Admin:
                     rows.append(row)
         return rows
 
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        """Backtracking: every queue of ``topic`` continues, for ``group``, from its first message
+        stored at or after ``timestamp_ms``; running consumers of the group pick it up at once."""
+        if not isinstance(group, str) or not group or "@" in group:
+            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        R.validate_topic(topic)
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool) or timestamp_ms < 0:
+            raise ValidationError(f"timestamp_ms must be an int ≥ 0, got {timestamp_ms!r}")
+        out: dict[MessageQueue, int] = {}
+        for broker in sorted({q.broker for q in self.route(topic)}):
+            addr = self.instance.broker_address(broker, topic)
+            f = self.instance.broker_request(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                             {"group": group, "topic": topic, "timestamp_ms": timestamp_ms})
+            for qid, off in f.fields["offsets"].items():
+                out[MessageQueue(topic, broker, int(qid))] = off
+        return out
+
     def consumer_progress(self, group: str) -> list[dict]:
         """Per queue of the group's topics: broker offset, consumer offset and lag."""
         rows = []

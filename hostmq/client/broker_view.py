@@ -50,6 +50,10 @@ class BrokerView:
         """Bumped by the broker whenever a consumer group's members change."""
         return int(self.state.get("consumers_version")) if self.state is not None else 0
 
+    def offsets_reset_version(self) -> int:
+        """Bumped by the broker whenever a group's offsets are reset to a timestamp."""
+        return int(self.state.get("offsets_reset_version")) if self.state is not None else 0
+
     def readable_mark(self) -> int | None:
         """The broker's readable position: while it is unchanged no queue of this broker has new
         messages (None for a view of a stopped broker, which is static)."""

@@ -32,11 +32,14 @@ class BrokerOffsets:
             raise error_for_response(f.code, f.remark, addr)
         return f.fields["offset"]
 
-    def store(self, mq: MessageQueue, offset: int) -> None:
+    def store(self, mq: MessageQueue, offset: int, reset_version: int | None = None) -> bool:
+        """Commit; False if the broker refused it because the group was reset since ``reset_version``
+        (the caller reloads its offsets)."""
         addr = self.instance.broker_address(mq.broker, mq.topic)
-        self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                                     {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                      "offset": offset})
+        f = self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
+                                          "offset": offset, "reset_version": reset_version})
+        return not f.fields.get("ignored", False)
 
     def flush(self) -> None:
         pass
@@ -65,10 +68,11 @@ class LocalOffsets:
     def query(self, mq: MessageQueue) -> int | None:
         return self.offsets.get(mq)
 
-    def store(self, mq: MessageQueue, offset: int) -> None:
+    def store(self, mq: MessageQueue, offset: int, reset_version: int | None = None) -> bool:
         if self.offsets.get(mq) != offset:
             self.offsets[mq] = offset
             self._dirty = True
+        return True
 
     def flush(self) -> None:
         if self._dirty:

@@ -72,6 +72,8 @@ class PullConsumer:
         self.expression = "*"
         self._committed: dict[MessageQueue, int] = {}
         self.paused: set[MessageQueue] = set()
+        self._reset_seen: dict[str, int] = {}           # broker → offsets_reset_version applied
+        self.reset_queues: set[MessageQueue] = set()    # queues moved by a reset (a push consumer resyncs)
         self.offsets = offset_store if offset_store is not None else BrokerOffsets(self.instance, group)
         self.member: GroupMember | None = None          # set by subscribe (group-managed queues)
         self.subscriptions: dict[str, str | SQL] = {}
@@ -167,6 +169,7 @@ class PullConsumer:
         v = self.views.get(broker)
         if v is None:
             v = self.views[broker] = BrokerView(self.root, broker)
+            self._reset_seen[broker] = v.offsets_reset_version()     # resets before we came are in the offsets
             if v.live:
                 try:
                     self.waiter.register(self.instance, broker, self.instance.broker_address(broker))
@@ -196,6 +199,7 @@ class PullConsumer:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             self._maybe_rebalance()
+            self._maybe_reload_offsets()
             seqs = self._seqs()
             msgs = self._fetch(self.max_poll_records)
             if msgs or time.monotonic() >= deadline:
@@ -210,6 +214,8 @@ class PullConsumer:
             raise ValidationError("max_count must be ≥ 1")
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
+            self._maybe_rebalance()
+            self._maybe_reload_offsets()
             seqs = self._seqs()
             b = self._fetch_batch(max_count)
             if b is not None:
@@ -332,9 +338,28 @@ class PullConsumer:
             off = self.commit_position(mq)
             if self._committed.get(mq) == off:
                 continue
-            self.offsets.store(mq, off)
-            self._committed[mq] = off
+            if self.offsets.store(mq, off, self._reset_seen.get(mq.broker)):
+                self._committed[mq] = off
+            else:                           # reset on the broker since we looked: take the new offsets
+                self._reset_seen.pop(mq.broker, None)
         self.offsets.flush()
+
+    def _maybe_reload_offsets(self) -> None:
+        """Backtracking: when a broker says a group's offsets were reset, continue every queue of
+        that broker from its committed offset (RocketMQ resetOffset, without a restart)."""
+        for name, view in self.views.items():
+            v = view.offsets_reset_version()
+            if self._reset_seen.get(name) == v:
+                continue
+            for mq in [q for q in self.positions if q.broker == name]:
+                committed = self.offsets.query(mq)
+                if committed is not None and committed != self._committed.get(mq):
+                    log.info("%s: %s reset to offset %d", self.group, mq, committed)
+                    self.positions[mq] = committed
+                    self._committed[mq] = committed
+                    self._seen.pop(mq, None)
+                    self.reset_queues.add(mq)
+            self._reset_seen[name] = v
 
     def commit_position(self, mq: MessageQueue) -> int:
         """The offset ``commit`` stores for ``mq``: the next one to read (a push consumer stores the

@@ -185,8 +185,9 @@ class PushConsumer:
     def _sync_queues(self) -> None:
         """Process queues follow the pull consumer's assignment (after each rebalance)."""
         positions = self.pull.positions
+        reset, self.pull.reset_queues = self.pull.reset_queues, set()
         with self._lock:
-            for mq in [q for q in self.queues if q not in positions]:
+            for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
             for mq, off in positions.items():
                 if mq not in self.queues:

@@ -48,6 +48,7 @@ class RequestCode(enum.IntEnum):
     GET_BROKER_CLUSTER_INFO = 106
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     GET_CONSUME_STATS = 208
+    INVOKE_BROKER_TO_RESET_OFFSET = 222     # backtrack a group's offsets of a topic to a timestamp
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224

@@ -177,6 +177,17 @@ class OffsetRequest(ControlMessage):
     topic: str
     queue_id: int
     offset: int = -1
+    reset_version: int | None = None    # UPDATE: the broker's offsets_reset_version the client has seen
+
+
+@dataclass(frozen=True)
+class ResetOffsetRequest(ControlMessage):
+    """INVOKE_BROKER_TO_RESET_OFFSET: move ``group``'s offsets of ``topic`` to the first message stored
+    at or after ``timestamp_ms`` (RocketMQ resetOffsetByTimestamp)."""
+
+    group: str
+    topic: str
+    timestamp_ms: int
 
 
 @dataclass(frozen=True)

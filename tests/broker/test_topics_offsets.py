@@ -117,3 +117,14 @@ def test_unusable_entries_in_an_offsets_file_are_skipped(tmp_path):
     assert OffsetTable(path).offsets == {("g", "t", 0): 4}
     os.remove(path)
     assert OffsetTable(path).offsets == {}
+
+
+def test_a_reset_sets_offsets_and_refuses_commits_from_clients_that_have_not_seen_it(tmp_path):
+    o = OffsetTable(str(tmp_path / "o.json"))
+    o.commit("g", "t", 0, 90)
+    o.commit("g", "t", 1, 80)
+    o.reset("g", "t", {0: 10, 1: 20}, version=3)
+    assert o.group_offsets("g") == {("t", 0): 10, ("t", 1): 20}
+    assert not o.accepts("g", 2) and o.accepts("g", 3) and o.accepts("g", 4)
+    assert o.accepts("g", None)                      # a client that does not say is trusted
+    assert o.accepts("other", 0)                      # other groups are unaffected
