@@ -135,6 +135,7 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
 #                 checkpoint_ms | flush_latency_us
 #     line 6 +384 (broker, once, before the magic) index_slots | index_entries
+#     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +512 + 72·S               waiter table: waiter_slots × STATE_SLOT (broker control)
@@ -143,7 +144,7 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 # below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
 # of what is on disk. Readers may see an older value, never a torn one (OS_NOTES 14).
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 3          # 2: consumers_version, 3: offsets_reset_version
+BROKER_STATE_VERSION = 4          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
@@ -158,6 +159,7 @@ _STATE_FIELDS = [
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us"]),
     (384, ["index_slots", "index_entries"]),
+    (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped"]),
 ]
 BROKER_STATE = np.dtype({
     "names": [n for _, names in _STATE_FIELDS for n in names],

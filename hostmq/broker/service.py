@@ -30,6 +30,8 @@ from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRe
 from ..root import shm_name
 from ..shm.ring import IngressRing
 from ..shm.segment import info_owner_alive, read_info, unlink_semaphore, unlink_segment
+from ..store.commitlog import SCHEDULE_TOPIC
+from ..store.message_store import delay_levels_ms
 from ..store.reader import GetStatus
 from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
@@ -69,6 +71,9 @@ class BrokerService:
         self.rt = rt
         self.state = state
         self.topics = TopicTable(rt.config_file("topics.json"))
+        self.delay_levels = len(delay_levels_ms(rt.config.broker.message_delay_level))
+        # The schedule topic holds delay messages, one queue per level (RocketMQ creates it at start).
+        self.topics.put(TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels))
         self.offsets = OffsetTable(rt.config_file("consumerOffset.json"))
         self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
@@ -131,7 +136,8 @@ class BrokerService:
                 "state_generation": st.generation, "writer_signal": self.rt.writer_signal,
                 "store_host": st.store_host.hex(), "sync_flush": st.sync_flush,
                 "max_message_bytes": self.rt.config.store.max_message_bytes,
-                "max_properties_bytes": self.rt.config.store.max_properties_bytes}
+                "max_properties_bytes": self.rt.config.store.max_properties_bytes,
+                "delay_levels": self.delay_levels}
 
     def close_session(self, frame: Frame, token=None) -> Reply:
         return self._close("sessions", CloseSessionRequest.from_fields(frame.fields))

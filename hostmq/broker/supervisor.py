@@ -1,5 +1,5 @@
-"""The broker process (``hostmq broker ROOT --name NAME``): recovery, the writer / dispatcher / flusher
-children, and the control loop.
+"""The broker process (``hostmq broker ROOT --name NAME``): recovery, the writer / dispatcher / flusher /
+scheduler children, and the control loop.
 
 Start-up, in this order (OS_NOTES 3):
 
@@ -15,8 +15,8 @@ Start-up, in this order (OS_NOTES 3):
    mark the broker RUNNING and register with every NameServer.
 
 Stop (SIGTERM / SIGINT): STOPPING (no new sessions), unregister from the NameServers, stop the
-children in order writer → dispatcher → flusher (each drains, then the flusher writes the final
-checkpoint), persist offsets; remove ``abort`` only if all three stopped cleanly; unlink the state
+children in order scheduler → writer → dispatcher → flusher (each drains, then the flusher writes
+the final checkpoint), persist offsets; remove ``abort`` only if all stopped cleanly; unlink the state
 segment and semaphores, close the socket.
 """
 from __future__ import annotations
@@ -42,8 +42,9 @@ from .state import BrokerState
 
 log = logging.getLogger(__name__)
 
-CHILDREN = (("writer", "hostmq.broker.writer:run"), ("dispatcher", "hostmq.broker.dispatcher:run"),
-            ("flusher", "hostmq.broker.flusher:run"))
+# Stopped in this order: the scheduler first (it sends to the writer), then writer → dispatcher → flusher.
+CHILDREN = (("scheduler", "hostmq.broker.scheduler:run"), ("writer", "hostmq.broker.writer:run"),
+            ("dispatcher", "hostmq.broker.dispatcher:run"), ("flusher", "hostmq.broker.flusher:run"))
 READY_TIMEOUT_S = 60.0
 SUPERVISE_INTERVAL_S = 0.2
 SESSION_CHECK_INTERVAL_S = 1.0
@@ -135,7 +136,8 @@ class Broker:
     def _await_children(self) -> None:
         """Wait until each child has attached and published its pid (or one of them died)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
-        want = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": "flusher_pid"}
+        want = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": "flusher_pid",
+                "scheduler": "scheduler_pid"}
         while time.monotonic() < deadline:
             ready = all(self.state.get(want[c.name]) == c.pid for c in self.children.children)
             if ready:

@@ -120,7 +120,8 @@ class Admin:
                         row.update(alive=True, state=st, topics=rt["topics"], queues=rt["queues"],
                                    sessions=rt["sessions"], groups=rt["groups"],
                                    pids={"broker": rt["pid"], "writer": st["writer_pid"],
-                                         "dispatcher": st["dispatcher_pid"], "flusher": st["flusher_pid"]})
+                                         "dispatcher": st["dispatcher_pid"], "flusher": st["flusher_pid"],
+                                         "scheduler": st["scheduler_pid"]})
                     except HostMQError as e:
                         row["error"] = str(e)
                     rows.append(row)

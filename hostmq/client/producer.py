@@ -29,6 +29,7 @@ from ..protocol.codes import RequestCode
 from ..root import RootPaths
 from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
+from ..broker.schedule import schedule_parts
 from ..broker.topics import is_system_topic
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance
@@ -112,7 +113,7 @@ class Producer:
             t0 = time.monotonic()
             try:
                 session = self._session(mq)
-                rec = self._record(topic_b, body, props, sys_flag, mq.queue_id, msg.flag, session)
+                rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
                 waiter = Waiter(mq)
                 session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
                 session.wait(waiter, deadline)
@@ -199,7 +200,7 @@ class Producer:
             mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             try:
                 session = self._session(mq)
-                rec = self._record(topic_b, body, props, sys_flag, mq.queue_id, msg.flag, session)
+                rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
                 session.submit(R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut), deadline, is_async=True)
                 return
             except (ConnectError, BrokerBusyError) as e:
@@ -235,9 +236,16 @@ class Producer:
         return topic_b, body, sys_flag, props
 
     @staticmethod
-    def _record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, queue_id: int, flag: int,
+    def _record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, mq: MessageQueue, msg: Message,
                 session: ProducerSession) -> bytes:
-        return R.encode_record(topic_b, body, props, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
+        queue_id = mq.queue_id
+        if msg.delay_level:             # stored under the schedule topic until due (broker.schedule)
+            topic_b, queue_id, props = schedule_parts(mq.topic, queue_id, props, msg.delay_level,
+                                                      session.delay_levels)
+            if len(props) > session.max_properties_bytes:
+                raise ValidationError(f"properties of {len(props)} bytes with the delay routing exceed "
+                                      f"{session.max_properties_bytes}")
+        return R.encode_record(topic_b, body, props, queue_id=queue_id, flag=msg.flag, sys_flag=sys_flag,
                                born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
                                store_host=session.store_host)
 

@@ -1,0 +1,173 @@
+"""The broker's scheduler child: delivers delay messages when they are due (RocketMQ
+``ScheduleMessageService``; the pure parts are in ``schedule.py``).
+
+It reads the schedule topic's consume queues (one per delay level; the tag code of an entry is its
+due time) through a read-only store view, and delivers each due message to its real topic and
+queue through an ingress ring of its own broker — as a producer would, so the writer stays the
+only appender. Each level's next offset goes to ``config/delayOffset.json`` every second and at
+stop. Exactly once across crashes: on start, for messages at or past the saved offsets that were
+already stored before this start, the real topic's index is asked whether a message with the same
+unique id is there (delivered just before the crash) and such a message is skipped.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from .. import records as R
+from ..client.instance import ClientInstance
+from ..client.session import ProducerSession, Waiter
+from ..errors import ConnectError, HostMQError, NoRouteError, ValidationError
+from ..message import MessageQueue
+from ..store.commitlog import SCHEDULE_TOPIC
+from ..store.index import IndexReader
+from ..store.message_store import delay_levels_ms
+from ..store.readonly import StoreReader
+from .runtime import BrokerRuntime
+from .schedule import DelayOffsets, timeup_record
+from .state import W_DISPATCHED_POS, W_WRITE_POS, BrokerState
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.1                    # RocketMQ checks each level every 100 ms
+PERSIST_INTERVAL_S = 1.0
+SEND_TIMEOUT_S = 10.0
+RING_BYTES = 1 << 20
+
+
+class Scheduler:
+    def __init__(self, rt: BrokerRuntime, state: BrokerState, session: ProducerSession) -> None:
+        self.rt, self.state, self.session = rt, state, session
+        cfg = rt.config
+        self.levels = len(delay_levels_ms(cfg.broker.message_delay_level))
+        self.reader = StoreReader(rt.store_dir, cfg.store, broker=rt.name, scan_queues=False,
+                                  limit_phys=state.readable_pos)
+        self.offsets = DelayOffsets(rt.config_file("delayOffset.json"))
+        self.index = IndexReader(rt.store_dir, cfg.store.index_slots, cfg.store.index_entries) \
+            if cfg.store.message_index_enable else None
+        # Entries stored before this start may have been delivered by a scheduler that died before
+        # it saved its offsets: check those against the real topics' index.
+        self.check_below = {lvl: self.reader.refresh_queue(SCHEDULE_TOPIC, lvl - 1) for lvl in self.levels_range()}
+        self.delivered = self.skipped = 0
+
+    def levels_range(self):
+        return range(1, self.levels + 1)
+
+    def run_once(self, now_ms: int) -> float:
+        """Deliver what is due; seconds until the next due message (at most TICK_S)."""
+        wait_ms = TICK_S * 1000
+        for level in self.levels_range():
+            qid = level - 1
+            end = self.reader.refresh_queue(SCHEDULE_TOPIC, qid)
+            off = self.offsets.get(level)
+            if off >= end:
+                continue
+            cq = self.reader.queues.get((SCHEDULE_TOPIC, qid))
+            off = max(off, cq.min_offset())
+            while off < end:
+                entry = cq.entry(off)
+                if entry is None:
+                    break
+                phys, size, due_ms = entry
+                if due_ms > now_ms:
+                    wait_ms = min(wait_ms, due_ms - now_ms)
+                    break
+                self._deliver(level, off, phys)
+                off += 1
+                self.offsets.set(level, off)
+        self.state.set("delayed_delivered", self.delivered)
+        self.state.set("delayed_skipped", self.skipped)
+        return max(0.001, wait_ms / 1000)
+
+    def _deliver(self, level: int, off: int, phys: int) -> None:
+        try:
+            raw = self.reader.commitlog.record_at(phys)
+            topic, qid, rec, uniq = timeup_record(raw, self.session.store_host)
+        except (HostMQError, ValueError) as e:
+            log.error("scheduler: schedule record at %d (level %d, offset %d) is unusable, skipped: %s",
+                      phys, level, off, e)
+            self.skipped += 1
+            return
+        if off < self.check_below[level] and uniq and self._already_stored(topic, uniq):
+            log.info("scheduler: %s was delivered before the restart; not again", uniq)
+            return
+        mq = MessageQueue(topic, self.rt.name, qid)
+        waiter = Waiter(mq)
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        self.session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
+        self.session.wait(waiter, deadline)
+        if isinstance(waiter.outcome, (ValidationError, NoRouteError)):
+            # The real topic or queue is gone (RocketMQ drops such a message too): say so, go on.
+            log.error("scheduler: cannot deliver %s to %s: %s", uniq, mq, waiter.outcome)
+            self.skipped += 1
+            return
+        if isinstance(waiter.outcome, Exception):
+            raise waiter.outcome            # broker busy or stopping: the supervisor restarts us
+        self.delivered += 1
+
+    def _already_stored(self, topic: str, uniq: str) -> bool:
+        if self.index is None:
+            return False
+        for phys in self.index.query(topic, uniq, 8):
+            try:
+                m = self.reader.view(self.reader.commitlog.msg_id(phys))
+            except (HostMQError, ValueError):
+                continue
+            if m.topic == topic and m.unique_id == uniq:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.offsets.persist()
+        if self.index is not None:
+            self.index.close()
+        self.reader.close()
+
+
+def _wait_running(state: BrokerState, stop) -> bool:
+    while not stop.is_set():
+        if state.get("broker_state") == R.BROKER_RUNNING:
+            return True
+        stop.wait(0.02)
+    return False
+
+
+def run(rt: BrokerRuntime, stop) -> int:
+    """The scheduler process's entry point (spawned by the broker)."""
+    state = BrokerState.attach(rt.state_name)
+    state.set("scheduler_pid", os.getpid())
+    instance = session = sched = None
+    try:
+        if not _wait_running(state, stop):
+            return 0
+        # Records the writer published before we started must be dispatched (and indexed) before
+        # the index can tell whether a due message was delivered already.
+        target = state.w[W_WRITE_POS]
+        while state.w[W_DISPATCHED_POS] < target and not stop.is_set():
+            stop.wait(0.01)
+        instance = ClientInstance(rt.root)
+        session = ProducerSession(instance, rt.name, rt.address, data_bytes=RING_BYTES, completion_entries=256,
+                                  spin_s=0.0)
+        sched = Scheduler(rt, state, session)
+        log.info("scheduler ready: %d levels, offsets %s", sched.levels, sched.offsets.offsets)
+        next_persist = time.monotonic() + PERSIST_INTERVAL_S
+        while not stop.is_set():
+            wait_s = sched.run_once(int(time.time() * 1000))
+            state.set("scheduler_heartbeat_ms", int(time.time() * 1000))
+            if time.monotonic() >= next_persist:
+                sched.offsets.persist()
+                next_persist = time.monotonic() + PERSIST_INTERVAL_S
+            stop.wait(wait_s)
+    finally:
+        if sched is not None:
+            sched.close()
+        if session is not None:
+            if stop.is_set() and session.broken is None:
+                # The broker is stopping and no longer answers requests: skip the goodbye.
+                session.broken = ConnectError("broker stopping")
+            session.close(1.0)
+        if instance is not None:
+            instance.close()
+        state.close()
+    return 0
