@@ -96,13 +96,14 @@ class Message:
 class MessageExt(Message):
     """A stored message. Holds a private copy of its record; fields are decoded on first access."""
 
-    __slots__ = ("_raw", "_hdr", "_props", "broker")
+    __slots__ = ("_raw", "_hdr", "_props", "broker", "_topic")
 
     def __init__(self, raw: bytes, broker: str = "") -> None:  # noqa: D107 - built by the store
         self._raw = raw
         self._hdr = None
         self._props = None
         self.broker = broker
+        self._topic = None          # a retried message shows its original topic (RocketMQ resetRetryTopic)
 
     # -- decoded lazily -------------------------------------------------------------------------
     def _header(self) -> records.RecordHeader:
@@ -124,7 +125,7 @@ class MessageExt(Message):
 
     @property
     def topic(self) -> str:  # type: ignore[override]
-        return records.record_topic(self._raw, 0)
+        return self._topic or records.record_topic(self._raw, 0)
 
     @property
     def body(self) -> bytes:  # type: ignore[override]

@@ -25,7 +25,7 @@ from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frames import Frame
 from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRequest, OpenSessionRequest,
-                                 ResetOffsetRequest,
+                                 ResetOffsetRequest, SendBackRequest,
                                  PullRequest, QueueRequest, TopicRequest, ViewMessageRequest)
 from ..root import shm_name
 from ..shm.ring import IngressRing
@@ -38,6 +38,7 @@ from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OffsetTable
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .consumers import ConsumerTable
+from .retry import retry_topic, send_back_target
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
 
@@ -96,7 +97,7 @@ class BrokerService:
             c.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, c.VIEW_MESSAGE_BY_ID: self.view_message,
             c.HEART_BEAT: self.heartbeat, c.UNREGISTER_CLIENT: self.unregister_client,
             c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
-            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.CONSUMER_SEND_MSG_BACK: self.send_back, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
 
     def ping(self, frame: Frame, token=None) -> Reply:
@@ -348,6 +349,8 @@ class BrokerService:
 
     def heartbeat(self, frame: Frame, token=None) -> Reply:
         req = HeartbeatRequest.from_fields(frame.fields)
+        for group in req.consumer_groups:           # members subscribe to their retry topic (RocketMQ)
+            self._ensure_topic(retry_topic(group))
         self._consumers_changed(self.consumers.heartbeat(req.client_id, req.pid, req.producer_groups,
                                                          req.consumer_groups, time.monotonic()))
         return Reply(fields={"consumers_version": int(self.state.get("consumers_version"))})
@@ -359,6 +362,22 @@ class BrokerService:
         existed = cid in self.consumers.clients
         self._consumers_changed(self.consumers.unregister(cid))
         return Reply(fields={"removed": existed})
+
+    def send_back(self, frame: Frame, token=None) -> Reply:
+        """CONSUMER_SEND_MSG_BACK: where a message its listener failed goes (retry or DLQ topic,
+        created here); the consumer stores it there through its ring."""
+        req = SendBackRequest.from_fields(frame.fields)
+        if not req.group or "@" in req.group or req.reconsume_times < 0 or req.max_reconsume_times < 0:
+            raise ValidationError("send back needs a group, reconsume_times ≥ 0 and max_reconsume_times ≥ 0")
+        topic, level = send_back_target(req.group, req.reconsume_times, req.max_reconsume_times, req.delay_level)
+        self._ensure_topic(topic)
+        return Reply(fields={"topic": topic, "queue_id": 0, "delay_level": level, "delay_levels": self.delay_levels})
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic not in self.topics.topics:
+            self.topics.put(TopicConfig(topic, 1, 1))
+            log.info("created %s", topic)
+            self._topics_changed()
 
     def consumer_list(self, frame: Frame, token=None) -> Reply:
         group = frame.fields.get("group")

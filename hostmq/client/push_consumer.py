@@ -12,27 +12,35 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
 * Offsets: per queue the first message whose listener has not finished (``process_queue``) is
   committed every ``auto_commit_interval_s`` (5 s), when a queue moves to another member, and at
   shutdown — a crash re-delivers only unfinished messages.
-* ``RECONSUME_LATER`` or an exception from the listener: the batch is consumed again after
-  ``retry_delay_s`` (RocketMQ's local fallback); its offset is not committed past it meanwhile.
-  Retry topics and the dead-letter queue, and orderly consumption, come with issue 5.
+* ``RECONSUME_LATER`` or an exception from the listener (CLUSTERING): each message is sent back
+  to the broker — ``%RETRY%<group>`` after a growing back-off, ``%DLQ%<group>`` after
+  ``max_reconsume_times`` retries (``broker.retry``); members subscribe to their retry topic and a
+  retried message is shown under its original topic. If a send-back fails, or in BROADCASTING, the
+  batch is consumed again here after ``retry_delay_s`` (RocketMQ's local fallback); its offset is not
+  committed past it meanwhile. Orderly consumption (broker queue locks) is not built yet.
 * BROADCASTING: every instance reads every queue; offsets are kept per ``instance_name`` under the
   root (``offset_store.LocalOffsets``).
 """
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from .. import records as R
+from ..broker.retry import RETRY_PREFIX, retry_record, retry_topic
 from ..errors import HostMQError, ValidationError
+from ..protocol.codes import RequestCode
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S
 from .offset_store import LocalOffsets, local_offsets_path
 from .process_queue import ProcessQueue
 from .pull_consumer import PullConsumer
 from .rebalance import Strategy
+from .session import ProducerSession, Waiter
 from .sql92 import SQL
 from .filter import parse_tag_expression
 
@@ -76,6 +84,8 @@ class PushConsumer:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._timers: set[threading.Timer] = set()
+        self._failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
+        self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
         self._lock = threading.Lock()
         self.error: BaseException | None = None
 
@@ -132,6 +142,7 @@ class PushConsumer:
         if self.model == MessageModel.CLUSTERING:
             for topic, expr in self.subscriptions.items():
                 pull.subscribe(topic, expr)
+            pull.subscribe(retry_topic(self.group))      # failed messages come back here (RocketMQ)
         else:
             self._broadcast_assign()
         self._sync_queues()
@@ -169,6 +180,7 @@ class PushConsumer:
                 self._sync_queues()
                 if msgs:
                     self._dispatch(msgs)
+                self._send_back_failed()
                 if time.monotonic() >= next_commit:
                     next_commit = time.monotonic() + self.auto_commit_interval_s
                     self._commit()
@@ -179,7 +191,10 @@ class PushConsumer:
             self._pool.shutdown(wait=True)
             for t in list(self._timers):
                 t.cancel()
+            self._send_back_failed()
             self._commit()
+            for session in self._sessions.values():
+                session.close(1.0)
             pull.close()
 
     def _sync_queues(self) -> None:
@@ -223,6 +238,9 @@ class PushConsumer:
     def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if pq.dropped or self._stop.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
+        for m in batch:
+            if m.queue.topic.startswith(RETRY_PREFIX):    # show a retried message under its own topic
+                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
         try:
             result = self.listener(batch)
         except Exception:
@@ -234,20 +252,68 @@ class PushConsumer:
             return
         if result != ConsumeResult.RECONSUME_LATER:
             log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
+        if self.model == MessageModel.CLUSTERING and attempt == 0:
+            self._failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
+            return
         if attempt + 1 >= self.max_reconsume_times:
             log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
                       self.group, len(batch), attempt + 1, self.retry_delay_s)
-        timer = threading.Timer(self.retry_delay_s, self._retry, (pq, batch, attempt + 1))
-        timer.daemon = True
-        with self._lock:
-            self._timers.add(timer)
-        timer.start()
+        self._retry_later(pq, batch, attempt + 1)
 
     def _retry(self, pq: ProcessQueue, batch, attempt: int) -> None:
         with self._lock:
             self._timers.discard(threading.current_thread())
         if not self._stop.is_set():
             self._submit(pq, batch, attempt)
+
+    # -- retries --------------------------------------------------------------------------------------
+    def _send_back_failed(self) -> None:
+        """Send failed batches back to their broker (retry topic after a back-off, or the DLQ); a
+        message that cannot be sent back is consumed again here after ``retry_delay_s``."""
+        while True:
+            try:
+                pq, batch = self._failed.get_nowait()
+            except queue.Empty:
+                return
+            done = []
+            for m in batch:
+                try:
+                    self._send_back(m)
+                    done.append(m.queue_offset)
+                except HostMQError as e:
+                    log.warning("%s: sending %s back failed (%s); consuming it again here later",
+                                self.group, m.msg_id, e)
+                    self._retry_later(pq, [m], 1)
+            with self._lock:
+                pq.remove(done)
+
+    def _send_back(self, m: MessageExt) -> None:
+        inst = self.pull.instance
+        address = inst.broker_address(m.broker)
+        f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK,
+                                {"group": self.group, "reconsume_times": m.reconsume_times,
+                                 "max_reconsume_times": self.max_reconsume_times}).fields
+        session = self._sessions.get(m.broker)
+        if session is None or session.broken is not None:
+            session = self._sessions[m.broker] = ProducerSession(inst, m.broker, address, data_bytes=4 << 20,
+                                                                 completion_entries=256, spin_s=0.0)
+        rec = retry_record(bytes(m.raw), f["topic"], f["queue_id"], f["delay_level"], f["delay_levels"],
+                           session.store_host, m.msg_id)
+        waiter = Waiter(MessageQueue(f["topic"], m.broker, f["queue_id"]))
+        deadline = time.monotonic() + 10.0
+        session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
+        session.wait(waiter, deadline)
+        if isinstance(waiter.outcome, Exception):
+            raise waiter.outcome
+        if f["delay_level"] == 0:
+            log.warning("%s: %s failed %d times; moved to %s", self.group, m.msg_id, m.reconsume_times + 1, f["topic"])
+
+    def _retry_later(self, pq: ProcessQueue, batch, attempt: int) -> None:
+        timer = threading.Timer(self.retry_delay_s, self._retry, (pq, batch, attempt))
+        timer.daemon = True
+        with self._lock:
+            self._timers.add(timer)
+        timer.start()
 
     # -- offsets --------------------------------------------------------------------------------------
     def _commit_position(self, mq: MessageQueue) -> int:

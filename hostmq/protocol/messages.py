@@ -181,6 +181,17 @@ class OffsetRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
+class SendBackRequest(ControlMessage):
+    """CONSUMER_SEND_MSG_BACK: a consumer's listener failed a message consumed ``reconsume_times``
+    times before; the broker answers where it goes (RocketMQ ConsumerSendMsgBackRequestHeader)."""
+
+    group: str
+    reconsume_times: int
+    max_reconsume_times: int = 16
+    delay_level: int = 0
+
+
+@dataclass(frozen=True)
 class ResetOffsetRequest(ControlMessage):
     """INVOKE_BROKER_TO_RESET_OFFSET: move ``group``'s offsets of ``topic`` to the first message stored
     at or after ``timestamp_ms`` (RocketMQ resetOffsetByTimestamp)."""

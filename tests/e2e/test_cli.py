@@ -59,14 +59,39 @@ class Up:
         self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(timeout_s)
 
+    def tree(self) -> list[psutil.Process]:
+        """``hostmq up`` and every process under it (NameServers, brokers, their children)."""
+        try:
+            me = psutil.Process(self.proc.pid)
+            return [me] + me.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
     def kill(self) -> None:
+        """Teardown, also after a failure: SIGKILL ``up``'s process group and every process under it
+        (the servers run in process groups of their own)."""
         if self.proc.poll() is None:
+            for p in self.tree():
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait(10)
         self.reader.join(5)
+
+
+def assert_gone(procs: list[psutil.Process]) -> None:
+    """None of ``procs`` runs any more (a pid reused by an unrelated process does not count)."""
+    def gone(p: psutil.Process) -> bool:
+        try:
+            return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+    wait_until(lambda: all(gone(p) for p in procs), 20, "every process of the cluster to exit")
 
 
 def assert_nothing_left(root: str, brokers) -> None:
@@ -96,10 +121,16 @@ def test_up_with_the_demo_then_ctrl_c_stops_everything(small_root):
         # The cluster keeps serving after the demo: a client in another process still gets through.
         r = hostmq("send", small_root, "DemoTopic", "after the demo")
         assert r.returncode == 0 and r.stdout.startswith("SEND_OK"), r.stderr
+        procs = up.tree()
+        cmdlines = [" ".join(p.cmdline()) for p in procs]
+        assert sum(" namesrv " in c for c in cmdlines) == 1 and sum(" broker " in c for c in cmdlines) == 1, cmdlines
+        assert len(procs) >= 6, f"expected up, a NameServer, a broker and its writer/dispatcher/flusher: {cmdlines}"
         assert up.interrupt() == 0, up.text()
         assert up.text().rstrip().endswith("stopped"), up.text()
+        assert "Traceback" not in up.text(), up.text()
     finally:
         up.kill()
+    assert_gone(procs)
     assert_nothing_left(small_root, ["broker-a"])
 
 
@@ -109,7 +140,7 @@ def test_topic_send_consume_status_and_errors(small_root):
         up.wait_for("Ctrl-C stops", 60)
         r = hostmq("topic", "create", small_root, "cli-t", "--queues", "2")
         assert r.returncode == 0, r.stderr
-        listed = wait_until(lambda: "cli-t" in (o := hostmq("topic", "list", small_root)).stdout and o, 15,
+        listed = wait_until(lambda: "cli-t" in (o := hostmq("topic", "list", small_root)).stdout.split() and o, 15,
                             "the topic in the list")
         assert listed.returncode == 0
         route = hostmq("topic", "route", small_root, "cli-t").stdout
@@ -137,13 +168,24 @@ def test_topic_send_consume_status_and_errors(small_root):
         assert "broker-a" in status.stdout and "broker-b" in status.stdout
         offsets = [line.split() for line in status.stdout.splitlines() if line.startswith("cli-t ")]
         assert len(offsets) == 4 and sum(int(row[4]) for row in offsets) == 6    # max offsets add up
+        assert sorted((row[1], int(row[2])) for row in offsets) == \
+            [(b, q) for b in ("broker-a", "broker-b") for q in (0, 1)]
+        group = status.stdout.split("group cli-g\n", 1)
+        assert len(group) == 2, f"no progress of group cli-g in the status:\n{status.stdout}"
+        lags = [line.split() for line in group[1].split("\n\n")[0].splitlines()[1:] if line.strip()]
+        assert len(lags) == 4 and all(row[-1] == "0" for row in lags), group[1]    # consumed it all
 
         r = hostmq("topic", "delete", small_root, "cli-t")
         assert r.returncode == 0, r.stderr
-        wait_until(lambda: "cli-t" not in hostmq("topic", "list", small_root).stdout, 15, "the topic to go")
+        wait_until(lambda: "cli-t" not in hostmq("topic", "list", small_root).stdout.split(), 15, "the topic to go")
+        r = hostmq("topic", "route", small_root, "cli-t")
+        assert r.returncode == 1 and r.stderr.startswith("hostmq: error:"), (r.returncode, r.stdout, r.stderr)
 
         # Bad input: one line on stderr, exit 1, no traceback; the servers keep serving.
-        for args, words in ((("send", small_root + "-missing", "cli-t", "x"), "does not exist"),
+        missing = small_root + "-missing"
+        for args, words in ((("send", missing, "cli-t", "x"), "does not exist"),
+                            (("status", missing), "does not exist"),
+                            (("topic", "list", missing), "does not exist"),
                             (("send", small_root, "bad topic!", "x"), "characters outside"),
                             (("topic", "create", small_root, "x" * 200), "topic"),
                             (("consume", small_root, "cli-t", "--group", "g", "--expr", "a ||| b",
@@ -151,12 +193,15 @@ def test_topic_send_consume_status_and_errors(small_root):
             r = hostmq(*args)
             assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
             assert r.stderr.startswith("hostmq: error:") and words in r.stderr, r.stderr
-            assert "Traceback" not in r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert not os.path.exists(missing), "a command created the root it was pointed at"
         r = hostmq("send", small_root, "cli-t2", "still serving")
         assert r.returncode == 0 and r.stdout.startswith("SEND_OK"), r.stderr
+        procs = up.tree()
         assert up.interrupt() == 0, up.text()
     finally:
         up.kill()
+    assert_gone(procs)
     assert_nothing_left(small_root, ["broker-a", "broker-b"])
 
 
@@ -165,3 +210,12 @@ def test_misuse_of_the_command_exits_2(tmp_path):
     assert r.returncode == 2 and "usage" in r.stderr.lower()
     r = hostmq("no-such-verb")
     assert r.returncode == 2
+
+
+def test_a_root_with_nothing_running_is_a_one_line_error(root):
+    for args in (("status", root), ("send", root, "t", "x"), ("topic", "list", root)):
+        r = hostmq(*args)
+        assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
+        assert r.stderr.startswith("hostmq: error:") and "no NameServer is running" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert_nothing_left(root, ["broker-a"])

@@ -40,48 +40,82 @@ class State:
         self.st.close()
 
 
+class SyncLoad(Load):
+    """``Load`` that also reads the broker's flushed position in each acknowledgement's callback,
+    until ``detach()`` (before the broker goes away)."""
+
+    def __init__(self, root: str, topic: str) -> None:
+        self.state: State | None = State(root)
+        self.lock = threading.Lock()
+        self.flushed_at_ack: dict[int, int] = {}
+        super().__init__(root, topic)
+
+    def _done(self, i: int, f) -> None:
+        with self.lock:
+            if self.state is not None and f.exception() is None:
+                self.flushed_at_ack[i] = self.state.flushed()
+        super()._done(i, f)
+
+    def detach(self) -> None:
+        with self.lock:
+            if self.state is not None:
+                self.state.close()
+                self.state = None
+
+
 def test_sync_flush_acknowledges_only_what_is_on_disk_and_commits_in_groups(cluster):
     c = cluster(store=SYNC)
     st = State(c.root)
     try:
         with hostmq.Producer(c.root) as p, hostmq.Admin(c.root) as a:
             a.create_topic("sf", queues=2)
-            seen = []
+
+            def check_durable_at_ack(acks) -> None:
+                """Each (result, flushed position read right after its acknowledgement): the whole
+                record was durable when the sender learned it was stored."""
+                for r, flushed in acks:
+                    assert r.status == hostmq.SendStatus.SEND_OK, r
+                    m = a.view_message(r.msg_id)
+                    end = m.commitlog_offset + m.store_size
+                    assert flushed >= end, f"acknowledged {r.msg_id} ending at {end} with only {flushed} flushed"
+
+            # One sender, one message at a time.
+            acks = []
             for i in range(100):
                 r = p.send(Message("sf", b"one-%d" % i))
-                seen.append((r, st.flushed()))                # read at once after the acknowledgement
-            for r, flushed in seen:
-                assert r.status == hostmq.SendStatus.SEND_OK
-                m = a.view_message(r.msg_id)
-                end = m.commitlog_offset + m.store_size
-                assert flushed >= end, f"acknowledged {r.msg_id} ending at {end} with only {flushed} flushed"
+                acks.append((r, st.flushed()))                # read at once after the acknowledgement
+            check_durable_at_ack(acks)
 
             # Group commit: concurrent senders share fsyncs.
             flushes_before = st.flush_count()
-            lock = threading.Lock()
-            late = []
 
-            def send(i: int) -> hostmq.SendResult:
+            def send(i: int):
                 r = p.send(Message("sf", b"many-%d" % i))
-                flushed = st.flushed()
-                if flushed <= phys_of(r):
-                    with lock:
-                        late.append((r.msg_id, flushed))
-                return r
+                return r, st.flushed()                       # read at once after the acknowledgement
 
             with ThreadPoolExecutor(8) as ex:
-                results = list(ex.map(send, range(400)))
-            assert not late, f"acknowledged before the flush covered them: {late[:5]}"
-            assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
+                acks = list(ex.map(send, range(400)))
             flushes = st.flush_count() - flushes_before
-            assert 0 < flushes < len(results), f"{flushes} flushes for {len(results)} concurrent sends"
+            check_durable_at_ack(acks)
+            assert 0 < flushes < len(acks), f"{flushes} flushes for {len(acks)} concurrent sends"
 
-            # Async sends under SYNC_FLUSH complete the same way.
-            futs = [p.send_async(Message("sf", b"async-%d" % i)) for i in range(200)]
+            # Async sends under SYNC_FLUSH: the flushed position is read in the completion callback.
+            flushes_before = st.flush_count()
+            lock = threading.Lock()
+            acks = []
+
+            def on_ack(f) -> None:
+                flushed = st.flushed()
+                with lock:
+                    acks.append((f.result(), flushed))
+
+            futs = [p.send_async(Message("sf", b"async-%d" % i), callback=on_ack) for i in range(200)]
             for f in futs:
-                r = f.result(30)
-                m = a.view_message(r.msg_id)
-                assert st.flushed() >= m.commitlog_offset + m.store_size
+                f.result(30)
+            wait_until(lambda: len(acks) == len(futs), 10, "every completion callback")
+            flushes = st.flush_count() - flushes_before
+            check_durable_at_ack(acks)
+            assert 0 < flushes < len(futs), f"{flushes} flushes for {len(futs)} pipelined sends"
     finally:
         st.close()
 
@@ -91,14 +125,15 @@ def test_async_flush_acknowledges_before_the_flush(cluster):
     st = State(c.root)
     try:
         with hostmq.Producer(c.root) as p, hostmq.Admin(c.root) as a:
-            flushed_at_start = st.flushed()
+            flushed_at_start, flushes_at_start = st.flushed(), st.flush_count()
             results = []
             for i in range(50):
                 r = p.send(Message("af", b"m%d" % i))
                 assert a.view_message(r.msg_id).body == b"m%d" % i      # found at once, dispatched or not
                 results.append(r)
             assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
-            assert st.flushed() == flushed_at_start <= phys_of(results[-1])
+            assert st.flushed() == flushed_at_start <= phys_of(results[-1])      # acked, none of it flushed
+            assert st.flush_count() == flushes_at_start
     finally:
         st.close()
 
@@ -107,9 +142,18 @@ def test_sync_flush_broker_killed_then_restarted_keeps_every_acknowledged_messag
     c = cluster(store=SYNC)
     with hostmq.Admin(c.root) as a:
         a.create_topic("sfcrash", queues=4)
-    with Load(c.root, "sfcrash") as load:
-        wait_until(lambda: len(load.acked) >= 1500, 60, "1500 acknowledgements")
-        c.signal_group("broker-a", signal.SIGKILL)
+    load = SyncLoad(c.root, "sfcrash")
+    with load:
+        try:
+            wait_until(lambda: len(load.acked) >= 1500, 60, "1500 acknowledgements")
+            c.signal_group("broker-a", signal.SIGKILL)
+        finally:
+            load.detach()
+        acked_then = dict(load.acked)
+        late = [(i, r.msg_id, load.flushed_at_ack.get(i)) for i, r in acked_then.items()
+                if i in load.flushed_at_ack and phys_of(r) >= load.flushed_at_ack[i]]
+        assert len(load.flushed_at_ack) >= 1500, len(load.flushed_at_ack)
+        assert not late, f"{len(late)} messages acknowledged beyond the flushed position: {late[:3]}"
         c.processes["broker-a"].wait(30)
         acked_before = dict(load.acked)
         c.start_broker("broker-a")
