@@ -149,7 +149,6 @@ class PullConsumer:
         lost = [q for q in self.positions if q not in mine]
         gained = sorted(mine - set(self.positions))
         if lost:
-            self.on_revoke(lost)
             try:
                 self._commit_queues(lost)
             except HostMQError as e:        # its broker is down: the next owner cannot read it either
@@ -361,10 +360,6 @@ class PullConsumer:
                     self._seen.pop(mq, None)
                     self.reset_queues.add(mq)
             self._reset_seen[name] = v
-
-    def on_revoke(self, queues: list[MessageQueue]) -> None:
-        """Called when a rebalance takes ``queues`` away, before their offsets are committed (a push
-        consumer lets the batches being consumed finish, so the commit covers them)."""
 
     def commit_position(self, mq: MessageQueue) -> int:
         """The offset ``commit`` stores for ``mq``: the next one to read (a push consumer stores the

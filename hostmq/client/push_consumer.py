@@ -23,7 +23,6 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
 """
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
@@ -50,9 +49,6 @@ log = logging.getLogger(__name__)
 MAX_HELD_MESSAGES = 1000
 MAX_HELD_BYTES = 100 << 20
 RETRY_DELAY_S = 1.0
-LOCK_RENEW_S = 20.0             # RocketMQ: an orderly member renews its queue locks every 20 s
-LOCK_RETRY_S = 0.5              # ... and retries queues it owns but could not lock this often
-REVOKE_WAIT_S = 1.0             # how long a revoked queue's running batches may finish before the commit
 
 
 class PushConsumer:
@@ -90,14 +86,6 @@ class PushConsumer:
         self._timers: set[threading.Timer] = set()
         self._failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
         self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
-        # Orderly consumption: queues locked on their broker, messages waiting per queue, queues being
-        # consumed (one task per queue at a time), queues to unlock once their task is done.
-        self.orderly = False
-        self._locked: set[MessageQueue] = set()
-        self._pending: dict[MessageQueue, collections.deque] = {}
-        self._running: set[MessageQueue] = set()
-        self._to_unlock: set[MessageQueue] = set()
-        self._next_lock = self._next_lock_retry = 0.0
         self._lock = threading.Lock()
         self.error: BaseException | None = None
 
@@ -116,9 +104,9 @@ class PushConsumer:
     def register(self, fn: Callable[[list[MessageExt]], ConsumeResult], orderly: bool = False) -> None:
         if not callable(fn):
             raise ValidationError("the listener must be callable")
-        if orderly and self.model != MessageModel.CLUSTERING:
-            raise ValidationError("orderly consumption needs MessageModel.CLUSTERING (queues are locked per group)")
-        self.orderly = bool(orderly)
+        if orderly:
+            raise ValidationError("orderly consumption (queue locks on the broker) is not built yet; "
+                                  "register(fn) consumes concurrently")
         self.listener = fn
 
     def start(self) -> "PushConsumer":
@@ -138,7 +126,6 @@ class PushConsumer:
                 store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))
                 pull.offsets = store
             pull.commit_position = self._commit_position
-            pull.on_revoke = self._on_revoke
             self.pull = pull
             self._setup_queues()
         except BaseException:
@@ -183,8 +170,6 @@ class PushConsumer:
                     next_route = time.monotonic() + self.rebalance_interval_s
                     self._broadcast_assign()
                 self._sync_queues()
-                if self.orderly:
-                    self._maintain_locks()
                 self._flow_control()
                 try:
                     msgs = pull.poll(0.2)
@@ -219,10 +204,6 @@ class PushConsumer:
         with self._lock:
             for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
-                self._pending.pop(mq, None)
-                if mq in self._locked:
-                    self._locked.discard(mq)
-                    self._to_unlock.add(mq)
             for mq, off in positions.items():
                 if mq not in self.queues:
                     self.queues[mq] = ProcessQueue(off)
@@ -230,8 +211,6 @@ class PushConsumer:
     def _flow_control(self) -> None:
         with self._lock:
             full = {mq for mq, pq in self.queues.items() if pq.is_full(self.max_held_messages, self.max_held_bytes)}
-            if self.orderly:                # only what this member holds the lock of is fetched
-                full |= {mq for mq in self.queues if mq not in self._locked}
         pull = self.pull
         if full != pull.paused:
             pull.resume(pull.paused - full)
@@ -247,11 +226,6 @@ class PushConsumer:
                 if pq is None:
                     continue
                 pq.add([(m.queue_offset, m.store_size) for m in batch], self.pull.positions.get(mq, 0))
-            if self.orderly:
-                with self._lock:
-                    self._pending.setdefault(mq, collections.deque()).extend(batch)
-                self._kick(mq, pq)
-                continue
             for i in range(0, len(batch), self.batch_size):
                 self._submit(pq, batch[i:i + self.batch_size], 0)
 
@@ -264,7 +238,9 @@ class PushConsumer:
     def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if pq.dropped or self._stop.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
-        _show_original_topic(batch)
+        for m in batch:
+            if m.queue.topic.startswith(RETRY_PREFIX):    # show a retried message under its own topic
+                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
         try:
             result = self.listener(batch)
         except Exception:
@@ -290,108 +266,19 @@ class PushConsumer:
         if not self._stop.is_set():
             self._submit(pq, batch, attempt)
 
-    # -- orderly --------------------------------------------------------------------------------------
-    def _kick(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """Start the queue's consume task unless it runs (one task per queue keeps the order)."""
-        with self._lock:
-            if mq in self._running or not self._pending.get(mq) or mq not in self._locked or pq.dropped:
-                return
-            self._running.add(mq)
-        try:
-            self._pool.submit(self._consume_orderly, mq, pq)
-        except RuntimeError:                # shutting down
-            with self._lock:
-                self._running.discard(mq)
-
-    def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        attempts = 0
-        try:
-            while True:
-                with self._lock:
-                    pending = self._pending.get(mq)
-                    if pq.dropped or self._stop.is_set() or not pending or mq not in self._locked:
-                        return
-                    batch = [pending[i] for i in range(min(self.batch_size, len(pending)))]
-                _show_original_topic(batch)
-                try:
-                    result = self.listener(batch)
-                except Exception:
-                    log.exception("orderly listener of %s failed; suspending %s", self.group, mq)
-                    result = ConsumeResult.RECONSUME_LATER
-                if result == ConsumeResult.SUCCESS:
-                    attempts = 0
-                    with self._lock:
-                        for _ in batch:
-                            pending.popleft()
-                        pq.remove([m.queue_offset for m in batch])
-                    continue
-                attempts += 1
-                if attempts > self.max_reconsume_times:
-                    # Given up after the maximum: to the DLQ; the queue goes on in order after it.
-                    with self._lock:
-                        for _ in batch:
-                            pending.popleft()
-                    self._failed.put((pq, batch, -1))
-                    attempts = 0
-                    continue
-                self._stop.wait(self.retry_delay_s)     # suspend this queue, then the same messages again
-        finally:
-            with self._lock:
-                self._running.discard(mq)
-            self._kick(mq, pq)              # messages that came while we were leaving
-
-    def _maintain_locks(self) -> None:
-        now = time.monotonic()
-        done = {mq for mq in self._to_unlock if mq not in self._running}
-        if done:
-            self._lock_request(RequestCode.UNLOCK_BATCH_MQ, done)
-            self._to_unlock -= done
-        with self._lock:
-            owned = set(self.queues)
-            missing = owned - self._locked
-        if now < self._next_lock and not (missing and now >= self._next_lock_retry):
-            return
-        self._next_lock_retry = now + LOCK_RETRY_S
-        if not missing:
-            self._next_lock = now + LOCK_RENEW_S
-        held = self._lock_request(RequestCode.LOCK_BATCH_MQ, owned)
-        with self._lock:
-            gained = (held & set(self.queues)) - self._locked
-            self._locked = held & set(self.queues)
-            pqs = {mq: self.queues[mq] for mq in gained}
-        for mq, pq in pqs.items():
-            self._kick(mq, pq)
-
-    def _lock_request(self, code: int, queues) -> set[MessageQueue]:
-        inst, member = self.pull.instance, self.pull.member
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in queues:
-            by_broker.setdefault(mq.broker, []).append(mq)
-        held: set[MessageQueue] = set()
-        for broker, mqs in sorted(by_broker.items()):
-            try:
-                f = inst.broker_request(inst.broker_address(broker), code,
-                                        {"group": self.group, "client_id": member.client_id,
-                                         "queues": [{"topic": q.topic, "queue_id": q.queue_id} for q in mqs]},
-                                        timeout_s=2.0)
-                held |= {MessageQueue(r["topic"], broker, r["queue_id"]) for r in f.fields.get("locked", [])}
-            except HostMQError as e:
-                log.info("%s: queue locks on %s: %s", self.group, broker, e)
-        return held
-
     # -- retries --------------------------------------------------------------------------------------
     def _send_back_failed(self) -> None:
         """Send failed batches back to their broker (retry topic after a back-off, or the DLQ); a
         message that cannot be sent back is consumed again here after ``retry_delay_s``."""
         while True:
             try:
-                pq, batch, *level = self._failed.get_nowait()
+                pq, batch = self._failed.get_nowait()
             except queue.Empty:
                 return
             done = []
             for m in batch:
                 try:
-                    self._send_back(m, level[0] if level else 0)
+                    self._send_back(m)
                     done.append(m.queue_offset)
                 except HostMQError as e:
                     log.warning("%s: sending %s back failed (%s); consuming it again here later",
@@ -400,13 +287,12 @@ class PushConsumer:
             with self._lock:
                 pq.remove(done)
 
-    def _send_back(self, m: MessageExt, delay_level: int = 0) -> None:
+    def _send_back(self, m: MessageExt) -> None:
         inst = self.pull.instance
         address = inst.broker_address(m.broker)
         f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK,
                                 {"group": self.group, "reconsume_times": m.reconsume_times,
-                                 "max_reconsume_times": self.max_reconsume_times,
-                                 "delay_level": delay_level}).fields
+                                 "max_reconsume_times": self.max_reconsume_times}).fields
         session = self._sessions.get(m.broker)
         if session is None or session.broken is not None:
             session = self._sessions[m.broker] = ProducerSession(inst, m.broker, address, data_bytes=4 << 20,
@@ -430,23 +316,6 @@ class PushConsumer:
         timer.start()
 
     # -- offsets --------------------------------------------------------------------------------------
-    def _on_revoke(self, queues: list[MessageQueue]) -> None:
-        """A rebalance gives these queues to another member: stop consuming them and wait (briefly) for
-        the batches in the listener, so the commit that follows covers them and the next owner does
-        not consume them again (RocketMQ takes the queue's consume lock before it lets go)."""
-        with self._lock:
-            for mq in queues:
-                pq = self.queues.get(mq)
-                if pq is not None:
-                    pq.dropped = True
-        deadline = time.monotonic() + REVOKE_WAIT_S
-        while time.monotonic() < deadline:
-            with self._lock:
-                busy = any(mq in self._running for mq in queues)     # an orderly queue's task is in the listener
-            if not busy:
-                return
-            time.sleep(0.005)
-
     def _commit_position(self, mq: MessageQueue) -> int:
         with self._lock:
             pq = self.queues.get(mq)
@@ -475,9 +344,3 @@ class PushConsumer:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-
-def _show_original_topic(batch: list[MessageExt]) -> None:
-    for m in batch:
-        if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
-            m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
