@@ -407,6 +407,13 @@ def validate_topic(topic) -> bytes:
 
 
 @functools.lru_cache(maxsize=65536)
+def validate_consumer_group(group) -> str:
+    """A consumer group name: a non-empty string without '@' (offset keys are ``topic@group``)."""
+    if not isinstance(group, str) or not group or "@" in group:
+        raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+    return group
+
+
 def tag_hash(tag: str) -> int:
     """Java ``String.hashCode`` of a tag (a signed 32-bit int), as stored in the consume queue."""
     return java_string_hash(tag)

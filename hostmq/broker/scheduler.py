@@ -93,17 +93,13 @@ class Scheduler:
             log.info("scheduler: %s was delivered before the restart; not again", uniq)
             return
         mq = MessageQueue(topic, self.rt.name, qid)
-        waiter = Waiter(mq)
-        deadline = time.monotonic() + SEND_TIMEOUT_S
-        self.session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
-        self.session.wait(waiter, deadline)
-        if isinstance(waiter.outcome, (ValidationError, NoRouteError)):
+        try:        # broker busy or stopping raises on: the supervisor restarts us
+            self.session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), time.monotonic() + SEND_TIMEOUT_S)
+        except (ValidationError, NoRouteError) as e:
             # The real topic or queue is gone (RocketMQ drops such a message too): say so, go on.
-            log.error("scheduler: cannot deliver %s to %s: %s", uniq, mq, waiter.outcome)
+            log.error("scheduler: cannot deliver %s to %s: %s", uniq, mq, e)
             self.skipped += 1
             return
-        if isinstance(waiter.outcome, Exception):
-            raise waiter.outcome            # broker busy or stopping: the supervisor restarts us
         self.delivered += 1
 
     def _already_stored(self, topic: str, uniq: str) -> bool:

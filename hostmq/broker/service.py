@@ -367,8 +367,9 @@ class BrokerService:
         """CONSUMER_SEND_MSG_BACK: where a message its listener failed goes (retry or DLQ topic,
         created here); the consumer stores it there through its ring."""
         req = SendBackRequest.from_fields(frame.fields)
-        if not req.group or "@" in req.group or req.reconsume_times < 0 or req.max_reconsume_times < 0:
-            raise ValidationError("send back needs a group, reconsume_times ≥ 0 and max_reconsume_times ≥ 0")
+        R.validate_consumer_group(req.group)
+        if req.reconsume_times < 0 or req.max_reconsume_times < 0:
+            raise ValidationError("send back needs reconsume_times ≥ 0 and max_reconsume_times ≥ 0")
         topic, level = send_back_target(req.group, req.reconsume_times, req.max_reconsume_times, req.delay_level)
         self._ensure_topic(topic)
         return Reply(fields={"topic": topic, "queue_id": 0, "delay_level": level, "delay_levels": self.delay_levels})

@@ -130,8 +130,7 @@ class Admin:
     def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
         """Backtracking: every queue of ``topic`` continues, for ``group``, from its first message
         stored at or after ``timestamp_ms``; running consumers of the group pick it up at once."""
-        if not isinstance(group, str) or not group or "@" in group:
-            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        R.validate_consumer_group(group)
         R.validate_topic(topic)
         if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool) or timestamp_ms < 0:
             raise ValidationError(f"timestamp_ms must be an int ≥ 0, got {timestamp_ms!r}")

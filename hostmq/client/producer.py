@@ -114,12 +114,7 @@ class Producer:
             try:
                 session = self._session(mq)
                 rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
-                waiter = Waiter(mq)
-                session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
-                session.wait(waiter, deadline)
-                out = waiter.outcome
-                if isinstance(out, Exception):
-                    raise out
+                out = session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), deadline)
                 self._latency(mq.broker, t0, False)
                 return out
             except (ConnectError, BrokerBusyError, NoRouteError) as e:
@@ -175,13 +170,9 @@ class Producer:
                 if len(payload) > session.max_payload_bytes:
                     raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
                                           f"a frame carries; split it")
-                waiter = Waiter(mq, sizes)
-                session.submit(R.FRAME_BATCH, payload, len(sizes), waiter, deadline)
-                session.wait(waiter, deadline)
-                if isinstance(waiter.outcome, Exception):
-                    raise waiter.outcome
+                out = session.send(R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes), deadline)
                 self._latency(mq.broker, t0, False)
-                return waiter.outcome
+                return out
             except (ConnectError, BrokerBusyError, NoRouteError) as e:
                 error, last_failed = e, mq.broker
                 self._latency(mq.broker, t0, True)

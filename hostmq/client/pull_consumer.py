@@ -51,8 +51,7 @@ class PullConsumer:
                  timeout_s: float = 3.0, allocate: Strategy = "average",
                  rebalance_interval_s: float = REBALANCE_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, offset_store=None) -> None:
-        if not isinstance(group, str) or not group or "@" in group:
-            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        R.validate_consumer_group(group)
         if not isinstance(consume_from, ConsumeFrom):
             raise ValidationError(f"consume_from must be a hostmq.ConsumeFrom, got {consume_from!r}")
         if max_poll_records < 1:

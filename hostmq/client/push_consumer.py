@@ -65,8 +65,7 @@ class PushConsumer:
                         ("max_held_messages", max_held_messages), ("max_held_bytes", max_held_bytes)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValidationError(f"{name} must be an int ≥ 1, got {v!r}")
-        if not isinstance(group, str) or not group or "@" in group:
-            raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
+        R.validate_consumer_group(group)
         self.root, self.group, self.model = root, group, model
         self.consume_from, self.consume_timestamp_ms = consume_from, consume_timestamp_ms
         self.allocate, self.max_reconsume_times = allocate, max_reconsume_times
@@ -299,12 +298,8 @@ class PushConsumer:
                                                                  completion_entries=256, spin_s=0.0)
         rec = retry_record(bytes(m.raw), f["topic"], f["queue_id"], f["delay_level"], f["delay_levels"],
                            session.store_host, m.msg_id)
-        waiter = Waiter(MessageQueue(f["topic"], m.broker, f["queue_id"]))
-        deadline = time.monotonic() + 10.0
-        session.submit(R.FRAME_MESSAGE, rec, 1, waiter, deadline)
-        session.wait(waiter, deadline)
-        if isinstance(waiter.outcome, Exception):
-            raise waiter.outcome
+        session.send(R.FRAME_MESSAGE, rec, 1, Waiter(MessageQueue(f["topic"], m.broker, f["queue_id"])),
+                     time.monotonic() + 10.0)
         if f["delay_level"] == 0:
             log.warning("%s: %s failed %d times; moved to %s", self.group, m.msg_id, m.reconsume_times + 1, f["topic"])
 

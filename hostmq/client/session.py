@@ -143,6 +143,14 @@ class ProducerSession:
                 self._async_event.set()
         return seq
 
+    def send(self, kind: int, payload, count: int, waiter: Waiter, deadline: float):
+        """Publish one frame and wait for its completion: the SendResult, or the refusal raised."""
+        self.submit(kind, payload, count, waiter, deadline)
+        self.wait(waiter, deadline)
+        if isinstance(waiter.outcome, Exception):
+            raise waiter.outcome
+        return waiter.outcome
+
     def _write_when_room(self, kind: int, seq: int, payload, count: int, deadline: float) -> None:
         """Back-pressure: the ring is full; read completions and wait for the writer to free room."""
         ring = self.ring
