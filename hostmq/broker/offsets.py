@@ -25,12 +25,15 @@ class OffsetTable:
         self.dirty = False
         data = read_json(path, {"offset_table": {}})
         table = data.get("offset_table", {}) if isinstance(data, dict) else {}
+        if not isinstance(table, dict):
+            table = {}
+        # Entries :meth:`commit` would refuse are skipped (isdecimal, not isdigit: int("²") fails).
         for key, queues in table.items():
             topic, sep, group = key.rpartition(TOPIC_GROUP_SEP)
-            if not sep or not isinstance(queues, dict):
+            if not sep or not topic or not group or not isinstance(queues, dict):
                 continue
             for qid, off in queues.items():
-                if str(qid).isdigit() and isinstance(off, int):
+                if str(qid).isdecimal() and isinstance(off, int) and not isinstance(off, bool) and off >= 0:
                     self.offsets[(group, topic, int(qid))] = off
 
     def reset(self, group: str, topic: str, offsets: dict[int, int], version: int) -> None:

@@ -25,7 +25,7 @@ from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frames import Frame
 from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRequest, OpenSessionRequest,
-                                 ResetOffsetRequest, SendBackRequest,
+                                 LockRequest, ResetOffsetRequest, SendBackRequest,
                                  PullRequest, QueueRequest, TopicRequest, ViewMessageRequest)
 from ..root import shm_name
 from ..shm.ring import IngressRing
@@ -38,6 +38,7 @@ from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OffsetTable
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .consumers import ConsumerTable
+from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
@@ -83,6 +84,7 @@ class BrokerService:
         self.held: list[_HeldPull] = []
         self._held_seq = -1
         self.consumers = ConsumerTable()
+        self.locks = QueueLocks()
 
     def handlers(self) -> dict:
         c = RequestCode
@@ -97,7 +99,8 @@ class BrokerService:
             c.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset, c.VIEW_MESSAGE_BY_ID: self.view_message,
             c.HEART_BEAT: self.heartbeat, c.UNREGISTER_CLIENT: self.unregister_client,
             c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
-            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.CONSUMER_SEND_MSG_BACK: self.send_back, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.CONSUMER_SEND_MSG_BACK: self.send_back,
+            c.LOCK_BATCH_MQ: self.lock_queues, c.UNLOCK_BATCH_MQ: self.unlock_queues, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
 
     def ping(self, frame: Frame, token=None) -> Reply:
@@ -193,7 +196,10 @@ class BrokerService:
                     if not _segment_owner_alive(name, pid):
                         _unlink(name)
                     st.set_slot_state(table, slot, R.SLOT_FREE)
+        before = set(self.consumers.clients)
         self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
+        for cid in before - set(self.consumers.clients):       # a dead member's queues are free at once
+            self.locks.release_client(cid)
 
     # -- topics ---------------------------------------------------------------------------------------
     def create_topic(self, frame: Frame, token=None) -> Reply:
@@ -361,7 +367,18 @@ class BrokerService:
             raise ValidationError("client_id must be a string")
         existed = cid in self.consumers.clients
         self._consumers_changed(self.consumers.unregister(cid))
+        self.locks.release_client(cid)
         return Reply(fields={"removed": existed})
+
+    def lock_queues(self, frame: Frame, token=None) -> Reply:
+        req = LockRequest.from_fields(frame.fields)
+        held = self.locks.lock(req.group, req.client_id, _queue_rows(req.queues), time.monotonic())
+        return Reply(fields={"locked": [{"topic": t, "queue_id": q} for t, q in held]})
+
+    def unlock_queues(self, frame: Frame, token=None) -> Reply:
+        req = LockRequest.from_fields(frame.fields)
+        self.locks.unlock(req.group, req.client_id, _queue_rows(req.queues))
+        return Reply()
 
     def send_back(self, frame: Frame, token=None) -> Reply:
         """CONSUMER_SEND_MSG_BACK: where a message its listener failed goes (retry or DLQ topic,
@@ -442,3 +459,13 @@ def _unlink(name: str) -> None:
 
 
 __all__ = ["BrokerService", "is_system_topic"]
+
+
+def _queue_rows(rows: list[dict]) -> list[tuple[str, int]]:
+    out = []
+    for r in rows:
+        topic, qid = r.get("topic"), r.get("queue_id")
+        if not isinstance(topic, str) or not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
+            raise ValidationError(f"queue rows need a topic and a queue_id ≥ 0, got {r!r}")
+        out.append((topic, qid))
+    return out

@@ -42,9 +42,16 @@ class TopicTable:
         data = read_json(self.path, {"data_version": 0, "topics": {}})
         if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
             raise ValidationError(f"{self.path}: expected an object with a 'topics' object")
-        self.topics = {name: TopicConfig.from_dict({"topic_name": name, **cfg})
-                       for name, cfg in data["topics"].items()}
-        self.data_version = int(data.get("data_version", 0))
+        version = data.get("data_version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValidationError(f"{self.path}: data_version must be an int >= 0, got {version!r}")
+        topics = {}
+        for name, cfg in data["topics"].items():
+            if not isinstance(cfg, dict):
+                raise ValidationError(f"{self.path}: topic {name!r} must be an object, got {cfg!r}")
+            topics[name] = TopicConfig.from_dict({**cfg, "topic_name": name})     # the key names it
+        self.topics = topics
+        self.data_version = version
 
     def save(self) -> None:
         write_json(self.path, {"data_version": self.data_version,

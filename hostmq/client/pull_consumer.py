@@ -148,6 +148,7 @@ class PullConsumer:
         lost = [q for q in self.positions if q not in mine]
         gained = sorted(mine - set(self.positions))
         if lost:
+            self.on_revoke(lost)
             try:
                 self._commit_queues(lost)
             except HostMQError as e:        # its broker is down: the next owner cannot read it either
@@ -335,7 +336,7 @@ class PullConsumer:
     def _commit_queues(self, queues) -> None:
         for mq in queues:
             off = self.commit_position(mq)
-            if self._committed.get(mq) == off:
+            if off is None or self._committed.get(mq) == off:
                 continue
             if self.offsets.store(mq, off, self._reset_seen.get(mq.broker)):
                 self._committed[mq] = off
@@ -360,9 +361,23 @@ class PullConsumer:
                     self.reset_queues.add(mq)
             self._reset_seen[name] = v
 
-    def commit_position(self, mq: MessageQueue) -> int:
+    def on_revoke(self, queues: list[MessageQueue]) -> None:
+        """Called when a rebalance takes ``queues`` away, before their offsets are committed (a push
+        consumer lets the batches being consumed finish, so the commit covers them)."""
+
+    def reload_position(self, mq: MessageQueue) -> int:
+        """Continue ``mq`` from the group's committed offset as it is now (or the ``consume_from``
+        start if there is none): an orderly member that has just locked a queue reads from where its
+        previous owner committed before it unlocked, not from what it saw at rebalance time."""
+        if mq not in self.positions:
+            raise ValidationError(f"{mq} is not assigned to this consumer")
+        off = self.positions[mq] = self._initial_offset(mq)
+        self._seen.pop(mq, None)
+        return off
+
+    def commit_position(self, mq: MessageQueue) -> int | None:
         """The offset ``commit`` stores for ``mq``: the next one to read (a push consumer stores the
-        first one its listener has not finished)."""
+        first one its listener has not finished; None: nothing to store for it now)."""
         return self.positions[mq]
 
     def committed(self, mq: MessageQueue) -> int | None:

@@ -17,7 +17,9 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
   ``max_reconsume_times`` retries (``broker.retry``); members subscribe to their retry topic and a
   retried message is shown under its original topic. If a send-back fails, or in BROADCASTING, the
   batch is consumed again here after ``retry_delay_s`` (RocketMQ's local fallback); its offset is not
-  committed past it meanwhile. Orderly consumption (broker queue locks) is not built yet.
+  committed past it meanwhile.
+* ``register(fn, orderly=True)``: queues locked on their broker, one queue's messages one at a time
+  in queue order (``orderly.OrderlyService``).
 * BROADCASTING: every instance reads every queue; offsets are kept per ``instance_name`` under the
   root (``offset_store.LocalOffsets``).
 """
@@ -37,6 +39,7 @@ from ..protocol.codes import RequestCode
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S
 from .offset_store import LocalOffsets, local_offsets_path
+from .orderly import OrderlyService
 from .process_queue import ProcessQueue
 from .pull_consumer import PullConsumer
 from .rebalance import Strategy
@@ -85,6 +88,7 @@ class PushConsumer:
         self._timers: set[threading.Timer] = set()
         self._failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
         self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
+        self.orderly: OrderlyService | None = None
         self._lock = threading.Lock()
         self.error: BaseException | None = None
 
@@ -103,9 +107,9 @@ class PushConsumer:
     def register(self, fn: Callable[[list[MessageExt]], ConsumeResult], orderly: bool = False) -> None:
         if not callable(fn):
             raise ValidationError("the listener must be callable")
-        if orderly:
-            raise ValidationError("orderly consumption (queue locks on the broker) is not built yet; "
-                                  "register(fn) consumes concurrently")
+        if orderly and self.model != MessageModel.CLUSTERING:
+            raise ValidationError("orderly consumption needs MessageModel.CLUSTERING (queues are locked per group)")
+        self.orderly = OrderlyService(self) if orderly else None
         self.listener = fn
 
     def start(self) -> "PushConsumer":
@@ -125,6 +129,8 @@ class PushConsumer:
                 store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))
                 pull.offsets = store
             pull.commit_position = self._commit_position
+            if self.orderly is not None:
+                pull.on_revoke = self.orderly.on_revoke
             self.pull = pull
             self._setup_queues()
         except BaseException:
@@ -169,6 +175,8 @@ class PushConsumer:
                     next_route = time.monotonic() + self.rebalance_interval_s
                     self._broadcast_assign()
                 self._sync_queues()
+                if self.orderly is not None:
+                    self.orderly.maintain()
                 self._flow_control()
                 try:
                     msgs = pull.poll(0.2)
@@ -192,6 +200,11 @@ class PushConsumer:
                 t.cancel()
             self._send_back_failed()
             self._commit()
+            if self.orderly is not None:
+                try:
+                    self.orderly.unlock_all()
+                except HostMQError as e:
+                    log.warning("unlocking the queues of %s failed: %s", self.group, e)
             for session in self._sessions.values():
                 session.close(1.0)
             pull.close()
@@ -203,6 +216,8 @@ class PushConsumer:
         with self._lock:
             for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
+                if self.orderly is not None:
+                    self.orderly.dropped(mq)
             for mq, off in positions.items():
                 if mq not in self.queues:
                     self.queues[mq] = ProcessQueue(off)
@@ -210,6 +225,8 @@ class PushConsumer:
     def _flow_control(self) -> None:
         with self._lock:
             full = {mq for mq, pq in self.queues.items() if pq.is_full(self.max_held_messages, self.max_held_bytes)}
+            if self.orderly is not None:    # only what this member holds the lock of is fetched
+                full |= self.orderly.unlocked()
         pull = self.pull
         if full != pull.paused:
             pull.resume(pull.paused - full)
@@ -225,6 +242,9 @@ class PushConsumer:
                 if pq is None:
                     continue
                 pq.add([(m.queue_offset, m.store_size) for m in batch], self.pull.positions.get(mq, 0))
+            if self.orderly is not None:
+                self.orderly.dispatch(mq, pq, batch)
+                continue
             for i in range(0, len(batch), self.batch_size):
                 self._submit(pq, batch[i:i + self.batch_size], 0)
 
@@ -237,20 +257,10 @@ class PushConsumer:
     def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if pq.dropped or self._stop.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
-        for m in batch:
-            if m.queue.topic.startswith(RETRY_PREFIX):    # show a retried message under its own topic
-                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
-        try:
-            result = self.listener(batch)
-        except Exception:
-            log.exception("listener of %s failed; consuming again later", self.group)
-            result = ConsumeResult.RECONSUME_LATER
-        if result == ConsumeResult.SUCCESS:
+        if self._call_listener(batch) == ConsumeResult.SUCCESS:
             with self._lock:
                 pq.remove([m.queue_offset for m in batch])
             return
-        if result != ConsumeResult.RECONSUME_LATER:
-            log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
         if self.model == MessageModel.CLUSTERING and attempt == 0:
             self._failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
             return
@@ -258,6 +268,22 @@ class PushConsumer:
             log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
                       self.group, len(batch), attempt + 1, self.retry_delay_s)
         self._retry_later(pq, batch, attempt + 1)
+
+    def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
+        """The listener's verdict on a batch; an exception or a wrong return value counts as
+        RECONSUME_LATER (logged)."""
+        for m in batch:
+            if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
+                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
+        try:
+            result = self.listener(batch)
+        except Exception:
+            log.exception("listener of %s failed; consuming again later", self.group)
+            return ConsumeResult.RECONSUME_LATER
+        if not isinstance(result, ConsumeResult):
+            log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
+            return ConsumeResult.RECONSUME_LATER
+        return result
 
     def _retry(self, pq: ProcessQueue, batch, attempt: int) -> None:
         with self._lock:
@@ -271,13 +297,13 @@ class PushConsumer:
         message that cannot be sent back is consumed again here after ``retry_delay_s``."""
         while True:
             try:
-                pq, batch = self._failed.get_nowait()
+                pq, batch, *level = self._failed.get_nowait()
             except queue.Empty:
                 return
             done = []
             for m in batch:
                 try:
-                    self._send_back(m)
+                    self._send_back(m, level[0] if level else 0)
                     done.append(m.queue_offset)
                 except HostMQError as e:
                     log.warning("%s: sending %s back failed (%s); consuming it again here later",
@@ -286,12 +312,13 @@ class PushConsumer:
             with self._lock:
                 pq.remove(done)
 
-    def _send_back(self, m: MessageExt) -> None:
+    def _send_back(self, m: MessageExt, delay_level: int = 0) -> None:
         inst = self.pull.instance
         address = inst.broker_address(m.broker)
         f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK,
                                 {"group": self.group, "reconsume_times": m.reconsume_times,
-                                 "max_reconsume_times": self.max_reconsume_times}).fields
+                                 "max_reconsume_times": self.max_reconsume_times,
+                                 "delay_level": delay_level}).fields
         session = self._sessions.get(m.broker)
         if session is None or session.broken is not None:
             session = self._sessions[m.broker] = ProducerSession(inst, m.broker, address, data_bytes=4 << 20,
@@ -311,8 +338,10 @@ class PushConsumer:
         timer.start()
 
     # -- offsets --------------------------------------------------------------------------------------
-    def _commit_position(self, mq: MessageQueue) -> int:
+    def _commit_position(self, mq: MessageQueue) -> int | None:
         with self._lock:
+            if self.orderly is not None and not self.orderly.commit_allowed(mq):
+                return None                 # not locked: another member may be consuming it
             pq = self.queues.get(mq)
             return pq.safe_offset() if pq is not None else self.pull.positions[mq]
 
@@ -339,3 +368,4 @@ class PushConsumer:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+

@@ -181,6 +181,16 @@ class OffsetRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
+class LockRequest(ControlMessage):
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: an orderly member locks (renews) or unlocks its queues on
+    this broker; ``queues`` rows are ``{"topic": str, "queue_id": int}``."""
+
+    group: str
+    client_id: str
+    queues: list[dict]
+
+
+@dataclass(frozen=True)
 class SendBackRequest(ControlMessage):
     """CONSUMER_SEND_MSG_BACK: a consumer's listener failed a message consumed ``reconsume_times``
     times before; the broker answers where it goes (RocketMQ ConsumerSendMsgBackRequestHeader)."""

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import os
+import struct
+import time
 
 import pytest
 
 from hostmq import records as R
-from hostmq.broker.state import W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState
-from hostmq.errors import BrokerBusyError, SegmentError
+from hostmq.broker.state import W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
+from hostmq.errors import BrokerBusyError, SegmentError, SegmentExistsError, SegmentNotFoundError
+from hostmq.shm.segment import Segment
 from tests.shm import shm  # noqa: F401 - the fixture (unique names, leak check)
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,3 +90,263 @@ def test_slots_are_handed_out_reused_and_versioned(shm):  # noqa: F811
 def test_attaching_something_that_is_not_a_state_segment_fails(shm):  # noqa: F811
     with pytest.raises(SegmentError):
         BrokerState.attach(shm.name("state"))          # does not exist
+
+
+# -- layout: the documented byte offsets (records.BROKER_STATE / shm_layouts) --------------------------------
+def _word(st: BrokerState, byte_offset: int) -> int:
+    return struct.unpack_from("=q", st.segment.buf, byte_offset)[0]
+
+
+def test_the_segment_has_the_documented_size_and_header(shm):  # noqa: F811
+    before_ms = int(time.time() * 1000)
+    st = make(shm, sync_flush=True, session_slots=4, waiter_slots=3)
+    after_ms = int(time.time() * 1000)
+    try:
+        assert st.segment.size == 512 + 72 * 4 + 64 * 3        # header, sessions, attach words, waiters
+        assert _word(st, 0) == 1                                 # flush_disk_type: SYNC
+        assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 3, os.getpid())
+        assert bytes(st.segment.buf[32:40]) == b"\x01\x02\x03\x04\x00\x00\x00\x09"
+        assert (_word(st, 40), _word(st, 56)) == (1 << 20, 1000)
+        assert before_ms <= _word(st, 48) <= after_ms            # started_ms
+        assert (_word(st, 384), _word(st, 392)) == (101, 400)    # index slots / entries
+        assert _word(st, 64) == R.BROKER_STARTING == 0           # broker_state
+        # Every position starts at start_pos: write, dispatched, flushed, cq flushed, flush request.
+        assert [_word(st, off) for off in (128, 256, 320, 288, 176)] == [4096] * 5
+        assert _word(st, 152) == 123                             # last_store_ts_ms
+        assert st.get("flush_request_pos") == 4096 and st.get("cq_flushed_pos") == 4096
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_position_words_are_the_documented_lines(shm):  # noqa: F811
+    st = make(shm)
+    try:
+        st.w[W_WRITE_POS], st.w[W_DISPATCHED_POS], st.w[W_FLUSHED_POS] = 11, 22, 33
+        st.set("topics_version", 44)
+        st.set("scheduler_pid", 55)
+        assert [_word(st, off) for off in (128, 256, 320, 64 + 16, 448)] == [11, 22, 33, 44, 55]
+        st.writer_waiting.set()
+        st.flusher_waiting.set()
+        assert (_word(st, 128 + 16), _word(st, 256 + 16), _word(st, 320 + 16)) == (1, 0, 1)
+        st.flusher_waiting.clear()
+        assert _word(st, 320 + 16) == 0 and st.writer_waiting.is_set() and not st.dispatcher_waiting.is_set()
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_get_set_bump_and_snapshot(shm):  # noqa: F811
+    st = make(shm)
+    try:
+        assert st.get("topics_version") == 0
+        assert st.bump("topics_version") == 1 and st.bump("topics_version") == 2
+        assert st.get("topics_version") == 2
+        st.set("dispatched_records", -7)                 # any int64
+        st.set("appended_records", 2 ** 63 - 1)
+        snap = st.snapshot()
+        assert snap["topics_version"] == 2 and snap["dispatched_records"] == -7
+        assert snap["appended_records"] == 2 ** 63 - 1 and snap["store_host"] == "0102030400000009"
+        assert snap["write_pos"] == 4096 and snap["broker_pid"] == os.getpid()
+        assert {"intent_valid", "scheduler_heartbeat_ms", "offsets_reset_version"} <= set(snap)
+        with pytest.raises(KeyError):
+            st.get("no_such_word")
+        with pytest.raises(KeyError):
+            st.set("no_such_word", 1)
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_a_read_write_attacher_shares_the_words_both_ways(shm):  # noqa: F811
+    owner = make(shm)
+    try:
+        writer = BrokerState.attach(owner.name)
+        try:
+            writer.w[W_WRITE_POS] = 5000
+            writer.set("writer_pid", 4242)
+            assert owner.get("write_pos") == 5000 and owner.get("writer_pid") == 4242
+            owner.bump("sessions_version")
+            assert writer.get("sessions_version") == 1
+            writer.writer_waiting.set()
+            assert owner.writer_waiting.is_set()
+        finally:
+            writer.close()
+        assert owner.get("write_pos") == 5000              # closing an attacher changes nothing
+    finally:
+        owner.close()
+        owner.unlink()
+
+
+def test_stored_pos_is_the_write_pos_capped_by_the_flushed_pos_only_under_sync_flush(shm):  # noqa: F811
+    st = make(shm, sync_flush=False)
+    try:
+        st.w[W_WRITE_POS], st.w[W_FLUSHED_POS], st.w[W_DISPATCHED_POS] = 9000, 5000, 4000
+        assert not st.sync_flush and st.stored_pos() == 9000 and st.readable_pos() == 4000
+        st.w[W_DISPATCHED_POS] = 9000
+        assert st.readable_pos() == 9000                  # ASYNC: flushing does not hold readers back
+    finally:
+        st.close()
+        st.unlink()
+    st = make(shm, sync_flush=True)
+    try:
+        st.w[W_WRITE_POS], st.w[W_FLUSHED_POS] = 9000, 5000
+        assert st.stored_pos() == 5000
+        st.w[W_FLUSHED_POS] = 9500                         # the flusher may pass a stale write_pos read
+        assert st.stored_pos() == 9000
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_slot_rows_are_at_the_documented_offsets_and_names_use_all_40_bytes(shm):  # noqa: F811
+    st = make(shm, session_slots=2, waiter_slots=2)
+    try:
+        name40 = "n" * 39 + "Z"
+        s = st.open_slot("sessions", name40, 2 ** 63 + 5, 777)        # generation is a u64
+        assert s == 0 and st.slot("sessions", 0) == (R.SLOT_ACTIVE, 2 ** 63 + 5, 777, name40)
+        row = 512 + 64 * 0
+        assert _word(st, row) == R.SLOT_ACTIVE and _word(st, row + 16) == 777
+        assert bytes(st.segment.buf[row + 24:row + 64]) == name40.encode()
+        st.attached[1] = 99                                # the writer's attach table follows the sessions
+        assert _word(st, 512 + 64 * 2 + 8) == 99
+        st.attached[1] = 0
+        w = st.open_slot("waiters", "wait-x", 1, 2)
+        waiter_row = 512 + 72 * 2 + 64 * w
+        assert _word(st, waiter_row) == R.SLOT_ACTIVE and bytes(st.segment.buf[waiter_row + 24:waiter_row + 30]) \
+            == b"wait-x"
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_closing_rows_are_still_active_and_state_changes_bump_the_version(shm):  # noqa: F811
+    st = make(shm, session_slots=3, waiter_slots=2)
+    try:
+        for i in range(3):
+            st.open_slot("sessions", f"s{i}", i, i)
+        v = st.get("sessions_version")
+        st.set_slot_state("sessions", 1, R.SLOT_CLOSING)
+        assert st.get("sessions_version") == v + 1
+        assert st.active_slots("sessions") == [0, 1, 2]        # CLOSING is not free yet
+        with pytest.raises(BrokerBusyError):
+            st.open_slot("sessions", "s3", 3, 3)
+        st.set_slot_state("sessions", 1, R.SLOT_FREE)
+        assert st.active_slots("sessions") == [0, 2] and st.get("sessions_version") == v + 2
+        assert st.open_slot("sessions", "s3", 3, 3) == 1
+        assert st.slot("sessions", 1) == (R.SLOT_ACTIVE, 3, 3, "s3")     # the old name is overwritten
+        # The waiter table has no attach gate and its own version word.
+        st.attached[:] = 1
+        a = st.open_slot("waiters", "w0", 0, 0)
+        st.set_slot_state("waiters", a, R.SLOT_FREE)
+        assert st.open_slot("waiters", "w1", 0, 0) == a and st.get("waiters_version") == 3
+        assert st.get("sessions_version") == v + 3
+        st.attached[:] = 0
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_a_read_only_attacher_cannot_write_words_or_flags(shm):  # noqa: F811
+    owner = make(shm)
+    try:
+        reader = BrokerState.attach(owner.name, readonly=True)
+        try:
+            with pytest.raises(TypeError):
+                reader.set("topics_version", 1)
+            with pytest.raises(TypeError):
+                reader.writer_waiting.set()
+            with pytest.raises((TypeError, ValueError)):
+                reader.sessions[0]["state"] = R.SLOT_ACTIVE
+            assert owner.get("topics_version") == 0 and not owner.writer_waiting.is_set()
+        finally:
+            reader.close()
+    finally:
+        owner.close()
+        owner.unlink()
+
+
+def test_owner_liveness_follows_the_recorded_pid_and_start_time(shm):  # noqa: F811
+    st = make(shm)
+    try:
+        assert st.owner_alive()
+        st.segment._hdr[0]["owner_start_time_s"] = 1.0       # same pid, other start time: a reused pid
+        assert not st.owner_alive()
+    finally:
+        st.close()
+        st.unlink()
+    assert pid_alive(os.getpid())
+    with open("/proc/sys/kernel/pid_max") as f:
+        assert not pid_alive(int(f.read()) + 1)              # no process can have this pid
+
+
+def test_close_is_idempotent_and_unlink_removes_the_name(shm):  # noqa: F811
+    st = make(shm)
+    st.close()
+    st.close()
+    assert st.segment.closed
+    again = BrokerState.attach(st.name)                       # closing never unlinks
+    again.close()
+    st.unlink()
+    with pytest.raises(SegmentNotFoundError):
+        BrokerState.attach(st.name)
+
+
+def test_a_second_create_of_the_same_name_is_refused(shm):  # noqa: F811
+    st = make(shm)
+    try:
+        with pytest.raises(SegmentExistsError):
+            make(shm)
+        assert st.get("write_pos") == 4096                    # the first one is untouched
+    finally:
+        st.close()
+        st.unlink()
+
+
+def test_segments_of_another_kind_or_version_are_refused(shm):  # noqa: F811
+    other = Segment.create(shm.name("state"), 8192, "ingress", R.BROKER_STATE_VERSION)
+    try:
+        with pytest.raises(SegmentError, match="is a 'ingress' segment, expected 'broker'"):
+            BrokerState.attach(other.name)
+    finally:
+        other.close()
+        other.unlink()
+    old = Segment.create(shm.name("state"), 8192, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION - 1)
+    try:
+        with pytest.raises(SegmentError, match="layout version"):
+            BrokerState.attach(old.name)
+    finally:
+        old.close()
+        old.unlink()
+
+
+@pytest.mark.parametrize("sessions,waiters,size", [(4, 4, 512), (4, 4, 512 + 72 * 4 + 64 * 4 - 1), (0, 4, 4096),
+                                                   (4, 0, 4096), (-1, 4, 4096)])
+def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, waiters, size):  # noqa: F811
+    def init(seg):
+        h = seg.array(R.BROKER_STATE, count=1)
+        h[0]["session_slots"], h[0]["waiter_slots"] = sessions, waiters
+
+    seg = Segment.create(shm.name("state"), size, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init)
+    try:
+        with pytest.raises(SegmentError, match="do not fit"):
+            BrokerState.attach(seg.name)
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_a_header_with_tables_that_exactly_fit_is_accepted(shm):  # noqa: F811
+    def init(seg):
+        h = seg.array(R.BROKER_STATE, count=1)
+        h[0]["session_slots"], h[0]["waiter_slots"] = 4, 4
+
+    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 64 * 4, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION,
+                         init=init)
+    try:
+        st = BrokerState.attach(seg.name)
+        assert (st.session_slots, st.waiter_slots) == (4, 4) and len(st.waiters) == 4
+        st.close()
+    finally:
+        seg.close()
+        seg.unlink()

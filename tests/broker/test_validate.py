@@ -144,3 +144,154 @@ def test_any_corruption_is_refused_or_leaves_a_consistent_batch(pos_seed, garbag
         body = bad[s + R.MSG_HEADER.size:s + R.MSG_HEADER.size + body_len]
         assert zlib.crc32(body) & 0x7FFFFFFF == struct.unpack_from(">I", bad, s + R.FIELD["body_crc"])[0]
         assert bad[s + n - 1] == 2        # properties end where the record ends
+
+
+# -- the configured limits, exactly at their edges -------------------------------------------------
+FOUR_MIB = 4 * 1024 * 1024           # store.max_message_bytes default (RocketMQ maxMessageSize)
+PROPS_LIMIT = 32 * 1024 - 1          # RocketMQ: PROPERTIES shorter than 32 KiB
+
+
+def props_of(n: int) -> bytes:
+    """Well-formed PROPERTIES of exactly ``n`` bytes (n >= 3): one name\\x01value\\x02 pair."""
+    return b"k\x01" + b"v" * (n - 3) + b"\x02"
+
+
+def test_the_default_limits_are_the_documented_ones():
+    from hostmq.config import StoreConfig
+    assert R.MAX_BODY_BYTES_DEFAULT == FOUR_MIB and StoreConfig().max_message_bytes == FOUR_MIB
+    assert R.MAX_PROPERTIES_BYTES == PROPS_LIMIT == StoreConfig().max_properties_bytes == 32767
+
+
+def test_a_body_of_exactly_4_mib_passes_and_one_byte_more_is_refused_in_both_paths():
+    at = rec(b"\xab" * FOUR_MIB, b"big", queue_id=2)
+    assert single_record(at, FOUR_MIB, PROPS_LIMIT) == (b"big", 2, len(at))
+    fr = frame_records(at + at, 2, FOUR_MIB, PROPS_LIMIT)
+    assert fr.sizes.tolist() == [len(at)] * 2 and fr.starts.tolist() == [0, len(at)]
+    over = rec(b"\xab" * (FOUR_MIB + 1), b"big", queue_id=2)
+    with pytest.raises(ValidationError, match="record 0: body of 4194305 bytes is empty or over 4194304 bytes"):
+        single_record(over, FOUR_MIB, PROPS_LIMIT)
+    with pytest.raises(ValidationError, match="record 1: body of 4194305 bytes"):
+        frame_records(at + over, 2, FOUR_MIB, PROPS_LIMIT)
+
+
+def test_properties_of_32767_bytes_pass_and_32768_are_refused_in_both_paths():
+    ok = rec(props=props_of(PROPS_LIMIT))
+    assert single_record(ok, FOUR_MIB, PROPS_LIMIT)[2] == len(ok)
+    assert frame_records(ok + ok + ok, 3, FOUR_MIB, PROPS_LIMIT).sizes.tolist() == [len(ok)] * 3
+    over = rec(props=props_of(PROPS_LIMIT + 1))
+    with pytest.raises(ValidationError, match="record 0: properties over 32767 bytes"):
+        single_record(over, FOUR_MIB, PROPS_LIMIT)
+    with pytest.raises(ValidationError, match="record 2: properties over 32767 bytes"):
+        frame_records(ok + ok + over, 3, FOUR_MIB, PROPS_LIMIT)
+
+
+def test_no_properties_at_all_are_fine():
+    r = rec(props=b"")
+    assert single_record(r, FOUR_MIB, PROPS_LIMIT) == (b"T", 0, len(r))
+    assert frame_records(r + r, 2, FOUR_MIB, PROPS_LIMIT).sizes.tolist() == [len(r)] * 2
+    assert single_record(r, FOUR_MIB, 0)[2] == len(r)            # a limit of 0 still allows none
+
+
+def test_an_empty_body_is_refused_in_both_paths():
+    empty = rec(b"")
+    with pytest.raises(ValidationError, match="record 0: body of 0 bytes is empty"):
+        single_record(empty, FOUR_MIB, PROPS_LIMIT)
+    good = rec(b"\0")                                    # one byte is enough
+    assert single_record(good, FOUR_MIB, PROPS_LIMIT)[2] == len(good)
+    with pytest.raises(ValidationError, match="record 1: body of 0 bytes is empty"):
+        frame_records(good + empty, 2, FOUR_MIB, PROPS_LIMIT)
+
+
+def test_the_topic_name_is_passed_through_for_the_topic_table_to_judge():
+    # Documented: validate.py does not apply the topic name rules (the writer's topic table holds only
+    # valid names and refuses frames for any other), so a name the rules refuse comes back as is.
+    r = rec(topic=b"not a valid name!")
+    assert single_record(r, FOUR_MIB, PROPS_LIMIT)[0] == b"not a valid name!"
+    assert frame_records(r + r, 2, FOUR_MIB, PROPS_LIMIT).topic_b == b"not a valid name!"
+
+
+def test_a_blank_record_is_not_a_message():
+    blank = R.BLANK.pack(200, R.BLANK_MAGIC_CODE) + b"\0" * 192
+    with pytest.raises(ValidationError, match="holds a 200-byte record"):
+        single_record(blank, FOUR_MIB, PROPS_LIMIT)
+    with pytest.raises(ValidationError, match="bad magic"):
+        frame_records(blank, 1, FOUR_MIB, PROPS_LIMIT)
+
+
+def _tail_positions(record: bytes) -> tuple[int, int]:
+    """(topic length byte, properties length field) positions of a record, from its header."""
+    body_len = struct.unpack_from(">i", record, R.FIELD["body_length"])[0]
+    tpos = R.MSG_HEADER.size + body_len
+    return tpos, tpos + 1 + record[tpos]
+
+
+def test_batch_records_with_broken_tails_are_refused_and_named():
+    good = rec(b"abcd", b"T", props=b"TAGS\x01x\x02")
+    tpos, ppos = _tail_positions(good)
+    no_topic = rec(b"abcd", b"", props=b"TAGS\x01xy\x02")          # same size, topic length 0
+    assert len(no_topic) == len(good)
+    torn_props = bytearray(good)
+    torn_props[-1] = 0                                              # properties not ending with \x02
+    lying = bytearray(good)
+    struct.pack_into(">H", lying, ppos, 3)                          # properties length off by -4
+    huge_topic = bytearray(good)
+    huge_topic[tpos] = 250                                          # topic runs past the record
+    for bad, why in ((no_topic, "record 1: bad topic length"),
+                     (bytes(torn_props), r"record 1: properties do not end with \\x02"),
+                     (bytes(lying), "record 1: lengths do not add up"),
+                     (bytes(huge_topic), "record 1: bad topic length")):
+        with pytest.raises(ValidationError, match=why):
+            frame_records(good + bad + good, 3, FOUR_MIB, PROPS_LIMIT)
+    for bad, why in ((torn_props, "torn tail"), (lying, "lengths do not add up"), (huge_topic, "does not fit")):
+        with pytest.raises(ValidationError, match=f"record 0: .*{why}"):
+            single_record(bytes(bad), FOUR_MIB, PROPS_LIMIT)
+
+
+def test_a_batch_for_a_negative_queue_is_refused():
+    r = rec(queue_id=-3)
+    with pytest.raises(ValidationError, match="negative queue id -3"):
+        frame_records(r + r, 2, FOUR_MIB, PROPS_LIMIT)
+    with pytest.raises(ValidationError, match="negative queue id -3"):
+        single_record(r, FOUR_MIB, PROPS_LIMIT)
+
+
+def test_the_failing_record_is_named_in_a_batch():
+    payload, sizes = batch(10)
+    start = sum(sizes[:6])
+    bad = payload[:start] + patched(payload[start:start + sizes[6]], "body_crc", 7) + payload[start + sizes[6]:]
+    with pytest.raises(ValidationError, match="record 6: body CRC mismatch"):
+        frame_records(bad, 10, MAX_BODY, MAX_PROPS)
+
+
+def test_record_starts_errors_say_where_the_chain_breaks():
+    r = rec()
+    with pytest.raises(ValidationError, match="holds no record"):
+        record_starts(b"\0\0\0", 1)
+    with pytest.raises(ValidationError, match=f"record 1 claims 5000 bytes with {len(r)} left"):
+        record_starts(r + patched(r, "total_size", 5000), 2)
+    with pytest.raises(ValidationError, match=f"record 1 of 2 starts at byte {len(r)}"):
+        record_starts(r + b"\0" * 10, 2)
+    with pytest.raises(ValidationError, match=f"1 records end at byte {len(r)} of a {len(r) + 8}-byte frame"):
+        record_starts(r + b"\0" * 8, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(0, 120)), min_size=1, max_size=12),
+       st.integers(0, 1023))
+def test_any_good_batch_passes_with_limits_at_its_largest_parts_and_fails_one_below(parts, queue_id):
+    """Random body and properties sizes: starts/sizes are those of the records as encoded one by one;
+    limits equal to the largest body / properties pass, one byte lower is refused."""
+    recs = [rec(bytes([i % 251]) * b, b"Topic-x", props=props_of(p) if p >= 3 else b"", queue_id=queue_id)
+            for i, (b, p) in enumerate(parts)]
+    payload = b"".join(recs)
+    max_b = max(b for b, _ in parts)
+    max_p = max((p if p >= 3 else 0) for _, p in parts)
+    fr = frame_records(payload, len(recs), max_b, max_p)
+    expected_starts = [sum(len(x) for x in recs[:i]) for i in range(len(recs))]
+    assert (fr.topic_b, fr.queue_id) == (b"Topic-x", queue_id)
+    assert fr.starts.tolist() == expected_starts and fr.sizes.tolist() == [len(x) for x in recs]
+    with pytest.raises(ValidationError, match="over"):
+        frame_records(payload, len(recs), max_b - 1, max_p)
+    if max_p:
+        with pytest.raises(ValidationError, match="properties over"):
+            frame_records(payload, len(recs), max_b, max_p - 1)

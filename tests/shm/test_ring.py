@@ -507,3 +507,334 @@ def test_writer_waits_while_the_completion_ring_is_full(ring_pair):
     assert not w.has_frames()                          # visible, but no completion slot: wait
     header_words(p)[0]["completion_read_pos"] = 4
     assert w.has_frames()
+
+
+# -- the writer's journal: restarts are exactly-once ----------------------------------------------------
+def _restart(p: IngressRing, w: IngressRing) -> IngressRing:
+    """The writer dies (its views go with it) and a successor attaches to the same ring."""
+    w.close()
+    return IngressRing.attach(p.name)
+
+
+def _write(p: IngressRing, seqs, n: int = 100) -> None:
+    for seq in seqs:
+        assert p.try_write(R.FRAME_MESSAGE, seq, pattern(seq, n), 1)
+
+
+def _rows(seqs, base: int = 0) -> list[tuple]:
+    """One completion per seq with values that say which writer produced it."""
+    return [(s, R.COMPLETION_SEND_OK, 1, base + s, 1000 * base + s, 7) for s in seqs]
+
+
+def test_a_journalled_batch_is_not_handed_out_again_and_its_staged_completions_survive(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(5))
+    batch = w.frames()
+    assert [f.seq for f in batch] == [0, 1, 2, 3, 4]
+    w.stage(_rows(range(5), base=10))
+    w.journal(w.handed_position, w.staged_position)
+    hdr = header_words(p)[0]
+    assert (int(hdr["appended_data_pos"]), int(hdr["staged_completion_pos"])) == (5 * 128, 5)
+    del batch, hdr
+    w2 = _restart(p, w)
+    try:
+        assert (w2.handed_position, w2.staged_position) == (5 * 128, 5)
+        assert not w2.has_frames() and len(w2.frames()) == 0       # not re-appended
+        assert not p.has_completions()                              # staged, still unpublished
+        w2.publish_completions()
+        assert p.completion_tuples() == _rows(range(5), base=10)    # the dead writer's rows, once
+        assert p.free_bytes() == 4096 - 5 * 128
+        w2.release_to(w2.handed_position)
+        assert p.free_bytes() == 4096 and p.in_flight == 0
+        _write(p, [5])                                              # and the session goes on
+        assert [f.seq for f in w2.frames()] == [5]
+    finally:
+        w2.close()
+
+
+def test_frames_staged_but_not_journalled_are_handed_out_again(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(3))
+    batch = w.frames()
+    w.stage(_rows(range(3), base=10))                      # staged, killed before the journal
+    del batch
+    w2 = _restart(p, w)
+    try:
+        assert (w2.handed_position, w2.staged_position) == (0, 0)
+        again = w2.frames()
+        assert [(f.seq, bytes(f.payload)) for f in again] == [(s, pattern(s, 100)) for s in range(3)]
+        del again
+        w2.stage(_rows(range(3), base=20))                 # overwrites the stale rows in place
+        w2.publish_completions()
+        w2.release()
+        assert p.completion_tuples() == _rows(range(3), base=20)
+        assert p.completion_tuples() == []
+    finally:
+        w2.close()
+
+
+def test_only_the_batches_after_the_last_journal_are_replayed(ring_pair):
+    p, w = ring_pair(1 << 16, 16)
+    _write(p, range(4))
+    first = w.frames()
+    w.stage(_rows(range(4), base=1))
+    w.journal(w.handed_position, w.staged_position)        # batch 1: in the commitlog
+    journalled = w.handed_position
+    _write(p, range(4, 7))
+    second = w.frames()
+    assert [f.seq for f in second] == [4, 5, 6]
+    w.stage(_rows(range(4, 7), base=1))                    # batch 2: staged, never journalled
+    del first, second
+    w2 = _restart(p, w)
+    try:
+        assert w2.handed_position == journalled and w2.staged_position == 4
+        assert [f.seq for f in w2.frames()] == [4, 5, 6]
+        w2.stage(_rows(range(4, 7), base=2))
+        w2.publish_completions()
+        w2.release()
+        assert p.completion_tuples() == _rows(range(4), base=1) + _rows(range(4, 7), base=2)
+        assert p.in_flight == 0 and p.free_bytes() == 1 << 16
+    finally:
+        w2.close()
+
+
+def test_published_completions_are_not_published_again_after_a_restart(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(3))
+    batch = w.frames()
+    w.stage(_rows(range(3)))
+    w.journal(w.handed_position, w.staged_position)
+    w.publish_completions()                                # killed before release_to
+    del batch
+    assert [r[0] for r in p.completion_tuples()] == [0, 1, 2]
+    w2 = _restart(p, w)
+    try:
+        assert len(w2.frames()) == 0
+        w2.publish_completions()                           # what a successor does on resume: nothing new
+        w2.release_to(w2.handed_position)
+        assert p.completion_tuples() == [] and p.in_flight == 0 and p.free_bytes() == 4096
+    finally:
+        w2.close()
+
+
+def test_a_successor_cannot_stage_completions_for_journalled_frames(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(2))
+    batch = w.frames()
+    w.stage(_rows(range(2)))
+    w.journal(w.handed_position, w.staged_position)
+    del batch
+    w2 = _restart(p, w)
+    try:
+        with pytest.raises(ValueError, match="2 completions for 0 uncompleted frames"):
+            w2.stage(_rows(range(2)))
+        with pytest.raises(ValueError, match="no uncompleted frame"):
+            w2.stage_one(0, 0, 1, 0, 0, 0)
+        assert w2.staged_position == 2
+    finally:
+        w2.close()
+
+
+def test_a_stale_journal_below_the_released_position_is_harmless(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(3))
+    w.frames()
+    w.stage(_rows(range(3)))
+    w.journal(128, 1)                                      # an old journal: one frame, one completion
+    w.publish_completions()
+    w.release()                                            # everything released past it
+    p.completion_tuples()
+    _write(p, [3])
+    w2 = _restart(p, w)
+    try:
+        assert (w2.handed_position, w2.staged_position) == (3 * 128, 3)     # read / published win
+        assert [f.seq for f in w2.frames()] == [3]
+    finally:
+        w2.close()
+
+
+@pytest.mark.parametrize("appended, staged, why", [
+    (4 * 128, 0, "appended 512"),            # beyond the producer's write cursor (3 frames)
+    (100, 0, "appended 100"),                # not a frame boundary (unaligned)
+    (0, 9, "staged 9"),                      # more staged than the completion ring holds (8)
+])
+def test_an_impossible_journal_refuses_the_attach(ring_pair, appended, staged, why):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(3))
+    w.journal(appended, staged)
+    w.close()
+    with pytest.raises(RingCorruptError, match=f"impossible cursors.*{why}"):
+        IngressRing.attach(p.name)
+
+
+def test_release_to_gives_room_back_frame_by_frame(ring_pair):
+    p, w = ring_pair(4096, 64)
+    seq = 0
+    while p.try_write(R.FRAME_MESSAGE, seq, pattern(seq, 1000), 1):     # 1024 ring bytes each
+        seq += 1
+    assert seq == 4 and p.free_bytes() == 0
+    got = w.frames()
+    w.complete(_rows(f.seq for f in got))
+    del got
+    assert not p.can_reserve(1000)
+    w.release_to(1024)                                     # the first frame only
+    assert p.free_bytes() == 1024 and header_words(p)[0]["data_read_pos"] == 1024
+    assert p.try_write(R.FRAME_MESSAGE, 4, pattern(4, 1000), 1)
+    assert not p.can_reserve(1)
+    w.release_to(1024)                                     # no move: allowed, changes nothing
+    assert p.free_bytes() == 0
+    with pytest.raises(ValueError):
+        w.release_to(512)                                  # backwards
+    with pytest.raises(ValueError):
+        w.release_to(4096 + 1024)                          # beyond what was handed out (frame 4 was not)
+    w.release_to(4096)
+    assert p.free_bytes() == 3072
+
+
+def test_publish_completions_up_to_a_position(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(4))
+    w.frames()
+    w.stage(_rows(range(4)))
+    assert w.staged_position == 4 and not p.has_completions()
+    w.publish_completions(2)
+    assert [r[0] for r in p.completion_tuples()] == [0, 1]
+    with pytest.raises(ValueError, match="publish up to 1"):
+        w.publish_completions(1)                           # backwards
+    with pytest.raises(ValueError, match="publish up to 5"):
+        w.publish_completions(5)                           # beyond what is staged
+    w.publish_completions(2)                               # no move: fine
+    assert p.completion_tuples() == []
+    w.publish_completions()
+    assert [r[0] for r in p.completion_tuples()] == [2, 3]
+
+
+def test_restatus_changes_only_staged_send_ok_completions(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(5))
+    w.frames()
+    statuses = [R.COMPLETION_SEND_OK, R.COMPLETION_BAD_RECORD, R.COMPLETION_SEND_OK, R.COMPLETION_NO_TOPIC,
+                R.COMPLETION_SEND_OK]
+    w.stage([(s, st_, 1, 0, 0, 0) for s, st_ in enumerate(statuses)])
+    w.publish_completions(1)
+    with pytest.raises(ValueError, match=r"restatus \[0, 3\) outside staged \[1, 5\)"):
+        w.restatus(0, 3, R.COMPLETION_FLUSH_DISK_TIMEOUT)  # the first one is already published
+    with pytest.raises(ValueError):
+        w.restatus(1, 6, R.COMPLETION_FLUSH_DISK_TIMEOUT)  # beyond what is staged
+    w.restatus(1, 4, R.COMPLETION_FLUSH_DISK_TIMEOUT)
+    w.publish_completions()
+    got = [(r[0], r[1]) for r in p.completion_tuples()]
+    assert got == [(0, 0), (1, R.COMPLETION_BAD_RECORD), (2, R.COMPLETION_FLUSH_DISK_TIMEOUT),
+                   (3, R.COMPLETION_NO_TOPIC), (4, R.COMPLETION_SEND_OK)]
+    assert R.COMPLETION_FLUSH_DISK_TIMEOUT == 1 and R.COMPLETION_SEND_OK == 0
+
+
+def test_restatus_and_completion_tuples_across_the_end_of_the_completion_ring(ring_pair):
+    p, w = ring_pair(4096, 4)
+    _write(p, range(3))
+    w.frames()
+    w.complete(_rows(range(3)))
+    w.release()
+    assert [r[0] for r in p.completion_tuples()] == [0, 1, 2]
+    _write(p, range(3, 7))                                 # entries 3, 4 → slots 3, 0, 1, 2
+    w.frames()
+    w.stage(_rows(range(3, 7)))
+    w.restatus(4, 6, R.COMPLETION_FLUSH_DISK_TIMEOUT)      # seqs 4 and 5: slots 0 and 1
+    w.publish_completions()
+    assert p.completion_tuples() == [(3, 0, 1, 3, 3, 7), (4, 1, 1, 4, 4, 7), (5, 1, 1, 5, 5, 7),
+                                     (6, 0, 1, 6, 6, 7)]
+    assert p.completion_tuples() == []
+
+
+def test_completion_tuples_reads_what_completions_reads(ring_pair):
+    p, w = ring_pair(4096, 8)
+    _write(p, range(6))
+    w.frames()
+    w.complete(_rows(range(3), base=4))
+    assert p.completion_tuples() == _rows(range(3), base=4)
+    w.complete(_rows(range(3, 6), base=4))
+    assert [tuple(r) for r in p.completions().tolist()] == _rows(range(3, 6), base=4)
+    assert header_words(p)[0]["completion_read_pos"] == 6
+    header_words(w)[0]["completion_write_pos"] = 5         # backwards: impossible
+    with pytest.raises(RingCorruptError, match="completion cursor 5"):
+        p.completion_tuples()
+
+
+# Crash points of the writer protocol: frames → stage → journal → publish → release.
+CRASH_POINTS = [None, "after_frames", "after_stage", "after_journal", "after_publish"]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("write"), st.integers(1, 4), st.integers(R.MIN_RECORD_BYTES, 900)),
+    st.tuples(st.just("writer"), st.sampled_from(CRASH_POINTS), st.integers(1, 1 << 13)),
+    st.tuples(st.just("read"), st.booleans(), st.just(0)),
+), max_size=60), entries=st.sampled_from([4, 8]))
+def test_a_writer_killed_anywhere_appends_and_completes_every_frame_exactly_once(shm, ops, entries):
+    """The writer protocol with a journal, killed at any step: a successor resumes (publishes what was
+    staged and journalled, releases what was appended) and goes on. Every frame the producer
+    published reaches the "commitlog" exactly once, in order, and the producer reads exactly one
+    completion per frame, carrying the commitlog position it was appended at."""
+    p = IngressRing.create(shm.name("ingress", next(_names)), 4096, entries)
+    w = IngressRing.attach(p.name)
+    log: list[int] = []                 # seqs in the commitlog (durable once journalled)
+    seen: list[tuple] = []              # completions the producer read
+    next_seq = 0
+
+    def resume(ring):
+        ring.publish_completions()
+        ring.release_to(ring.handed_position)
+
+    def writer_pass(crash, max_bytes):
+        nonlocal w
+        batch = w.frames(max_bytes=max_bytes)
+        seqs = [f.seq for f in batch]
+        for f in batch:
+            assert bytes(f.payload) == pattern(f.seq, len(f.payload))
+        del batch
+        if crash == "after_frames" or not seqs:
+            return crash == "after_frames"
+        w.stage([(s, 0, 1, len(log) + i, 0, 0) for i, s in enumerate(seqs)])
+        if crash == "after_stage":
+            return True
+        w.journal(w.handed_position, w.staged_position)
+        log.extend(seqs)                # appended and published by the same step of the real writer
+        if crash == "after_journal":
+            return True
+        w.publish_completions()
+        if crash == "after_publish":
+            return True
+        w.release_to(w.handed_position)
+        return False
+
+    def read(use_tuples):
+        rows = p.completion_tuples() if use_tuples else [tuple(r) for r in p.completions().tolist()]
+        seen.extend(rows)
+
+    try:
+        for op, a, b in ops:
+            if op == "write":
+                for _ in range(a):
+                    if not p.try_write(R.FRAME_MESSAGE, next_seq, pattern(next_seq, b), 1):
+                        break
+                    next_seq += 1
+            elif op == "writer":
+                if writer_pass(a, b):
+                    w.close()
+                    w = IngressRing.attach(p.name)
+                    resume(w)
+            else:
+                read(a)
+        for _ in range(4 * next_seq + 4):                  # drain without crashes
+            read(True)
+            if len(seen) == next_seq:
+                break
+            writer_pass(None, 1 << 20)
+        assert log == list(range(next_seq))
+        assert [r[0] for r in seen] == list(range(next_seq))
+        assert [r[3] for r in seen] == list(range(next_seq))      # each frame's position in the log
+        assert p.in_flight == 0 and p.free_bytes() == 4096 and not w.has_frames()
+    finally:
+        w.close()
+        p.close()
+        p.unlink()
