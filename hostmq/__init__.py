@@ -4,7 +4,7 @@ The public names of API.md are importable from here; the embedded store is ``hos
 """
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
-                     HostMQError, MessageNotFoundError, NoRouteError, SendTimeout, StoreFullError,
+                     DataLossError, HostMQError, MessageNotFoundError, NoRouteError, SendTimeout, StoreFullError,
                      StoreLockedError, ValidationError)
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
@@ -21,6 +21,9 @@ _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer"
 
 
 def __getattr__(name: str):
+    if name == "spark":             # the Spark connector needs the spark extra; import it on demand
+        import importlib
+        return importlib.import_module(".spark", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'hostmq' has no attribute {name!r}")
@@ -35,7 +38,7 @@ __all__ = [
     "Config", "NamesrvConfig", "BrokerConfig", "StoreConfig",
     "HostMQError", "ValidationError", "NoRouteError", "BrokerBusyError", "SendTimeout", "ConnectError",
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
-    "MessageNotFoundError",
+    "MessageNotFoundError", "DataLossError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "PullConsumer", "PushConsumer", "Admin", "LocalCluster",

@@ -125,3 +125,11 @@ class RingCorruptError(HostMQError):
 
 
 __all__ += ["SegmentError", "SegmentNotFoundError", "SegmentExistsError", "RingCorruptError"]
+
+
+class DataLossError(HostMQError):
+    """Offsets a reader asked for were deleted by retention before it read them (Spark's
+    ``failOnDataLoss``)."""
+
+
+__all__ += ["DataLossError"]

@@ -13,7 +13,7 @@ from ..broker.state import W_DISPATCH_SEQ, BrokerState
 from ..config import StoreConfig
 from ..errors import SegmentError
 from ..root import RootPaths, shm_name
-from ..store.readonly import StoreReader
+from ..store.readonly import StoreReader, infer_store_config
 
 
 class BrokerView:
@@ -33,8 +33,10 @@ class BrokerView:
             cfg = StoreConfig(**{**cfg.__dict__, "commitlog_file_bytes": st.commitlog_file_bytes,
                                  "consume_queue_file_entries": st.consume_queue_file_entries,
                                  "index_slots": st.index_slots, "index_entries": st.index_entries})
-        self.config = cfg
         self.store_dir = RootPaths(root).store_dir(broker)
+        if self.state is None:          # stopped: read with the file sizes it was written with
+            cfg = infer_store_config(self.store_dir, cfg)
+        self.config = cfg
         self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
                                   limit_phys=None if self.state is None else
                                   (self.state.stored_pos if by_id else self.state.readable_pos))

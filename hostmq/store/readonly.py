@@ -38,6 +38,26 @@ from .recovery import commitlog_scan_start
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
 
 
+def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfig:
+    """``base`` with the file sizes the store at ``path`` was written with (its commitlog and
+    consume-queue files are all of one size), for reading a store whose broker is not running."""
+    cfg = base or StoreConfig()
+    over = {}
+    cl = os.path.join(path, "commitlog")
+    names = sorted(n for n in os.listdir(cl) if n.isdecimal()) if os.path.isdir(cl) else []
+    if names:
+        over["commitlog_file_bytes"] = os.path.getsize(os.path.join(cl, names[0]))
+    cq_root = os.path.join(path, "consumequeue")
+    for d, _, files in os.walk(cq_root) if os.path.isdir(cq_root) else ():
+        sized = [f for f in files if f.isdecimal()]
+        if sized:
+            size = os.path.getsize(os.path.join(d, sized[0]))
+            if size and size % ENTRY_BYTES == 0:
+                over["consume_queue_file_entries"] = size // ENTRY_BYTES
+            break
+    return StoreConfig(**{**cfg.__dict__, **over}) if over else cfg
+
+
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
