@@ -151,3 +151,22 @@ def test_refresh_queue_follows_a_live_queue_entry_by_entry(tmp_path, bursts):
         reader.close()
     finally:
         store.close()
+
+
+def test_a_stopped_store_is_read_with_the_file_sizes_it_was_written_with(tmp_path):
+    from hostmq import Message
+    from hostmq.config import StoreConfig
+    from hostmq.store import MessageStore
+    from hostmq.store.readonly import infer_store_config
+    path = str(tmp_path / "store")
+    with MessageStore(path, {"commitlog_file_bytes": 8192, "consume_queue_file_entries": 50}) as s:
+        for i in range(200):
+            s.put(Message("t", b"x" * 100), 0)
+        s.dispatch()
+    cfg = infer_store_config(path, StoreConfig())
+    assert (cfg.commitlog_file_bytes, cfg.consume_queue_file_entries) == (8192, 50)
+    with StoreReader(path, cfg) as r:
+        assert r.max_offset("t", 0) == 200 and len(_read_all(r, "t", 0)) == 200
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert infer_store_config(str(empty), StoreConfig()) == StoreConfig()
