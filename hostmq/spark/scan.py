@@ -17,17 +17,19 @@ import logging
 import os
 from typing import Callable, Iterator
 
+import numpy as np
+
 from ..broker.topics import TopicTable, topics_path
 from ..client.broker_view import BrokerView
 from ..errors import DataLossError, HostMQError
-from ..message import MessageExt
+from ..records import FIELD, KEY_SEPARATOR, PROP_KEYS, PROP_TAGS, decode_properties
 from ..root import RootPaths
 from ..store.reader import GetStatus
 from .options import OptionError, QueueKey
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 4096               # consume-queue entries fetched per step
+READ_CHUNK = 4096               # consume-queue entries fetched per step (tuples)
 SCHEMA_DDL = ("topic string, broker string, queue_id int, queue_offset bigint, msg_id string, tags string, "
               "keys array<string>, properties map<string,string>, body binary, born_timestamp timestamp, "
               "store_timestamp timestamp")
@@ -127,8 +129,9 @@ def lost_range_message(key: QueueKey, wanted: int, first: int) -> str:
             f"they were read (first readable offset is {first}). Set failOnDataLoss=false to skip ahead.")
 
 
-def iter_messages(root: str, key: QueueKey, start: int, end: int, fail_on_data_loss: bool) -> Iterator:
-    """(queue offset, record memoryview, broker) for each message of ``key`` in [start, end)."""
+def iter_batches(root: str, key: QueueKey, start: int, end: int, fail_on_data_loss: bool,
+                 chunk: int = READ_CHUNK) -> Iterator:
+    """:class:`MessageBatch` es covering [start, end) of one queue, in order (read-only maps)."""
     topic, broker, qid = key
     view = BrokerView(root, broker)
     try:
@@ -136,33 +139,46 @@ def iter_messages(root: str, key: QueueKey, start: int, end: int, fail_on_data_l
         r.refresh_queue(topic, qid)
         off = start
         while off < end:
-            b = r.get_batch(topic, qid, off, min(READ_CHUNK, end - off))
-            if b.status == GetStatus.OFFSET_TOO_SMALL or (len(b) and int(b.queue_offsets[0]) != off) \
-                    or b.status == GetStatus.MESSAGE_WAS_REMOVING:
+            b = r.get_batch(topic, qid, off, min(chunk, end - off))
+            if b.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING) or \
+                    (len(b) and int(b.queue_offsets[0]) != off):
                 first = first_live_offset(r, topic, qid)
                 if fail_on_data_loss:
                     raise DataLossError(lost_range_message(key, off, first))
                 log.warning("skipping: %s", lost_range_message(key, off, first))
-                off = max(first, off + 1) if first <= off else first
+                off = first if first > off else off + 1
                 continue
             if not len(b):
                 raise DataLossError(f"{topic} on {broker} queue {qid}: offset {off} is not readable "
                                     f"(status {b.status.name}) although planned up to {end}")
-            for i, qoff in enumerate(b.queue_offsets.tolist()):
-                if qoff >= end:
-                    return
-                yield qoff, b.record_view(i)
+            yield b
             off = b.next_offset
     finally:
         view.close()
 
 
-def _row_fields(rec: memoryview, broker: str):
-    """One record as row values (copied out of the map): topic, queue id, msg id, tags, keys,
-    properties, body, born and store time in ms."""
-    m = MessageExt(bytes(rec), broker)
-    return (m.topic, m.queue_id, m.msg_id, m.tags, list(m.keys), m.properties, m.body, m.born_timestamp_ms,
-            m.store_timestamp_ms)
+def batch_columns(b, key: QueueKey, row_filter: Callable | None = None) -> dict:
+    """The row values of a batch as column lists / arrays (header fields gathered with numpy; only
+    the properties are decoded one message at a time)."""
+    topic, broker, qid = key
+    hdr = b.headers()
+    n = len(hdr)
+    bodies, props_raw = b.bodies_and_properties(hdr, len(topic))
+    raw = hdr.view(np.uint8).reshape(n, -1)        # message id = store host + phys offset, big-endian
+    host_at, phys_at = FIELD["store_host"], FIELD["phys_offset"]
+    hexed = np.concatenate([raw[:, host_at:host_at + 8], raw[:, phys_at:phys_at + 8]], axis=1).tobytes().hex().upper()
+    props = [decode_properties(p) for p in props_raw]
+    cols = {"queue_offset": hdr["queue_offset"].astype(np.int64), "msg_id": [hexed[i:i + 32] for i in range(0, 32 * n, 32)],
+            "tags": [d.get(PROP_TAGS) for d in props], "properties": props, "body": bodies,
+            "born_ms": hdr["born_ts_ms"].astype(np.int64), "store_ms": hdr["store_ts_ms"].astype(np.int64)}
+    cols["keys"] = [[k for k in d[PROP_KEYS].split(KEY_SEPARATOR) if k] if PROP_KEYS in d else [] for d in props]
+    if row_filter is not None:
+        keep = [i for i, (t, d) in enumerate(zip(cols["tags"], props)) if row_filter(t, d)]
+        if len(keep) < n:
+            idx = np.array(keep, dtype=np.int64)
+            cols = {c: v[idx] if isinstance(v, np.ndarray) else [v[i] for i in keep] for c, v in cols.items()}
+    cols["n"] = len(cols["msg_id"])
+    return cols
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -170,60 +186,47 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 def read_range(root: str, key: QueueKey, start: int, end: int, *, row_filter: Callable | None = None,
                fail_on_data_loss: bool = True, arrow: bool = True, batch_rows: int = 8192) -> Iterator:
-    """Rows of one queue's [start, end): ``pyarrow.RecordBatch`` es of ``batch_rows`` (``arrow``)
-    or tuples in the order of ``COLUMNS``."""
-    broker = key[1]
-    cols = ArrowColumns(broker)
-    for qoff, rec in iter_messages(root, key, start, end, fail_on_data_loss):
-        f = _row_fields(rec, broker)
-        if row_filter is not None and not row_filter(f[3], f[5]):
+    """Rows of one queue's [start, end): ``pyarrow.RecordBatch`` es of at most ``batch_rows``
+    (``arrow``) or tuples in the order of ``COLUMNS``."""
+    topic, broker, qid = key
+    for b in iter_batches(root, key, start, end, fail_on_data_loss, batch_rows if arrow else READ_CHUNK):
+        c = batch_columns(b, key, row_filter)
+        if not c["n"]:
             continue
-        if not arrow:
-            topic, qid, msg_id, tags, keys, props, body, born, stored = f
-            yield (topic, broker, qid, qoff, msg_id, tags, keys, props, body,
-                   _EPOCH + dt.timedelta(milliseconds=born), _EPOCH + dt.timedelta(milliseconds=stored))
+        if arrow:
+            yield arrow_batch(c, key)
             continue
-        cols.add(qoff, f)
-        if cols.n >= batch_rows:
-            yield cols.batch()
-            cols = ArrowColumns(broker)
-    if cols.n:
-        yield cols.batch()
+        ms = dt.timedelta(milliseconds=1)
+        for off, mid, tags, keys, props, body, born, stored in zip(
+                c["queue_offset"].tolist(), c["msg_id"], c["tags"], c["keys"], c["properties"], c["body"],
+                c["born_ms"].tolist(), c["store_ms"].tolist()):
+            yield (topic, broker, qid, off, mid, tags, keys, props, body, _EPOCH + born * ms, _EPOCH + stored * ms)
 
 
-class ArrowColumns:
-    """Column lists for one record batch, converted in one go (Spark checks the schema exactly:
-    int32 queue id, int64 offsets, timestamp[us, UTC], every column nullable)."""
+def arrow_batch(c: dict, key: QueueKey):
+    """One record batch (Spark checks the schema exactly: int32 queue id, int64 offsets,
+    timestamp[us, UTC], every column nullable)."""
+    import pyarrow as pa
+    topic, broker, qid = key
+    n = c["n"]
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.RecordBatch.from_arrays([
+        pa.array([topic] * n, pa.string()), pa.array([broker] * n, pa.string()),
+        pa.array(np.full(n, qid, np.int32), pa.int32()), pa.array(c["queue_offset"], pa.int64()),
+        pa.array(c["msg_id"], pa.string()), pa.array(c["tags"], pa.string()), pa.array(c["keys"], pa.list_(pa.string())),
+        _map_array(c["properties"]),
+        pa.array(c["body"], pa.binary()), pa.array(c["born_ms"] * 1000, ts), pa.array(c["store_ms"] * 1000, ts)],
+        schema=arrow_schema())
 
-    def __init__(self, broker: str) -> None:
-        self.broker = broker
-        self.n = 0
-        self.topic, self.qid, self.qoff, self.msg_id, self.tags = [], [], [], [], []
-        self.keys, self.props, self.body, self.born, self.stored = [], [], [], [], []
 
-    def add(self, qoff: int, f) -> None:
-        topic, qid, msg_id, tags, keys, props, body, born, stored = f
-        self.topic.append(topic)
-        self.qid.append(qid)
-        self.qoff.append(qoff)
-        self.msg_id.append(msg_id)
-        self.tags.append(tags)
-        self.keys.append(keys)
-        self.props.append(list(props.items()))
-        self.body.append(body)
-        self.born.append(born * 1000)
-        self.stored.append(stored * 1000)
-        self.n += 1
-
-    def batch(self):
-        import pyarrow as pa
-        ts = pa.timestamp("us", tz="UTC")
-        return pa.RecordBatch.from_arrays([
-            pa.array(self.topic, pa.string()), pa.array([self.broker] * self.n, pa.string()),
-            pa.array(self.qid, pa.int32()), pa.array(self.qoff, pa.int64()), pa.array(self.msg_id, pa.string()),
-            pa.array(self.tags, pa.string()), pa.array(self.keys, pa.list_(pa.string())),
-            pa.array(self.props, pa.map_(pa.string(), pa.string())), pa.array(self.body, pa.binary()),
-            pa.array(self.born, ts), pa.array(self.stored, ts)], schema=arrow_schema())
+def _map_array(dicts: list[dict]):
+    """map<string,string> from flat keys and values (much cheaper than a list of pairs per row)."""
+    import pyarrow as pa
+    offsets = np.zeros(len(dicts) + 1, np.int32)
+    np.cumsum([len(d) for d in dicts], out=offsets[1:])
+    keys = [k for d in dicts for k in d]
+    values = [v for d in dicts for v in d.values()]
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), pa.array(values, pa.string()))
 
 
 def arrow_schema():

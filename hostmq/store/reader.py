@@ -217,6 +217,39 @@ class MessageBatch:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def headers(self) -> np.ndarray:
+        """Every message's record header, gathered at once into a ``records.MSG_HEADER_DTYPE`` array."""
+        n, size = len(self), R.MSG_HEADER.size
+        out = np.empty(n, R.MSG_HEADER_DTYPE)
+        raw = out.view(np.uint8).reshape(n, size)
+        span = np.arange(size, dtype=np.int64)
+        for k, mf in enumerate(self._files):
+            sel = slice(None) if self._file is None else self._file == k
+            raw[sel] = np.frombuffer(mf.mm, np.uint8)[self._pos[sel][:, None] + span]
+        return out
+
+    def bodies_and_properties(self, headers: np.ndarray, topic_bytes: int) -> tuple[list, list]:
+        """Each message's body (decompressed if it was) and encoded properties, as bytes; the topic
+        length is the queue's (every record of a queue carries its topic)."""
+        blen = headers["body_length"].astype(np.int64)
+        body_at = self._pos + R.MSG_HEADER.size
+        props_len_at = body_at + blen + R.TOPIC_LEN.size + topic_bytes
+        plen = np.empty(len(self), np.int64)
+        for k, mf in enumerate(self._files):
+            sel = slice(None) if self._file is None else self._file == k
+            buf = np.frombuffer(mf.mm, np.uint8)
+            at = props_len_at[sel]
+            plen[sel] = buf[at].astype(np.int64) * 256 + buf[at + 1]
+        props_at = props_len_at + R.PROPS_LEN.size
+        which = [0] * len(self) if self._file is None else self._file.tolist()
+        mms = [mf.mm for mf in self._files]
+        bodies = [mms[f][s:s + n] for f, s, n in zip(which, body_at.tolist(), blen.tolist())]
+        compressed = np.flatnonzero(headers["sys_flag"] & R.SYSFLAG_COMPRESSED)
+        for i in compressed.tolist():
+            bodies[i] = R.decompress_body(bodies[i])
+        props = [mms[f][s:s + n] for f, s, n in zip(which, props_at.tolist(), plen.tolist())]
+        return bodies, props
+
     def record_view(self, i: int) -> memoryview:
         p = int(self._pos[i])
         return memoryview(self._mm(i))[p:p + int(self._sizes[i])]
