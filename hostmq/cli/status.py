@@ -1,9 +1,12 @@
-"""``hostmq status [ROOT] [--json]``: brokers (pids, positions), topics with per-queue offsets, groups and lag."""
+"""``hostmq status [ROOT] [--json]``: brokers (pids, positions, page-cache residency, dirty bytes, faults and
+RSS per process in --json), topics with per-queue offsets, groups and lag."""
 from __future__ import annotations
 
 import argparse
 
 from ..client.admin import Admin
+from ..observe import broker_tuning
+from ..root import RootPaths
 from .common import print_json, print_table
 
 
@@ -16,6 +19,9 @@ def add_parser(sub) -> None:
 
 def gather(admin: Admin) -> dict:
     brokers = admin.brokers()
+    paths = RootPaths.of(admin.root)
+    for b in brokers:       # page-cache picture, read from outside the broker (mincore, /proc)
+        b["tuning"] = broker_tuning(paths.store_dir(b["name"]), b.get("state") if b["alive"] else None)
     groups = sorted({g for b in brokers for g in b.get("groups", [])})
     progress = {g: admin.consumer_progress(g) for g in groups}
     return {"root": admin.root, "brokers": brokers, "topics": admin.topics(), "groups": progress}
@@ -39,9 +45,12 @@ def main(args: argparse.Namespace) -> int:
                      "writer/dispatcher/flusher": "/".join(str(b["pids"].get(k, "-"))
                                                           for k in ("writer", "dispatcher", "flusher")),
                      "write_pos": st.get("write_pos", "-"), "dispatched": st.get("dispatched_pos", "-"),
-                     "flushed": st.get("flushed_pos", "-"), "sessions": b.get("sessions", "-")})
+                     "flushed": st.get("flushed_pos", "-"), "sessions": b.get("sessions", "-"),
+                     "cached (log/cq)": f"{b['tuning']['commitlog']['total_pct']}%/"
+                                        f"{b['tuning']['consume_queues']['total_pct']}%",
+                     "dirty": b["tuning"].get("dirty_bytes", "-")})
     print_table(rows, ["broker", "id", "cluster", "alive", "pid", "writer/dispatcher/flusher", "write_pos",
-                       "dispatched", "flushed", "sessions"])
+                       "dispatched", "flushed", "sessions", "cached (log/cq)", "dirty"])
     queues = [{"topic": q["topic"], "broker": b["name"], "queue": q["queue_id"], "min_offset": q["min_offset"],
                "max_offset": q["max_offset"]} for b in data["brokers"] for q in b.get("queues", [])]
     print()

@@ -1,6 +1,7 @@
 """The `hostmq` command line as a user runs it: real subprocesses against a root on disk."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -174,6 +175,17 @@ def test_topic_send_consume_status_and_errors(small_root):
         assert len(group) == 2, f"no progress of group cli-g in the status:\n{status.stdout}"
         lags = [line.split() for line in group[1].split("\n\n")[0].splitlines()[1:] if line.strip()]
         assert len(lags) == 4 and all(row[-1] == "0" for row in lags), group[1]    # consumed it all
+        js = hostmq("status", small_root, "--json")
+        assert js.returncode == 0, js.stderr
+        brokers = json.loads(js.stdout)["brokers"]
+        assert any(b["state"]["write_pos"] > 0 for b in brokers)
+        for b in brokers:                                   # the page-cache picture of each broker
+            t = b["tuning"]
+            if b["state"]["write_pos"] > 0:                 # just written: in the page cache
+                assert t["commitlog"]["total_pct"] > 0 and t["commitlog"]["files"], t
+            assert t["dirty_bytes"] >= 0 and t["flush_count"] >= 0
+            assert set(t["processes"]) >= {"broker", "writer", "dispatcher", "flusher"}
+            assert all(p["rss_bytes"] > 0 and p["minor_faults"] > 0 for p in t["processes"].values()), t
 
         r = hostmq("topic", "delete", small_root, "cli-t")
         assert r.returncode == 0, r.stderr

@@ -65,6 +65,7 @@ def root(tmp_path):
 def cluster(root, spark):
     made: list[LocalCluster] = []
     me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}     # e.g. multiprocessing's resource tracker
 
     def _make(brokers: int = 1, **overrides) -> LocalCluster:
         c = LocalCluster(root, brokers=brokers, config=merge(TEST_CONFIG, overrides))
@@ -79,7 +80,7 @@ def cluster(root, spark):
 
     def ours():
         spark_pids = _spark_tree()
-        return [p for p in me.children(recursive=True) if p.pid not in spark_pids]
+        return [p for p in me.children(recursive=True) if p.pid not in spark_pids and p.pid not in before]
     wait_until(lambda: not ours(), 20, "cluster processes to exit")
     socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
     assert not socks, f"socket files left behind: {socks}"

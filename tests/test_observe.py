@@ -1,0 +1,68 @@
+"""Page-cache observability (mincore residency, /proc faults and RSS) on real files and processes."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from hostmq.observe import broker_tuning, dir_residency, process_stats, residency, resident_pages
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_residency_follows_eviction_and_reading(tmp_path):
+    p = tmp_path / "f"
+    with open(p, "wb") as f:
+        f.write(os.urandom(2 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)      # clean pages: the kernel drops them
+    finally:
+        os.close(fd)
+    evicted = residency(str(p))
+    with open(p, "rb") as f:
+        f.read(1 << 20)                                       # the first half back in the cache
+    half = resident_pages(str(p))
+    assert evicted < 50.0
+    assert half[1] == (2 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert half[0] >= half[1] // 2 > 0
+    assert residency(str(p)) >= 50.0 > evicted
+    assert residency(str(p)) == residency(str(p))              # asking reads nothing in
+
+
+def test_empty_missing_and_directories(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    assert residency(str(tmp_path / "empty")) == 0.0
+    with pytest.raises(FileNotFoundError):
+        residency(str(tmp_path / "nope"))
+    (tmp_path / "d" / "q").mkdir(parents=True)
+    (tmp_path / "d" / "q" / "0").write_bytes(b"x" * 8192)
+    r = dir_residency(str(tmp_path / "d"))
+    assert set(r["files"]) == {os.path.join("q", "0")} and r["total_pct"] == 100.0 and r["resident_bytes"] == 8192
+    assert dir_residency(str(tmp_path / "absent")) == {"files": {}, "total_pct": 0.0, "resident_bytes": 0}
+
+
+def test_process_stats_count_faults_and_rss():
+    before = process_stats(os.getpid())
+    a = np.ones(48 << 17)                                      # 48 MiB written: new pages
+    after = process_stats(os.getpid())
+    assert after["minor_faults"] > before["minor_faults"]
+    assert after["rss_bytes"] - before["rss_bytes"] >= 40 << 20
+    assert after["major_faults"] >= 0
+    del a
+    assert process_stats(2 ** 22 + 12345) is None              # no such pid
+
+
+def test_broker_tuning_without_a_running_broker(tmp_path):
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\0" * 4096)
+    t = broker_tuning(str(store), None)
+    assert t["commitlog"]["files"] == {"00000000000000000000": 100.0}
+    assert "dirty_bytes" not in t and t["consume_queues"]["total_pct"] == 0.0
+    t = broker_tuning(str(store), {"write_pos": 500, "flushed_pos": 200, "flush_latency_us": 7, "flush_count": 3,
+                                   "writer_pid": os.getpid(), "broker_pid": 0})
+    assert t["dirty_bytes"] == 300 and set(t["processes"]) == {"writer"} and t["processes"]["writer"]["rss_bytes"] > 0
