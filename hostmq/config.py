@@ -30,6 +30,9 @@ def _check_numbers(section: str, obj: Any) -> None:
             raise ConfigError(f"{section}.{f.name} must be a finite number ≥ 0, got {v!r}")
 
 
+MADVISE_NAMES = ("NORMAL", "SEQUENTIAL", "RANDOM", "WILLNEED", "DONTNEED")
+
+
 @dataclass(frozen=True)
 class NamesrvConfig:
     scan_interval_s: float = 10.0        # how often silent brokers are looked for
@@ -92,6 +95,10 @@ class StoreConfig:
     transient_store_pool_enable: bool = False      # write into mlocked buffers, commit to the file
     transient_store_pool_size: int = 5             # buffers in the pool
     warm_mapped_file: bool = False                 # pre-touch new mapped files
+    # madvise per file kind (NORMAL | SEQUENTIAL | RANDOM | WILLNEED; cold commitlog also DONTNEED):
+    madvise_commitlog_head: str = "NORMAL"         # the commitlog file being written (and read at its tail)
+    madvise_commitlog_cold: str = "NORMAL"         # older commitlog files (lagging readers, lookups by id)
+    madvise_consume_queue: str = "NORMAL"          # consume-queue files
     file_reserved_hours: float = 72.0              # commitlog files older than this may be deleted
     delete_when: str = "04"                        # hours (";"-separated) when expired files go
     disk_max_used_ratio: float = 0.75              # above this, expired files go at any hour
@@ -114,9 +121,22 @@ class StoreConfig:
             raise ConfigError("store.max_message_bytes must be positive")
         if not 0 <= self.max_properties_bytes <= (1 << 15) - 1:
             raise ConfigError("store.max_properties_bytes must be within 0..32767")
+        for name in ("madvise_commitlog_head", "madvise_commitlog_cold", "madvise_consume_queue"):
+            allowed = MADVISE_NAMES if name == "madvise_commitlog_cold" else MADVISE_NAMES[:-1]
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"store.{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in ("disk_max_used_ratio", "disk_force_clean_ratio", "disk_refuse_ratio"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ConfigError(f"store.{name} must be within (0, 1]")
+
+
+    @property
+    def commitlog_advice(self) -> tuple[str, str]:
+        return self.madvise_commitlog_head, self.madvise_commitlog_cold
+
+    @property
+    def consume_queue_advice(self) -> tuple[str, str]:
+        return self.madvise_consume_queue, self.madvise_consume_queue
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class Dispatcher:
         self.state = BrokerState.attach(rt.state_name)
         self.signal = Signal.open(rt.dispatch_signal)
         self.cl = CommitLog(rt.store_dir, self.state.commitlog_file_bytes, writable=False,
+                            advice=cfg.store.commitlog_advice,
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.mfq.refresh()
         self.cqs = ConsumeQueueStore(rt.store_dir, cfg.store, self.cl)

@@ -102,7 +102,7 @@ class Writer:
         st = self.state
         self.sync = st.sync_flush
         self.cl = CommitLog(rt.store_dir, st.commitlog_file_bytes, store_host=st.store_host,
-                            warm=cfg.store.warm_mapped_file,
+                            warm=cfg.store.warm_mapped_file, advice=cfg.store.commitlog_advice,
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.mfq.load()
         self.signal = Signal.open(rt.writer_signal)

@@ -72,11 +72,12 @@ class BatchAppendResult(NamedTuple):
 
 class CommitLog:
     def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
-                 warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True) -> None:
+                 warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True,
+                 advice: tuple[str, str] = ("NORMAL", "NORMAL")) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
             os.makedirs(self.directory, exist_ok=True)
-        self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable)
+        self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable, advice=advice)
         self.file_bytes = file_bytes
         self.store_host = store_host or R.host_bytes()
         self.host_hex = self.store_host.hex().upper()

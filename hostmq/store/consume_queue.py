@@ -27,12 +27,12 @@ BLANK_SIZE = 0x7FFFFFFF
 
 class ConsumeQueue:
     def __init__(self, store_dir: str, topic: str, queue_id: int, entries_per_file: int,
-                 writable: bool = True) -> None:
+                 writable: bool = True, advice: tuple[str, str] = ("NORMAL", "NORMAL")) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = os.path.join(store_dir, "consumequeue", topic, str(queue_id))
         self.entries_per_file = entries_per_file
-        self.mfq = MappedFileQueue(self.directory, entries_per_file * ENTRY_BYTES, writable=writable)
+        self.mfq = MappedFileQueue(self.directory, entries_per_file * ENTRY_BYTES, writable=writable, advice=advice)
         self.min_logic_offset = 0     # bytes; entries before it are blanks or point at deleted data
 
     # -- offsets ----------------------------------------------------------------------------------

@@ -45,7 +45,8 @@ class ConsumeQueueStore:
                 continue
             for qid in os.listdir(tdir):
                 if qid.isdigit():
-                    cq = ConsumeQueue(self.path, topic, int(qid), self.config.consume_queue_file_entries)
+                    cq = ConsumeQueue(self.path, topic, int(qid), self.config.consume_queue_file_entries,
+                                      advice=self.config.consume_queue_advice)
                     cq.load()
                     self.queues[(topic, int(qid))] = cq
         return bool(self.queues)
@@ -57,7 +58,8 @@ class ConsumeQueueStore:
         cq = self.queues.get((topic, queue_id))
         if cq is None and create:
             cq = self.queues[(topic, queue_id)] = ConsumeQueue(
-                self.path, topic, queue_id, self.config.consume_queue_file_entries)
+                self.path, topic, queue_id, self.config.consume_queue_file_entries,
+                advice=self.config.consume_queue_advice)
         return cq
 
     def topic_queue_table(self) -> dict[tuple[str, int], int]:

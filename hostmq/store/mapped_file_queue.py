@@ -8,6 +8,7 @@ creates, truncates or deletes its files.
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 import time
 
@@ -16,12 +17,27 @@ from .mapped_file import MappedFile, file_name, offset_of
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_bytes: int, *, warm: bool = False,
-                 writable: bool = True) -> None:
+                 writable: bool = True, advice: tuple[str, str] = ("NORMAL", "NORMAL")) -> None:
         self.directory = directory
         self.file_bytes = file_bytes
         self.warm = warm
         self.writable = writable
+        self.advice = advice            # madvise of the newest file, and of the older ones
+        self._advised: dict[int, str] = {}
         self.files: list[MappedFile] = []
+
+    def _advise(self) -> None:
+        """Give each mapped file its kind's advice: the newest (head) one, the older (cold) ones.
+        Only changes are applied (a file turns cold when the next one is created)."""
+        if self.advice == ("NORMAL", "NORMAL") and not self._advised:
+            return
+        head, cold = self.advice
+        last = len(self.files) - 1
+        for i, mf in enumerate(self.files):
+            want = head if i == last else cold
+            if self._advised.get(mf.file_from_offset) != want:
+                mf.madvise(getattr(mmap, f"MADV_{want}"))
+                self._advised[mf.file_from_offset] = want
 
     # -- loading ----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -53,6 +69,7 @@ class MappedFileQueue:
             mf = MappedFile(path, self.file_bytes, writable=self.writable)
             mf.set_positions(self.file_bytes)
             self.files.append(mf)
+        self._advise()
 
     def refresh(self) -> None:
         """Reader side: map files the writer created since, forget files cleanup deleted."""
@@ -80,6 +97,7 @@ class MappedFileQueue:
             mf.set_positions(self.file_bytes)
             self.files.append(mf)
             nxt = mf.file_end_offset
+        self._advise()
 
     # -- lookup -----------------------------------------------------------------------------------
     def first(self) -> MappedFile | None:
@@ -128,6 +146,7 @@ class MappedFileQueue:
         mf = MappedFile(os.path.join(self.directory, file_name(start)), self.file_bytes, create=True,
                         warm=self.warm)
         self.files.append(mf)
+        self._advise()
         return mf
 
     # -- shrinking --------------------------------------------------------------------------------

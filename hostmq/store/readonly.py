@@ -68,7 +68,8 @@ class StoreReader:
         self.config = store_config(config)
         self.broker = broker
         self._limit = limit_phys
-        self.commitlog = CommitLog(self.path, self.config.commitlog_file_bytes, writable=False)
+        self.commitlog = CommitLog(self.path, self.config.commitlog_file_bytes, writable=False,
+                                   advice=self.config.commitlog_advice)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._max: dict[tuple[str, int], int] = {}
         self.readable_end = 0
@@ -111,7 +112,7 @@ class StoreReader:
                 if cq is None:
                     cq = self.queues[key] = ConsumeQueue(self.path, topic, int(qid),
                                                          self.config.consume_queue_file_entries,
-                                                         writable=False)
+                                                         writable=False, advice=self.config.consume_queue_advice)
                 cq.mfq.refresh()
                 self._set_readable_max(cq)
 
@@ -204,7 +205,7 @@ class StoreReader:
             return None
         cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.path, topic, queue_id,
                                                            self.config.consume_queue_file_entries,
-                                                           writable=False)
+                                                           writable=False, advice=self.config.consume_queue_advice)
         return cq
 
     @staticmethod

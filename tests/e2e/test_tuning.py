@@ -1,0 +1,34 @@
+"""Page-cache switches in a running broker: the writer and dispatcher map store files with the
+configured madvise policy (seen in /proc/PID/smaps)."""
+from __future__ import annotations
+
+import pytest
+
+import hostmq
+from hostmq import Message
+from hostmq.root import RootPaths
+from tests.e2e.conftest import wait_until
+from tests.store.test_madvise import vm_flags
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_writer_and_dispatcher_map_with_the_configured_advice(cluster, root):
+    c = cluster(store={"commitlog_file_bytes": 32 << 10, "madvise_commitlog_head": "SEQUENTIAL",
+                       "madvise_commitlog_cold": "RANDOM", "madvise_consume_queue": "RANDOM"})
+    with hostmq.Producer(c.root) as p:
+        for i in range(400):
+            p.send(Message("adv", b"x" * 200))
+    with hostmq.Admin(c.root) as a:
+        pids = a.brokers()[0]["pids"]
+    store = RootPaths(root).store_dir("broker-a")
+
+    def writer_rolled():
+        logs = sorted(k for k in vm_flags(pids["writer"], store) if k.startswith("commitlog"))
+        return logs if len(logs) >= 3 else None
+    logs = wait_until(writer_rolled, 30, "the writer to map several commitlog files")
+    flags = vm_flags(pids["writer"], store)
+    assert "sr" in flags[logs[-1]] and all("rr" in flags[k] for k in logs[:-1])
+    d = wait_until(lambda: [f for k, f in vm_flags(pids["dispatcher"], store).items() if k.startswith("consumequeue")],
+                   30, "the dispatcher to map consume queues")
+    assert all("rr" in f for f in d)
