@@ -95,6 +95,8 @@ class StoreConfig:
     transient_store_pool_enable: bool = False      # write into mlocked buffers, commit to the file
     transient_store_pool_size: int = 5             # buffers in the pool
     warm_mapped_file: bool = False                 # pre-touch new mapped files
+    preallocate_next_file: bool = False            # make the next commitlog file ahead of need (background)
+    preallocate_at_ratio: float = 0.5              # ... once the current one is this full
     # madvise per file kind (NORMAL | SEQUENTIAL | RANDOM | WILLNEED; cold commitlog also DONTNEED):
     madvise_commitlog_head: str = "NORMAL"         # the commitlog file being written (and read at its tail)
     madvise_commitlog_cold: str = "NORMAL"         # older commitlog files (lagging readers, lookups by id)
@@ -121,6 +123,8 @@ class StoreConfig:
             raise ConfigError("store.max_message_bytes must be positive")
         if not 0 <= self.max_properties_bytes <= (1 << 15) - 1:
             raise ConfigError("store.max_properties_bytes must be within 0..32767")
+        if not 0.0 < self.preallocate_at_ratio < 1.0:
+            raise ConfigError("store.preallocate_at_ratio must be within (0, 1)")
         for name in ("madvise_commitlog_head", "madvise_commitlog_cold", "madvise_consume_queue"):
             allowed = MADVISE_NAMES if name == "madvise_commitlog_cold" else MADVISE_NAMES[:-1]
             if getattr(self, name) not in allowed:

@@ -73,11 +73,14 @@ class BatchAppendResult(NamedTuple):
 class CommitLog:
     def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
                  warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True,
-                 advice: tuple[str, str] = ("NORMAL", "NORMAL")) -> None:
+                 advice: tuple[str, str] = ("NORMAL", "NORMAL"), preallocate_at: float | None = None) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
             os.makedirs(self.directory, exist_ok=True)
         self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable, advice=advice)
+        self.mfq.preallocate_at = preallocate_at if writable else None
+        # the write position past which the next file is made ahead (never when off)
+        self._prealloc_pos = int(preallocate_at * file_bytes) if preallocate_at and writable else file_bytes + 1
         self.file_bytes = file_bytes
         self.store_host = store_host or R.host_bytes()
         self.host_hex = self.store_host.hex().upper()
@@ -156,6 +159,8 @@ class CommitLog:
             mf.mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
             _remember_struct(blen, tl, plen)
         mf.wrote_pos = mf.committed_pos = pos + total
+        if mf.wrote_pos >= self._prealloc_pos:
+            self.mfq.preallocate_next(mf.wrote_pos)
         mf.store_ts_ms = ts
         self.topic_queue_table[key] = qoff + 1
         return AppendResult(phys, total, qoff, ts)
@@ -178,6 +183,8 @@ class CommitLog:
         _PATCH_OFFSETS.pack_into(mm, pos + _QOFF_AT, qoff, phys)
         _PATCH_STORE.pack_into(mm, pos + _STORE_TS_AT, ts, self.store_host)
         mf.wrote_pos = mf.committed_pos = pos + size
+        if mf.wrote_pos >= self._prealloc_pos:
+            self.mfq.preallocate_next(mf.wrote_pos)
         mf.store_ts_ms = ts
         self.topic_queue_table[key] = qoff + 1
         return AppendResult(phys, size, qoff, ts)
@@ -207,6 +214,8 @@ class CommitLog:
             phys = rel + mf.file_from_offset
             R.patch_batch(mf.u8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
             mf.wrote_pos = mf.committed_pos = pos + nbytes
+            if mf.wrote_pos >= self._prealloc_pos:
+                self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
         else:
             phys = self._append_split(blob, starts, sizes, q0, ts, queue_id,
@@ -235,6 +244,8 @@ class CommitLog:
             phys[i:j] = rel + mf.file_from_offset
             R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
             mf.wrote_pos = mf.committed_pos = pos + src1 - src0
+            if mf.wrote_pos >= self._prealloc_pos:
+                self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
             i = j
         return phys

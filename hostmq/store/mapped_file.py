@@ -12,12 +12,16 @@ crash the positions are lost and recovery finds the real end by scanning (see ``
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import mmap
 import os
 
 import numpy as np
 
 PAGE_BYTES = mmap.PAGESIZE
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by the mmap module
 
 
@@ -37,10 +41,10 @@ class MappedFile:
     """A store file of ``file_bytes`` mapped into memory."""
 
     def __init__(self, path: str, file_bytes: int, *, create: bool = False, writable: bool = True,
-                 warm: bool = False) -> None:
+                 warm: bool = False, from_offset: int | None = None) -> None:
         self.path = path
         self.file_bytes = file_bytes
-        self.file_from_offset = offset_of(path)
+        self.file_from_offset = offset_of(path) if from_offset is None else from_offset
         self.writable = writable
         flags = os.O_RDWR if writable else os.O_RDONLY
         if create:
@@ -118,6 +122,18 @@ class MappedFile:
         except OSError:
             # Older kernels: touch one byte per page (writing zero keeps the content unchanged).
             self.u8[::PAGE_BYTES] = self.u8[::PAGE_BYTES]
+
+    def warm_without_gil(self) -> None:
+        """``warm`` for a background thread: the kernel populates the pages while the GIL is free
+        (ctypes releases it; ``mmap.madvise`` does not), so the thread that appends keeps running."""
+        buf = ctypes.c_char.from_buffer(self.mm)
+        try:
+            ok = _libc.madvise(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes),
+                               MADV_POPULATE_WRITE) == 0
+        finally:
+            del buf                     # an exported buffer would keep the map from closing
+        if not ok:
+            self.warm()
 
     def madvise(self, advice: int) -> bool:
         try:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import threading
 import time
 
 from .mapped_file import MappedFile, file_name, offset_of
+
+PREALLOC_SUFFIX = ".prealloc"          # a next file being made ahead of need
 
 
 class MappedFileQueue:
@@ -23,6 +26,8 @@ class MappedFileQueue:
         self.warm = warm
         self.writable = writable
         self.advice = advice            # madvise of the newest file, and of the older ones
+        self.preallocate_at: float | None = None    # see preallocate_next
+        self._next: tuple[int, threading.Thread, list] | None = None
         self._advised: dict[int, str] = {}
         self.files: list[MappedFile] = []
 
@@ -56,6 +61,10 @@ class MappedFileQueue:
             except ValueError:
                 continue
         names.sort()
+        if self.writable:               # left by a crash before the roll: holds nothing
+            for n in os.listdir(self.directory):
+                if n.endswith(PREALLOC_SUFFIX):
+                    os.unlink(os.path.join(self.directory, n))
         for i, (start, n) in enumerate(names):
             path = os.path.join(self.directory, n)
             if os.path.getsize(path) != self.file_bytes or start % self.file_bytes:
@@ -143,11 +152,60 @@ class MappedFileQueue:
 
     def create(self, start: int) -> MappedFile:
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, file_name(start)), self.file_bytes, create=True,
-                        warm=self.warm)
+        path = os.path.join(self.directory, file_name(start))
+        mf = self._take_preallocated(start)
+        if mf is not None:
+            os.rename(mf.path, path)        # the mapping stays valid; readers see it only now
+            mf.path = path
+        else:
+            mf = MappedFile(path, self.file_bytes, create=True, warm=self.warm)
         self.files.append(mf)
         self._advise()
         return mf
+
+    # -- pre-allocation (RocketMQ AllocateMappedFileService) ----------------------------------------
+    def preallocate_next(self, wrote_pos: int) -> None:
+        """Once the last file is ``preallocate_at`` full, create the next one in a background thread:
+        blocks reserved (``posix_fallocate``) and, with ``warm``, every page faulted in — so rolling
+        costs a rename, not a file creation and a page fault per page on the hot path. The file
+        carries a temporary name until then: readers, recovery and cleanup never see it."""
+        if self.preallocate_at is None or self._next is not None or wrote_pos < self.preallocate_at * self.file_bytes:
+            return
+        last = self.last()
+        if last is None:
+            return
+        start = last.file_end_offset
+        out: list = []
+        t = threading.Thread(target=self._preallocate, args=(start, out), name="hostmq-preallocate", daemon=True)
+        self._next = (start, t, out)
+        t.start()
+
+    def _preallocate(self, start: int, out: list) -> None:
+        try:
+            mf = MappedFile(os.path.join(self.directory, file_name(start) + PREALLOC_SUFFIX), self.file_bytes,
+                            create=True, from_offset=start)
+            if self.warm:
+                mf.warm_without_gil()
+            out.append(mf)
+        except OSError as e:              # ENOSPC and the like: the roll will create it (and report)
+            out.append(e)
+
+    def _take_preallocated(self, start: int) -> MappedFile | None:
+        if self._next is None:
+            return None
+        at, t, out = self._next
+        self._next = None
+        t.join()
+        mf = out[0] if out and isinstance(out[0], MappedFile) else None
+        if mf is not None and at != start:
+            mf.destroy()
+            return None
+        return mf
+
+    def drop_preallocated(self) -> None:
+        mf = self._take_preallocated(-1)
+        if mf is not None:
+            mf.destroy()
 
     # -- shrinking --------------------------------------------------------------------------------
     def truncate(self, offset: int) -> None:
@@ -196,6 +254,7 @@ class MappedFileQueue:
         return self.flushed_offset()
 
     def close(self) -> None:
+        self.drop_preallocated()
         for mf in self.files:
             mf.close()
         self.files = []

@@ -120,7 +120,8 @@ class MessageStore:
         self.abort_path = os.path.join(self.path, "abort")
         self.abnormal = os.path.exists(self.abort_path)
         self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
-                                   warm=cfg.warm_mapped_file, advice=cfg.commitlog_advice, delay_levels_ms=levels)
+                                   warm=cfg.warm_mapped_file, advice=cfg.commitlog_advice, delay_levels_ms=levels,
+                                   preallocate_at=cfg.preallocate_at_ratio if cfg.preallocate_next_file else None)
         self.commitlog.mfq.load()
         self.cq_store = ConsumeQueueStore(self.path, cfg, self.commitlog)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))

@@ -2,6 +2,8 @@
 configured madvise policy (seen in /proc/PID/smaps)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import hostmq
@@ -32,3 +34,22 @@ def test_writer_and_dispatcher_map_with_the_configured_advice(cluster, root):
     d = wait_until(lambda: [f for k, f in vm_flags(pids["dispatcher"], store).items() if k.startswith("consumequeue")],
                    30, "the dispatcher to map consume queues")
     assert all("rr" in f for f in d)
+
+
+def test_a_broker_with_preallocation_rolls_through_made_ahead_files(cluster, root):
+    c = cluster(store={"commitlog_file_bytes": 256 << 10, "warm_mapped_file": True, "preallocate_next_file": True})
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("pre", queues=2)
+    with hostmq.Producer(c.root) as p:
+        for i in range(0, 3000, 100):
+            p.send_batch([Message("pre", f"{j}".encode() + b"." * 300) for j in range(i, i + 100)])
+    commitlog = os.path.join(RootPaths(root).store_dir("broker-a"), "commitlog")
+    names = sorted(os.listdir(commitlog))
+    assert len([n for n in names if n.isdecimal()]) >= 4, names
+    got = set()
+    with hostmq.PullConsumer(c.root, group="pre-g", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.subscribe("pre")
+        wait_until(lambda: got.update(int(m.body.split(b".")[0]) for m in pc.poll(0.2)) or len(got) == 3000,
+                   60, "every message back")
+    c.stop()
+    assert not [n for n in os.listdir(commitlog) if not n.isdecimal()]      # the made-ahead file went away
