@@ -96,6 +96,7 @@ class StoreConfig:
     transient_store_pool_size: int = 5             # buffers in the pool
     warm_mapped_file: bool = False                 # pre-touch new mapped files
     preallocate_next_file: bool = False            # make the next commitlog file ahead of need (background)
+    mlock_commitlog_head: bool = False             # mlock the commitlog file being written (warning if refused)
     preallocate_at_ratio: float = 0.5              # ... once the current one is this full
     # madvise per file kind (NORMAL | SEQUENTIAL | RANDOM | WILLNEED; cold commitlog also DONTNEED):
     madvise_commitlog_head: str = "NORMAL"         # the commitlog file being written (and read at its tail)

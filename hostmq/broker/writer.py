@@ -104,6 +104,7 @@ class Writer:
         self.cl = CommitLog(rt.store_dir, st.commitlog_file_bytes, store_host=st.store_host,
                             warm=cfg.store.warm_mapped_file, advice=cfg.store.commitlog_advice,
                             preallocate_at=cfg.store.preallocate_at_ratio if cfg.store.preallocate_next_file else None,
+                            lock_head=cfg.store.mlock_commitlog_head,
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.mfq.load()
         self.signal = Signal.open(rt.writer_signal)

@@ -73,12 +73,14 @@ class BatchAppendResult(NamedTuple):
 class CommitLog:
     def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
                  warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True,
-                 advice: tuple[str, str] = ("NORMAL", "NORMAL"), preallocate_at: float | None = None) -> None:
+                 advice: tuple[str, str] = ("NORMAL", "NORMAL"), preallocate_at: float | None = None,
+                 lock_head: bool = False) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
             os.makedirs(self.directory, exist_ok=True)
         self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable, advice=advice)
         self.mfq.preallocate_at = preallocate_at if writable else None
+        self.mfq.lock_head = lock_head and writable
         # the write position past which the next file is made ahead (never when off)
         self._prealloc_pos = int(preallocate_at * file_bytes) if preallocate_at and writable else file_bytes + 1
         self.file_bytes = file_bytes

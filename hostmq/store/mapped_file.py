@@ -13,15 +13,20 @@ crash the positions are lost and recovery finds the real end by scanning (see ``
 from __future__ import annotations
 
 import ctypes
+import logging
 import ctypes.util
 import mmap
+import resource
 import os
 
 import numpy as np
 
+log = logging.getLogger(__name__)
 PAGE_BYTES = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_mlock_warned = False
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by the mmap module
 
 
@@ -67,6 +72,7 @@ class MappedFile:
         self.wrote_pos = 0
         self.committed_pos = 0
         self.flushed_pos = 0
+        self.locked = False     # mlocked by lock()
         self.store_ts_ms = 0  # store time of the last message appended (commitlog only)
         if warm and writable:
             self.warm()
@@ -134,6 +140,38 @@ class MappedFile:
             del buf                     # an exported buffer would keep the map from closing
         if not ok:
             self.warm()
+
+    def lock(self) -> bool:
+        """``mlock`` the whole file (its pages stay in RAM while mapped). Refused (RLIMIT_MEMLOCK, no
+        CAP_IPC_LOCK): one warning per process saying how to allow it, False, and nothing else
+        changes — locking is an optimisation, never a condition (OS_NOTES 10)."""
+        global _mlock_warned
+        buf = ctypes.c_char.from_buffer(self.mm) if self.writable else None
+        if buf is None:
+            return False
+        try:
+            if _libc.mlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes)) == 0:
+                self.locked = True
+                return True
+            err = ctypes.get_errno()
+        finally:
+            del buf
+        if not _mlock_warned:
+            _mlock_warned = True
+            soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+            log.warning("mlock of %s (%d bytes) refused: %s; RLIMIT_MEMLOCK is %s. Running without locked "
+                        "pages; allow it with LimitMEMLOCK=infinity (systemd) or ulimit -l unlimited",
+                        self.path, self.file_bytes, os.strerror(err), "unlimited" if soft < 0 else f"{soft} bytes")
+        return False
+
+    def unlock(self) -> None:
+        if self.locked:
+            buf = ctypes.c_char.from_buffer(self.mm)
+            try:
+                _libc.munlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes))
+            finally:
+                del buf
+            self.locked = False
 
     def madvise(self, advice: int) -> bool:
         try:

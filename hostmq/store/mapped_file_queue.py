@@ -27,6 +27,7 @@ class MappedFileQueue:
         self.writable = writable
         self.advice = advice            # madvise of the newest file, and of the older ones
         self.preallocate_at: float | None = None    # see preallocate_next
+        self.lock_head = False          # mlock the newest file (writable queues), unlock when it turns cold
         self._next: tuple[int, threading.Thread, list] | None = None
         self._advised: dict[int, str] = {}
         self.files: list[MappedFile] = []
@@ -34,10 +35,16 @@ class MappedFileQueue:
     def _advise(self) -> None:
         """Give each mapped file its kind's advice: the newest (head) one, the older (cold) ones.
         Only changes are applied (a file turns cold when the next one is created)."""
+        last = len(self.files) - 1
+        if self.lock_head and self.writable:
+            for i, mf in enumerate(self.files):
+                if i == last and not mf.locked:
+                    mf.lock()
+                elif i != last:
+                    mf.unlock()
         if self.advice == ("NORMAL", "NORMAL") and not self._advised:
             return
         head, cold = self.advice
-        last = len(self.files) - 1
         for i, mf in enumerate(self.files):
             want = head if i == last else cold
             if self._advised.get(mf.file_from_offset) != want:

@@ -121,7 +121,8 @@ class MessageStore:
         self.abnormal = os.path.exists(self.abort_path)
         self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
                                    warm=cfg.warm_mapped_file, advice=cfg.commitlog_advice, delay_levels_ms=levels,
-                                   preallocate_at=cfg.preallocate_at_ratio if cfg.preallocate_next_file else None)
+                                   preallocate_at=cfg.preallocate_at_ratio if cfg.preallocate_next_file else None,
+                                   lock_head=cfg.mlock_commitlog_head)
         self.commitlog.mfq.load()
         self.cq_store = ConsumeQueueStore(self.path, cfg, self.commitlog)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))

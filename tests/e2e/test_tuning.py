@@ -53,3 +53,15 @@ def test_a_broker_with_preallocation_rolls_through_made_ahead_files(cluster, roo
                    60, "every message back")
     c.stop()
     assert not [n for n in os.listdir(commitlog) if not n.isdecimal()]      # the made-ahead file went away
+
+
+def test_the_writer_locks_the_head_file_when_asked(cluster, root):
+    from tests.store.test_mlock import locked_kib
+    c = cluster(store={"commitlog_file_bytes": 256 << 10, "mlock_commitlog_head": True})
+    with hostmq.Producer(c.root) as p:
+        p.send(Message("lk", b"x"))
+    with hostmq.Admin(c.root) as a:
+        writer = a.brokers()[0]["pids"]["writer"]
+    store = RootPaths(root).store_dir("broker-a")
+    got = wait_until(lambda: locked_kib(writer, os.path.join(store, "commitlog")), 20, "a locked commitlog file")
+    assert list(got) == [f"{0:020d}"] and 0 < got[f"{0:020d}"] <= 256, got     # a VM_LOCKED mapping of the head
