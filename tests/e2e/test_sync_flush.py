@@ -161,3 +161,37 @@ def test_sync_flush_broker_killed_then_restarted_keeps_every_acknowledged_messag
     counts = stored(c.root, "sfcrash")
     assert set(acked_before) <= set(load.acked)
     check_exactly_once(counts, load.acked)
+
+
+def test_sync_flush_held_back_answers_flush_disk_timeout_then_recovers(cluster):
+    """The ack waits for the fsync: with the flusher stopped (SIGSTOP) a SYNC_FLUSH send is stored but
+    answered FLUSH_DISK_TIMEOUT after ``sync_flush_timeout_ms``; once it runs again, sends are SEND_OK
+    and only acknowledged when flushed."""
+    import os
+    import time
+    c = cluster(store={**SYNC, "sync_flush_timeout_ms": 500})
+    with hostmq.Admin(c.root) as a:
+        flusher = a.brokers()[0]["pids"]["flusher"]
+    st = State(c.root)
+    try:
+        with hostmq.Producer(c.root) as p:
+            p.send(Message("held", b"warm-up"))
+            before = st.flushed()
+            os.kill(flusher, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                r = p.send(Message("held", b"held back"), timeout=10)
+                waited = time.monotonic() - t0
+                assert r.status == hostmq.SendStatus.FLUSH_DISK_TIMEOUT, r
+                assert waited >= 0.45 and st.flushed() == before < phys_of(r) + 1
+            finally:
+                os.kill(flusher, signal.SIGCONT)
+            r2 = p.send(Message("held", b"after"))
+            assert r2.status == hostmq.SendStatus.SEND_OK and st.flushed() > phys_of(r2)
+        with hostmq.PullConsumer(c.root, group="held-g", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
+            pc.subscribe("held")
+            got = []
+            wait_until(lambda: got.extend(m.body for m in pc.poll(0.2)) or len(got) >= 3, 20, "the three messages")
+            assert sorted(got) == sorted([b"warm-up", b"held back", b"after"])     # the timed-out one is stored
+    finally:
+        st.close()
