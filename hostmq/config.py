@@ -92,8 +92,12 @@ class StoreConfig:
     max_message_bytes: int = 4 * 1024 * 1024       # largest body accepted
     max_properties_bytes: int = (1 << 15) - 1      # largest encoded properties accepted
     max_transfer_bytes: int = 256 * 1024           # most bytes one get() returns (at least one message)
-    transient_store_pool_enable: bool = False      # write into mlocked buffers, commit to the file
-    transient_store_pool_size: int = 5             # buffers in the pool
+    transient_store_pool_enable: bool = False      # append into mlocked buffers, commit them to the file
+                                                   # (ASYNC_FLUSH only, as in RocketMQ; see store.transient_pool)
+    transient_store_pool_size: int = 1             # buffers of one commitlog file each (RocketMQ: 5, but
+                                                   # hostmq commits a file wholly before the next starts)
+    commit_interval_ms: int = 200                  # pool: everything appended reaches the file this often
+    commit_least_pages: int = 4                    # ... and as soon as this many 4 KiB pages wait
     warm_mapped_file: bool = False                 # pre-touch new mapped files
     preallocate_next_file: bool = False            # make the next commitlog file ahead of need (background)
     mlock_commitlog_head: bool = False             # mlock the commitlog file being written (warning if refused)
@@ -124,6 +128,8 @@ class StoreConfig:
             raise ConfigError("store.max_message_bytes must be positive")
         if not 0 <= self.max_properties_bytes <= (1 << 15) - 1:
             raise ConfigError("store.max_properties_bytes must be within 0..32767")
+        if self.transient_store_pool_size < 1:
+            raise ConfigError("store.transient_store_pool_size must be at least 1")
         if not 0.0 < self.preallocate_at_ratio < 1.0:
             raise ConfigError("store.preallocate_at_ratio must be within (0, 1)")
         for name in ("madvise_commitlog_head", "madvise_commitlog_cold", "madvise_consume_queue"):

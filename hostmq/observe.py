@@ -87,12 +87,16 @@ def dir_residency(directory: str) -> dict:
 
 def broker_tuning(store_dir: str, state: dict | None) -> dict:
     """One broker's page-cache picture: processes (faults, RSS), residency of commitlog and consume
-    queues, dirty commitlog bytes (written, not yet flushed)."""
+    queues, dirty commitlog bytes (in the files, not yet flushed) and bytes still in the transient
+    store pool (appended, not yet committed to the files)."""
     out: dict = {"commitlog": dir_residency(os.path.join(store_dir, "commitlog")),
                  "consume_queues": dir_residency(os.path.join(store_dir, "consumequeue"))}
     out["consume_queues"].pop("files")          # thousands of small files: the total says enough
     if state:
-        out["dirty_bytes"] = max(0, int(state.get("write_pos", 0)) - int(state.get("flushed_pos", 0)))
+        write_pos = int(state.get("write_pos", 0))
+        committed = min(write_pos, int(state.get("committed_pos", write_pos)))
+        out["dirty_bytes"] = max(0, committed - int(state.get("flushed_pos", 0)))
+        out["uncommitted_bytes"] = write_pos - committed     # in the transient store pool, not the file
         out["last_flush_latency_us"] = int(state.get("flush_latency_us", 0))
         out["flush_count"] = int(state.get("flush_count", 0))
         out["processes"] = {role: process_stats(int(state[f"{role}_pid"]))

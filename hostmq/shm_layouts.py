@@ -127,7 +127,7 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #                 control_heartbeat_ms | consumers_version (bumped when a consumer group's members change) |
 #                 offsets_reset_version (bumped when a group's offsets are reset to a timestamp)
 #     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
-#                 appended_records | flush_request_pos
+#                 appended_records | flush_request_pos | committed_pos
 #     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
 #                 intent_data_end | intent_cw_end
 #     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
@@ -142,16 +142,20 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #
 # ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
 # below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
-# of what is on disk. Readers may see an older value, never a torn one (OS_NOTES 14).
+# of what is on disk; ``committed_pos`` the end of what is in the commitlog files — with a transient
+# store pool the writer appends into a buffer and commits to the files later, so dispatcher, flusher
+# and readers stop at ``min(write_pos, committed_pos)`` (without a pool both are equal). Readers may
+# see an older value, never a torn one (OS_NOTES 14).
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 4          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line
+BROKER_STATE_VERSION = 5          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+                                  # 5: committed_pos
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
     (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms",
           "consumers_version", "offsets_reset_version"]),
     (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
-           "appended_records", "flush_request_pos"]),
+           "appended_records", "flush_request_pos", "committed_pos"]),
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
            "intent_cw_end"]),
     (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",

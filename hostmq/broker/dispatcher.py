@@ -28,7 +28,7 @@ from ..store.commitlog import CommitLog
 from ..store.consume_queue_store import ConsumeQueueStore
 from ..store.message_store import delay_levels_ms
 from .runtime import BrokerRuntime
-from .state import W_DISPATCHED_POS, W_WAITERS_VERSION, W_WRITE_POS, BrokerState
+from .state import W_COMMITTED_POS, W_DISPATCHED_POS, W_WAITERS_VERSION, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Dispatcher:
         w = self.state.w
         if w[W_WAITERS_VERSION] != self._waiters_seen:
             self._sync_waiters()
-        end = w[W_WRITE_POS]
+        end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])     # published and in the files
         start = self.cqs.dispatched_phys
         if end <= start:
             return 0
@@ -95,7 +95,7 @@ class Dispatcher:
 
     def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
         w = self.state.w
-        return wait_for(lambda: w[W_WRITE_POS] != self.cqs.dispatched_phys or
+        return wait_for(lambda: min(w[W_WRITE_POS], w[W_COMMITTED_POS]) != self.cqs.dispatched_phys or
                         w[W_WAITERS_VERSION] != self._waiters_seen,
                         self.signal, time.monotonic() + timeout_s, flag=self.state.dispatcher_waiting,
                         spin_s=self.spin_s, stop=stop)

@@ -27,7 +27,7 @@ from ..store.checkpoint import StoreCheckpoint
 from ..store.flush import AsyncFlushState, async_flush_pages
 from ..store.mapped_file import PAGE_BYTES, file_name
 from .runtime import BrokerRuntime
-from .state import W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState
+from .state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Flusher:
     def run_once(self, now_s: float) -> bool:
         """Flush if the policy says so; True if it flushed."""
         w = self.state.w
-        end = w[W_WRITE_POS]
+        end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])      # what is in the files
         flushed = w[W_FLUSHED_POS]
         did = False
         if self.sync:
@@ -155,7 +155,7 @@ def run(rt: BrokerRuntime, stop) -> int:
             if not f.run_once(time.monotonic()):
                 f.wait(stop)
         # Writer and dispatcher stopped first: everything is final now.
-        end = f.state.get("write_pos")
+        end = f.state.committed_end()
         f.flush_to(end)
         f.write_checkpoint(confirm=end)
     finally:

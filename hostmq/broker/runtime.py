@@ -96,6 +96,10 @@ class BrokerRuntime:
     def flush_signal(self) -> str:
         return self.shm("flush")
 
+    def pool_names(self, count: int) -> list[str]:
+        """Transient store pool buffers (created by the broker, written by its writer)."""
+        return [self.shm("pool", i) for i in range(count)]
+
     @property
     def shm_prefix(self) -> str:
         """Prefix of every IPC name of this broker (for reclaiming and leak checks)."""

@@ -23,6 +23,7 @@ from ..shm.signal import Flag
 
 _W = R.STATE_WORD
 W_WRITE_POS = _W["write_pos"]
+W_COMMITTED_POS = _W["committed_pos"]
 W_DISPATCHED_POS = _W["dispatched_pos"]
 W_FLUSHED_POS = _W["flushed_pos"]
 W_BROKER_STATE = _W["broker_state"]
@@ -76,7 +77,8 @@ class BrokerState:
             h[0]["consume_queue_file_entries"] = consume_queue_file_entries
             h[0]["index_slots"], h[0]["index_entries"] = index_slots, index_entries
             h[0]["started_ms"] = int(time.time() * 1000)
-            for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos"):
+            for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos",
+                        "committed_pos"):
                 h[0][pos] = start_pos
             h[0]["last_store_ts_ms"] = last_store_ts_ms
             h[0]["broker_state"] = R.BROKER_STARTING
@@ -126,7 +128,13 @@ class BrokerState:
         published, and under SYNC_FLUSH only what is flushed — what a view by message id may read,
         before the dispatcher has indexed it."""
         w = self.w
-        return min(w[W_WRITE_POS], w[W_FLUSHED_POS]) if self.sync_flush else w[W_WRITE_POS]
+        end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])
+        return min(end, w[W_FLUSHED_POS]) if self.sync_flush else end
+
+    def committed_end(self) -> int:
+        """End of the published records that are in the commitlog files (transient store pool)."""
+        w = self.w
+        return min(w[W_WRITE_POS], w[W_COMMITTED_POS])
 
     def readable_pos(self) -> int:
         """How far consumers may read: dispatched, and under SYNC_FLUSH also flushed (DESIGN §5)."""

@@ -32,6 +32,7 @@ from ..errors import ConnectError, StoreLockedError
 from ..process import Child, Supervisor, sd_notify
 from ..root import shm_name
 from ..shm.segment import reclaim_stale, shm_free_bytes, unlink_segment
+from ..store.transient_pool import TransientStorePool
 from ..shm.signal import Signal
 from ..store.message_store import MessageStore
 from ..transport import Server
@@ -76,8 +77,24 @@ class Broker:
         self.link = NamesrvLink(rt)
         self._store_lock_fd: int | None = None
         self.recovery = None
+        self.pool_names: list[str] = []
 
     # -- start ----------------------------------------------------------------------------------------
+    def _create_pool(self) -> None:
+        """The transient store pool's buffers: shared memory that outlives a killed writer, so its
+        successor commits what it appended (``store.transient_pool``). ASYNC_FLUSH only."""
+        cfg = self.rt.config.store
+        if not cfg.transient_store_pool_enable or cfg.flush_disk_type != "ASYNC_FLUSH":
+            if cfg.transient_store_pool_enable:
+                log.warning("broker %s: transient_store_pool_enable is ignored under SYNC_FLUSH", self.rt.name)
+            return
+        names = self.rt.pool_names(cfg.transient_store_pool_size)
+        for name in names:
+            unlink_segment(name)        # we hold the broker lock: any older one is ours to replace
+        for seg in TransientStorePool.create_segments(names, cfg.commitlog_file_bytes):
+            seg.close()                 # the writer maps them; we only own the names
+        self.pool_names = names
+
     def start(self) -> None:
         rt = self.rt
         gone = reclaim_stale(rt.shm_prefix, grace_s=5.0, orphan_semaphores=True)
@@ -102,6 +119,7 @@ class Broker:
                                         sync_flush=rt.config.store.flush_disk_type == "SYNC_FLUSH",
                                         start_pos=end, last_store_ts_ms=last_ts,
                                         session_slots=b.session_slots, waiter_slots=b.waiter_slots)
+        self._create_pool()
         self.signals = [Signal.create(n, replace=True) for n in (rt.writer_signal, rt.dispatch_signal,
                                                                    rt.flush_signal)]
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register)
@@ -190,6 +208,8 @@ class Broker:
         for s in self.signals:
             s.close()
             s.unlink()
+        for name in self.pool_names:
+            unlink_segment(name)
         if st is not None:
             st.unlink()
             st.close()

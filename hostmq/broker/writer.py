@@ -44,8 +44,10 @@ from ..store import cleanup
 from ..store.commitlog import CommitLog
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import StoreReader
+from ..store.transient_pool import TransientStorePool, salvage
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
-from .state import W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS, BrokerState
+from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
+                    BrokerState)
 from .topics import TopicTable, topics_path
 from .validate import frame_records, single_record
 
@@ -101,11 +103,19 @@ class Writer:
         self.state = BrokerState.attach(rt.state_name)
         st = self.state
         self.sync = st.sync_flush
+        # Transient store pool (ASYNC_FLUSH only, as in RocketMQ): buffers the broker created.
+        self.pool = TransientStorePool(st.commitlog_file_bytes, cfg.store.transient_store_pool_size,
+                                       segment_names=rt.pool_names(cfg.store.transient_store_pool_size)) \
+            if cfg.store.transient_store_pool_enable and not self.sync else None
+        self.commit_interval_s = cfg.store.commit_interval_ms / 1000
+        self.commit_least_pages = cfg.store.commit_least_pages
+        self._next_commit_s = 0.0
         self.cl = CommitLog(rt.store_dir, st.commitlog_file_bytes, store_host=st.store_host,
                             warm=cfg.store.warm_mapped_file, advice=cfg.store.commitlog_advice,
                             preallocate_at=cfg.store.preallocate_at_ratio if cfg.store.preallocate_next_file else None,
-                            lock_head=cfg.store.mlock_commitlog_head,
+                            lock_head=cfg.store.mlock_commitlog_head, pool=self.pool,
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
+        self.cl.on_commit = self._committed
         self.cl.mfq.load()
         self.signal = Signal.open(rt.writer_signal)
         self.dispatch_signal = Signal.open(rt.dispatch_signal)
@@ -128,8 +138,9 @@ class Writer:
         """Cut the commitlog back to the published ``write_pos``, rebuild the queue offsets, resolve
         an intent left by a killed predecessor, and pick up every session."""
         st = self.state
-        write_pos = st.w[W_WRITE_POS]
+        write_pos = self._salvage(st.w[W_WRITE_POS])
         self._truncate_after(write_pos)
+        st.w[W_COMMITTED_POS] = write_pos
         self.cl.last_store_ts_ms = st.w[W_LAST_TS]
         self.cl.topic_queue_table = self._queue_table(write_pos)
         self._load_topics()
@@ -146,6 +157,26 @@ class Writer:
             st.w[I_VALID] = 0
         for a in list(self.rings.values()):
             self._resume_staged(a)
+
+    def _salvage(self, write_pos: int) -> int:
+        """Pool: commit what a killed predecessor left in the pool (``transient_pool.salvage``)."""
+        if self.pool is None:
+            return write_pos
+        end = salvage(self.pool, self.cl.mfq, self.state.w[W_COMMITTED_POS], write_pos)
+        self.state.w[W_WRITE_POS] = end
+        return end
+
+    def _committed(self, phys_end: int) -> None:
+        """The commit step moved appended bytes to the file: readers may have them."""
+        self.state.w[W_COMMITTED_POS] = phys_end
+        notify_if_waiting(self.state.dispatcher_waiting, self.dispatch_signal)
+
+    def commit_due(self, now_s: float) -> None:
+        """Commit everything appended at least every ``commit_interval_ms`` (RocketMQ
+        CommitRealTimeService; between times ``_serve`` commits once ``commit_least_pages`` wait)."""
+        if self.pool is not None and now_s >= self._next_commit_s:
+            self._next_commit_s = now_s + self.commit_interval_s
+            self.cl.commit(0)
 
     def _truncate_after(self, write_pos: int) -> None:
         """Delete files after the one holding ``write_pos`` and zero what a torn batch may have left."""
@@ -324,6 +355,10 @@ class Writer:
             ring.stage(np.array(rows, R.COMPLETION))
         end = cl.max_offset() if appended else phys_start
         w[W_WRITE_POS] = end                                  # publish the whole batch at once
+        if self.pool is None:
+            w[W_COMMITTED_POS] = end
+        elif appended:
+            cl.commit(self.commit_least_pages)                # publishes committed_pos if it moved
         w[W_LAST_TS] = cl.last_store_ts_ms
         w[W_APPENDED] += appended
         ring.journal(ring.handed_position, ring.staged_position)
@@ -416,6 +451,8 @@ class Writer:
         deadline = now + timeout_s
         if self.pending:        # a group commit may time out: wake for it
             deadline = min(deadline, self.pending[0].since_s + self.sync_timeout_s)
+        if self.pool is not None and self.cl.uncommitted_bytes():      # ... and so may the commit step
+            deadline = min(deadline, max(now, self._next_commit_s))
         # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
         # then, and only the configured minimum when the writer has been idle (OS_NOTES 15).
         spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
@@ -464,6 +501,7 @@ class Writer:
                 break
             if self.pending and not self.run_once():
                 time.sleep(0.0005)
+        self.cl.commit(0)           # the dispatcher stops after us: let it cover everything
 
     def close(self) -> None:
         for a in list(self.rings.values()):
@@ -472,6 +510,8 @@ class Writer:
         self.rings.clear()
         self._serving, self._flags = [], []
         self.cl.close()
+        if self.pool is not None:
+            self.pool.close()
         for s in (self.signal, self.dispatch_signal, self.flush_signal):
             s.close()
         self.state.close()
@@ -487,6 +527,7 @@ def run(rt: BrokerRuntime, stop) -> int:
             if not w.run_once():
                 w.wait(stop)
             now = time.monotonic()
+            w.commit_due(now)
             if now >= next_housekeeping:
                 w.housekeeping(now)
                 next_housekeeping = now + IDLE_WAKE_S

@@ -74,7 +74,7 @@ class CommitLog:
     def __init__(self, store_dir: str, file_bytes: int, *, store_host: bytes | None = None,
                  warm: bool = False, delay_levels_ms: tuple[int, ...] = (), writable: bool = True,
                  advice: tuple[str, str] = ("NORMAL", "NORMAL"), preallocate_at: float | None = None,
-                 lock_head: bool = False) -> None:
+                 lock_head: bool = False, pool=None) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
             os.makedirs(self.directory, exist_ok=True)
@@ -91,13 +91,39 @@ class CommitLog:
         self.delay_levels_ms = delay_levels_ms
         self._cur = None      # the file being appended to (None: ask the file queue)
         self._tail_cache: dict[bytes, tuple] = {}
+        # Transient store pool (``transient_pool``): appends go to its buffers; ``commit`` moves them
+        # to the files and calls ``on_commit(committed phys offset)``.
+        self.pool = pool if writable else None
+        self.on_commit = None
 
     # -- offsets ----------------------------------------------------------------------------------
     def min_offset(self) -> int:
         return self.mfq.min_offset()
 
     def max_offset(self) -> int:
+        """End of what was appended (with a pool: possibly not committed to the file yet)."""
         return self.mfq.max_offset()
+
+    def committed_offset(self) -> int:
+        """End of what is in the files (what readers may read)."""
+        mf = self._cur if self._cur is not None else self.mfq.last()
+        return mf.file_from_offset + mf.committed_pos if mf is not None else 0
+
+    def uncommitted_bytes(self) -> int:
+        mf = self._cur
+        return mf.wrote_pos - mf.committed_pos if mf is not None else 0
+
+    def commit(self, least_pages: int = 0) -> int:
+        """The commit step: copy appended bytes from the pool buffer to the file if at least
+        ``least_pages`` pages wait (0: all of them); returns the committed offset."""
+        mf = self._cur
+        if mf is None or mf.wbuf is None:
+            return self.committed_offset()
+        before = mf.committed_pos
+        pos = mf.commit(least_pages)
+        if pos != before and self.on_commit is not None:
+            self.on_commit(mf.file_from_offset + pos)
+        return mf.file_from_offset + pos
 
     def msg_id(self, phys_offset: int) -> str:
         return f"{self.host_hex}{phys_offset:016X}"
@@ -120,13 +146,25 @@ class CommitLog:
             self._pad(mf)
             mf = self.mfq.last_for_write()
             pos = mf.wrote_pos
+        if self.pool is not None and mf.wbuf is None:
+            mf.use_buffer(*self.pool.buffer_for(mf.file_from_offset))
         self._cur = mf
         return mf, pos
 
     def _pad(self, mf) -> None:
         rest = self.file_bytes - mf.wrote_pos
-        R.BLANK.pack_into(mf.mm, mf.wrote_pos, rest, _BLANK_MAGIC)
-        mf.wrote_pos = mf.committed_pos = self.file_bytes
+        R.BLANK.pack_into(mf.wmm, mf.wrote_pos, rest, _BLANK_MAGIC)
+        if mf.wbuf is not None:
+            # Commit the file completely before the next one starts (its buffer may be this one);
+            # the bytes after the blank record are never read, so only its header is copied.
+            mf.commit(end=mf.wrote_pos + R.BLANK.size)
+            mf.committed_pos = self.file_bytes
+            mf.wrote_pos = self.file_bytes
+            mf.release_buffer()
+            if self.on_commit is not None:
+                self.on_commit(mf.file_end_offset)
+            return
+        mf.wrote_pos = self.file_bytes
 
     # -- appending --------------------------------------------------------------------------------
     def append(self, topic: str, topic_b: bytes, queue_id: int, body: bytes, props_b: bytes, *,
@@ -151,16 +189,16 @@ class CommitLog:
         tl, plen = len(topic_b), len(props_b)
         whole = _RECORD_STRUCTS.get((blen, tl, plen))
         if whole is not None:      # the whole record in one pack (sizes seen before)
-            whole.pack_into(mf.mm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+            whole.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
                             born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                             prepared_tx_offset, blen, body, tl, topic_b, plen, props_b)
         else:
-            _HDR.pack_into(mf.mm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+            _HDR.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
                            born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                            prepared_tx_offset, blen)
-            mf.mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
+            mf.wmm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
             _remember_struct(blen, tl, plen)
-        mf.wrote_pos = mf.committed_pos = pos + total
+        mf.wrote_pos = pos + total
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
         mf.store_ts_ms = ts
@@ -179,12 +217,12 @@ class CommitLog:
         qoff = self.topic_queue_table.get(key, 0)
         phys = mf.file_from_offset + pos
         ts = self._store_ts(now_ms)
-        mm = mf.mm
+        mm = mf.wmm
         mm[pos:pos + size] = record
         _PATCH_QID.pack_into(mm, pos + _QID_AT, queue_id)
         _PATCH_OFFSETS.pack_into(mm, pos + _QOFF_AT, qoff, phys)
         _PATCH_STORE.pack_into(mm, pos + _STORE_TS_AT, ts, self.store_host)
-        mf.wrote_pos = mf.committed_pos = pos + size
+        mf.wrote_pos = pos + size
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
         mf.store_ts_ms = ts
@@ -211,11 +249,11 @@ class CommitLog:
                 and int(starts[0]) == 0 and int(starts[-1] + sizes[-1]) == nbytes):
             # Common case: the whole contiguous batch fits the current file — one copy, one scatter.
             pos = mf.wrote_pos
-            mf.mm[pos:pos + nbytes] = blob
+            mf.wmm[pos:pos + nbytes] = blob
             rel = starts + pos
             phys = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
-            mf.wrote_pos = mf.committed_pos = pos + nbytes
+            R.patch_batch(mf.wu8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
+            mf.wrote_pos = pos + nbytes
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
@@ -241,11 +279,11 @@ class CommitLog:
             if not contiguous:
                 j = i + 1
             src0, src1 = int(starts[i]), int(ends[j - 1])
-            mf.mm[pos:pos + src1 - src0] = view[src0:src1]
+            mf.wmm[pos:pos + src1 - src0] = view[src0:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
-            R.patch_batch(mf.u8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
-            mf.wrote_pos = mf.committed_pos = pos + src1 - src0
+            R.patch_batch(mf.wu8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
+            mf.wrote_pos = pos + src1 - src0
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
@@ -259,7 +297,7 @@ class CommitLog:
         if mf is None:
             return None
         pos = phys_offset - mf.file_from_offset
-        if pos + size > mf.wrote_pos:
+        if pos + size > mf.committed_pos:
             return None
         return memoryview(mf.mm)[pos:pos + size]
 
@@ -270,7 +308,7 @@ class CommitLog:
             raise CorruptRecordError(self.directory, phys_offset, "no commitlog file holds this offset")
         pos = phys_offset - mf.file_from_offset
         try:
-            kind, total = R.check_record(mf.mm, pos, mf.wrote_pos, verify_crc)
+            kind, total = R.check_record(mf.mm, pos, mf.committed_pos, verify_crc)
         except CorruptRecordError as e:
             raise CorruptRecordError(mf.path, phys_offset, e.why) from None
         if kind != R.RecordKind.MESSAGE:
@@ -306,7 +344,8 @@ class CommitLog:
             base = mf.file_from_offset
             mm = mf.mm
             rel = phys - base
-            end = min(mf.wrote_pos, limit_phys - base)
+            committed = mf.committed_pos
+            end = min(committed, limit_phys - base)
             budget = max_records - len(out)
             last_header = self.file_bytes - _HDR.size
             while rel < end and budget:
@@ -322,7 +361,7 @@ class CommitLog:
                 rel += total
                 budget -= 1
             phys = base + rel
-            if rel < self.file_bytes and rel >= mf.wrote_pos:
+            if rel < self.file_bytes and rel >= committed:
                 break
         return out, phys
 
@@ -409,6 +448,7 @@ class CommitLog:
         return self.mfq.flush(least_pages)
 
     def close(self) -> None:
+        self.commit()
         self._cur = None
         self.mfq.close()
 

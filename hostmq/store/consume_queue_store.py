@@ -67,8 +67,9 @@ class ConsumeQueueStore:
         return {k: cq.max_offset() for k, cq in self.queues.items()}
 
     def dispatch(self, end: int | None = None) -> int:
-        """Dispatch from where the last dispatch stopped up to ``end`` (default: the commitlog end)."""
-        n, _ = self.redispatch(self.dispatched_phys, self.commitlog.max_offset() if end is None else end)
+        """Dispatch from where the last dispatch stopped up to ``end`` (default: the end of what is
+        committed to the commitlog files)."""
+        n, _ = self.redispatch(self.dispatched_phys, self.commitlog.committed_offset() if end is None else end)
         return n
 
     def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:

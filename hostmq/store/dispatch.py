@@ -132,12 +132,13 @@ def scan_batch(commitlog, from_phys: int, limit_phys: int, max_records: int = 81
             break
         base = mf.file_from_offset
         rel0 = phys - base
-        pos, rel = record_positions(mf, rel0, min(mf.wrote_pos, limit_phys - base),
+        committed = mf.committed_pos
+        pos, rel = record_positions(mf, rel0, min(committed, limit_phys - base),
                                     max_records - out.count)
         if len(pos):
             out.add_file_piece(mf, pos)
         phys = base + rel
-        if rel < mf.file_bytes and rel >= mf.wrote_pos or rel == rel0:
+        if rel < mf.file_bytes and rel >= committed or rel == rel0:
             break
     return out.build(), phys
 

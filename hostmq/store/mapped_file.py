@@ -70,8 +70,14 @@ class MappedFile:
         self.u8 = np.frombuffer(self.mm, dtype=np.uint8)
         self._views: dict = {}
         self.wrote_pos = 0
-        self.committed_pos = 0
+        self._committed_pos = 0
         self.flushed_pos = 0
+        # Where appends go: the map, or a transient store pool buffer (``use_buffer``) that
+        # ``commit`` copies to the file.
+        self.wbuf: memoryview | None = None
+        self.wmm = self.mm
+        self.wu8 = self.u8
+        self._wfd = -1
         self.locked = False     # mlocked by lock()
         self.store_ts_ms = 0  # store time of the last message appended (commitlog only)
         if warm and writable:
@@ -81,6 +87,14 @@ class MappedFile:
     @property
     def file_end_offset(self) -> int:
         return self.file_from_offset + self.file_bytes
+
+    @property
+    def committed_pos(self) -> int:
+        return self.wrote_pos if self.wbuf is None else self._committed_pos
+
+    @committed_pos.setter
+    def committed_pos(self, pos: int) -> None:
+        self._committed_pos = pos
 
     def is_full(self) -> bool:
         return self.wrote_pos >= self.file_bytes
@@ -99,6 +113,38 @@ class MappedFile:
         self.mm[pos:pos + len(data)] = data
         self.wrote_pos = self.committed_pos = pos + len(data)
         return pos
+
+    # -- transient store pool -----------------------------------------------------------------------
+    def use_buffer(self, buf: memoryview, u8: np.ndarray) -> None:
+        """Append into ``buf`` (a pool buffer of ``file_bytes``) from now on; what is in the file
+        stays committed. ``commit`` moves appended bytes to the file."""
+        self._committed_pos = self.wrote_pos
+        self._wfd = os.open(self.path, os.O_WRONLY)
+        self.wbuf, self.wmm, self.wu8 = buf, buf, u8
+
+    def commit(self, least_pages: int = 0, end: int | None = None) -> int:
+        """Copy the appended bytes ``[committed_pos, end or wrote_pos)`` from the buffer to the file
+        with ``pwrite`` if at least ``least_pages`` pages are waiting; returns committed_pos."""
+        if self.wbuf is None:
+            return self.wrote_pos
+        start = self._committed_pos
+        end = self.wrote_pos if end is None else end
+        if end <= start or (least_pages > 0 and end // PAGE_BYTES - start // PAGE_BYTES < least_pages):
+            return start
+        pos = start
+        while pos < end:
+            pos += os.pwrite(self._wfd, self.wbuf[pos:end], pos)
+        self._committed_pos = end
+        return end
+
+    def release_buffer(self) -> None:
+        """Commit everything, then append to the map again (the buffer goes back to the pool)."""
+        if self.wbuf is None:
+            return
+        self.commit()
+        os.close(self._wfd)
+        self._wfd = -1
+        self.wbuf, self.wmm, self.wu8 = None, self.mm, self.u8
 
     def zero_from(self, pos: int) -> None:
         """Zero the file from ``pos`` to its end (drops a torn or garbage tail for good)."""
@@ -142,35 +188,15 @@ class MappedFile:
             self.warm()
 
     def lock(self) -> bool:
-        """``mlock`` the whole file (its pages stay in RAM while mapped). Refused (RLIMIT_MEMLOCK, no
-        CAP_IPC_LOCK): one warning per process saying how to allow it, False, and nothing else
-        changes — locking is an optimisation, never a condition (OS_NOTES 10)."""
-        global _mlock_warned
-        buf = ctypes.c_char.from_buffer(self.mm) if self.writable else None
-        if buf is None:
+        """``mlock`` the whole file (its pages stay in RAM while mapped); see ``lock_region``."""
+        if not self.writable or self.u8 is None:
             return False
-        try:
-            if _libc.mlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes)) == 0:
-                self.locked = True
-                return True
-            err = ctypes.get_errno()
-        finally:
-            del buf
-        if not _mlock_warned:
-            _mlock_warned = True
-            soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-            log.warning("mlock of %s (%d bytes) refused: %s; RLIMIT_MEMLOCK is %s. Running without locked "
-                        "pages; allow it with LimitMEMLOCK=infinity (systemd) or ulimit -l unlimited",
-                        self.path, self.file_bytes, os.strerror(err), "unlimited" if soft < 0 else f"{soft} bytes")
-        return False
+        self.locked = lock_region(self.u8, self.path)
+        return self.locked
 
     def unlock(self) -> None:
         if self.locked:
-            buf = ctypes.c_char.from_buffer(self.mm)
-            try:
-                _libc.munlock(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes))
-            finally:
-                del buf
+            _libc.munlock(ctypes.c_void_p(self.u8.ctypes.data), ctypes.c_size_t(self.file_bytes))
             self.locked = False
 
     def madvise(self, advice: int) -> bool:
@@ -216,6 +242,8 @@ class MappedFile:
     # -- life -------------------------------------------------------------------------------------
     def close(self) -> None:
         """Unmap. If a caller still holds a view into the map, it stays mapped until that view dies."""
+        self.release_buffer()
+        self.wmm = self.wu8 = None
         self.u8 = None
         self._views = {}
         if self.mm is not None and not self.mm.closed:
@@ -235,6 +263,23 @@ class MappedFile:
     def __repr__(self) -> str:
         return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_pos}, "
                 f"flushed={self.flushed_pos})")
+
+
+def lock_region(u8: np.ndarray, what: str) -> bool:
+    """``mlock`` the memory behind ``u8``. Refused (RLIMIT_MEMLOCK, no CAP_IPC_LOCK): one warning per
+    process saying how to allow it, False, and nothing else changes — locking is an optimisation,
+    never a condition (OS_NOTES 10)."""
+    global _mlock_warned
+    if _libc.mlock(ctypes.c_void_p(u8.ctypes.data), ctypes.c_size_t(u8.nbytes)) == 0:
+        return True
+    err = ctypes.get_errno()
+    if not _mlock_warned:
+        _mlock_warned = True
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        log.warning("mlock of %s (%d bytes) refused: %s; RLIMIT_MEMLOCK is %s. Running without locked "
+                    "pages; allow it with LimitMEMLOCK=infinity (systemd) or ulimit -l unlimited",
+                    what, u8.nbytes, os.strerror(err), "unlimited" if soft < 0 else f"{soft} bytes")
+    return False
 
 
 def arithmetic_step(positions: np.ndarray) -> int | None:

@@ -36,6 +36,7 @@ from .consume_queue import ConsumeQueue
 from .consume_queue_store import ConsumeQueueStore
 from .encode import check_body, encode_message, properties_bytes
 from .flush import AsyncFlushState, async_flush_pages
+from .transient_pool import TransientStorePool
 from .reader import GetResult, MessageBatch, get_batch, get_messages
 
 DISK_CHECK_INTERVAL_MS = 10_000
@@ -117,12 +118,16 @@ class MessageStore:
 
     def _open(self, store_host: bytes | None, levels: tuple[int, ...]) -> None:
         cfg = self.config
+        # RocketMQ uses the pool only with ASYNC_FLUSH (isTransientStorePoolEnable)
+        self.pool = TransientStorePool(cfg.commitlog_file_bytes, cfg.transient_store_pool_size) \
+            if cfg.transient_store_pool_enable and cfg.flush_disk_type == ASYNC_FLUSH else None
+        self._next_commit_ms = time.time() * 1000 + cfg.commit_interval_ms
         self.abort_path = os.path.join(self.path, "abort")
         self.abnormal = os.path.exists(self.abort_path)
         self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
                                    warm=cfg.warm_mapped_file, advice=cfg.commitlog_advice, delay_levels_ms=levels,
                                    preallocate_at=cfg.preallocate_at_ratio if cfg.preallocate_next_file else None,
-                                   lock_head=cfg.mlock_commitlog_head)
+                                   lock_head=cfg.mlock_commitlog_head, pool=self.pool)
         self.commitlog.mfq.load()
         self.cq_store = ConsumeQueueStore(self.path, cfg, self.commitlog)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
@@ -204,6 +209,8 @@ class MessageStore:
             raise ValidationError(f"flag must be an int, got {flag!r}")
         cl = self.commitlog
         r = cl.append(topic, topic_b, queue_id, body, props, flag=flag, now_ms=now_ms)
+        if self.pool is not None:
+            self._commit_step(now_ms)
         if cfg.flush_disk_type != ASYNC_FLUSH or now_ms - self._flush_state.last_flush_ms >= cfg.flush_interval_ms:
             status = self._after_append(now_ms)
         else:
@@ -244,12 +251,24 @@ class MessageStore:
         if topic.__class__ is not str or topic not in self._topics:
             self._topic_bytes(topic)
         r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+        if self.pool is not None:
+            self._commit_step(now_ms)
         cfg = self.config
         if cfg.flush_disk_type != ASYNC_FLUSH or now_ms - self._flush_state.last_flush_ms >= cfg.flush_interval_ms:
             status = self._after_append(now_ms)
         else:
             status = PutStatus.PUT_OK
         return PutBatchResult(status, queue_id, r.queue_offset, r.phys_offsets, self.commitlog.host_hex)
+
+    def _commit_step(self, now_ms: float) -> None:
+        """Transient store pool: commit what waits once ``commit_least_pages`` pages do, and all of it
+        at least every ``commit_interval_ms`` (RocketMQ CommitRealTimeService)."""
+        cfg = self.config
+        if now_ms >= self._next_commit_ms:
+            self._next_commit_ms = now_ms + cfg.commit_interval_ms
+            self.commitlog.commit(0)
+        else:
+            self.commitlog.commit(cfg.commit_least_pages)
 
     def _after_append(self, now_ms: float) -> PutStatus:
         cfg = self.config
@@ -328,6 +347,7 @@ class MessageStore:
     def flush(self) -> None:
         """Make everything appended and dispatched durable, then record it in the checkpoint."""
         cl = self.commitlog
+        cl.commit(0)
         cl_end = cl.flush(0)
         dispatched = self.dispatched_phys
         self.cq_store.flush()
@@ -370,11 +390,14 @@ class MessageStore:
         """Clean close: dispatch, flush, checkpoint the confirmed end, remove ``abort``, unlock."""
         if self.closed:
             return
+        self.commitlog.commit(0)
         self.dispatch()
         self.checkpoint.update(confirm_phys_offset=self.commitlog.max_offset())
         self.flush()
         self.cq_store.close()
         self.commitlog.close()
+        if self.pool is not None:
+            self.pool.close()
         os.unlink(self.abort_path)
         self.closed = True
         os.close(self._lock_fd)

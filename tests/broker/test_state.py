@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hostmq import records as R
-from hostmq.broker.state import W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
+from hostmq.broker.state import W_COMMITTED_POS, W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
 from hostmq.errors import BrokerBusyError, SegmentError, SegmentExistsError, SegmentNotFoundError
 from hostmq.shm.segment import Segment
 from tests.shm import shm  # noqa: F401 - the fixture (unique names, leak check)
@@ -182,6 +182,10 @@ def test_stored_pos_is_the_write_pos_capped_by_the_flushed_pos_only_under_sync_f
     st = make(shm, sync_flush=False)
     try:
         st.w[W_WRITE_POS], st.w[W_FLUSHED_POS], st.w[W_DISPATCHED_POS] = 9000, 5000, 4000
+        st.w[W_COMMITTED_POS] = 7000                       # transient store pool: 2000 bytes not in the file
+        assert st.stored_pos() == 7000 and st.committed_end() == 7000
+        st.w[W_COMMITTED_POS] = 9100                       # a roll's commit may pass the published write_pos
+        assert st.committed_end() == 9000
         assert not st.sync_flush and st.stored_pos() == 9000 and st.readable_pos() == 4000
         st.w[W_DISPATCHED_POS] = 9000
         assert st.readable_pos() == 9000                  # ASYNC: flushing does not hold readers back
@@ -190,7 +194,7 @@ def test_stored_pos_is_the_write_pos_capped_by_the_flushed_pos_only_under_sync_f
         st.unlink()
     st = make(shm, sync_flush=True)
     try:
-        st.w[W_WRITE_POS], st.w[W_FLUSHED_POS] = 9000, 5000
+        st.w[W_WRITE_POS], st.w[W_FLUSHED_POS], st.w[W_COMMITTED_POS] = 9000, 5000, 9000
         assert st.stored_pos() == 5000
         st.w[W_FLUSHED_POS] = 9500                         # the flusher may pass a stale write_pos read
         assert st.stored_pos() == 9000
