@@ -191,7 +191,7 @@ class Writer:
         pos = write_pos - mf.file_from_offset
         end = min(mf.file_bytes, pos + torn_tail_bytes(self.rt.config))
         if 0 <= pos < end:
-            mf.u8[pos:end] = 0
+            mf.zero_range(pos, end)
         mf.set_positions(max(0, min(pos, mf.file_bytes)))
         for other in mfq.files:
             if other is not mf:

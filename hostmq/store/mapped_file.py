@@ -28,6 +28,8 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _mlock_warned = False
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by the mmap module
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
 
 
 def file_name(start_offset: int) -> str:
@@ -149,7 +151,27 @@ class MappedFile:
     def zero_from(self, pos: int) -> None:
         """Zero the file from ``pos`` to its end (drops a torn or garbage tail for good)."""
         if pos < self.file_bytes:
-            self.u8[pos:] = 0
+            self.zero_range(pos, self.file_bytes)
+
+    def zero_range(self, pos: int, end: int) -> None:
+        """Zero ``[pos, end)`` without pulling the range into the page cache: the first partial page
+        through the map, whole pages by punching a hole and reserving the blocks again (they read as
+        zeros; every process's mapping of them is dropped). Writing zeros through the map instead
+        would dirty up to a whole file of pages (a writer restart zeroes the torn-tail window)."""
+        end = min(end, self.file_bytes)
+        page_end = min(end, -(-pos // PAGE_BYTES) * PAGE_BYTES)
+        if pos < page_end:
+            self.u8[pos:page_end] = 0
+        if page_end >= end:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, page_end, end - page_end) == 0:
+                os.posix_fallocate(fd, page_end, end - page_end)    # ENOSPC now, never SIGBUS later
+            else:                                                  # no hole punching on this filesystem
+                self.u8[page_end:end] = 0
+        finally:
+            os.close(fd)
 
     def flush(self, least_pages: int = 0) -> int:
         """msync the dirty range if at least ``least_pages`` pages are dirty; returns flushed_pos."""
