@@ -85,6 +85,16 @@ def dir_residency(directory: str) -> dict:
             "resident_bytes": got_total * PAGE_BYTES}
 
 
+def flush_histogram_summary(counts: list[int]) -> dict:
+    """The flusher's latency histogram (``shm_layouts``: bucket i = [2^(i-1), 2^i) µs) as
+    ``{"count", "p50", "p99", "max", "buckets": {"<upper µs": count}}`` (percentiles are bucket bounds)."""
+    from .shm_layouts import histogram_percentile_us
+    nonzero = [i for i, c in enumerate(counts) if c]
+    return {"count": int(sum(counts)), "p50": histogram_percentile_us(counts, 50),
+            "p99": histogram_percentile_us(counts, 99), "max": float(1 << nonzero[-1]) if nonzero else float("nan"),
+            "buckets": {f"<{1 << i}": int(counts[i]) for i in nonzero}}
+
+
 def broker_tuning(store_dir: str, state: dict | None) -> dict:
     """One broker's page-cache picture: processes (faults, RSS), residency of commitlog and consume
     queues, dirty commitlog bytes (in the files, not yet flushed) and bytes still in the transient
@@ -98,6 +108,7 @@ def broker_tuning(store_dir: str, state: dict | None) -> dict:
         out["dirty_bytes"] = max(0, committed - int(state.get("flushed_pos", 0)))
         out["uncommitted_bytes"] = write_pos - committed     # in the transient store pool, not the file
         out["last_flush_latency_us"] = int(state.get("flush_latency_us", 0))
+        out["flush_latency_us"] = flush_histogram_summary(state.get("flush_histogram") or [])
         out["flush_count"] = int(state.get("flush_count", 0))
         out["processes"] = {role: process_stats(int(state[f"{role}_pid"]))
                             for role in ("broker", "writer", "dispatcher", "flusher", "scheduler")

@@ -139,6 +139,8 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +512 + 72·S               waiter table: waiter_slots × STATE_SLOT (broker control)
+#     +512 + 72·S + 64·W        flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
+#                               i counts commitlog flushes that took [2^(i-1), 2^i) µs (bucket 0: < 1 µs)
 #
 # ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
 # below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
@@ -147,8 +149,9 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 # and readers stop at ``min(write_pos, committed_pos)`` (without a pool both are equal). Readers may
 # see an older value, never a torn one (OS_NOTES 14).
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 5          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
-                                  # 5: committed_pos
+BROKER_STATE_VERSION = 6          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+                                  # 5: committed_pos, 6: flush latency histogram
+FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
@@ -193,7 +196,30 @@ def broker_state_bytes(session_slots: int, waiter_slots: int) -> tuple[int, int,
     sessions = BROKER_STATE.itemsize
     attach = sessions + session_slots * STATE_SLOT.itemsize
     waiters = attach + session_slots * 8
-    return sessions, attach, waiters, waiters + waiter_slots * STATE_SLOT.itemsize
+    return sessions, attach, waiters, flush_histogram_offset(session_slots, waiter_slots) + FLUSH_HISTOGRAM_BUCKETS * 8
+
+
+def flush_histogram_offset(session_slots: int, waiter_slots: int) -> int:
+    return BROKER_STATE.itemsize + session_slots * (STATE_SLOT.itemsize + 8) + waiter_slots * STATE_SLOT.itemsize
+
+
+def histogram_bucket(latency_us: int) -> int:
+    """Bucket of a latency: 0 for < 1 µs, else i with 2^(i-1) ≤ latency < 2^i (capped at the last)."""
+    return min(max(int(latency_us), 0).bit_length(), FLUSH_HISTOGRAM_BUCKETS - 1)
+
+
+def histogram_percentile_us(counts, q: float) -> float:
+    """Upper bound (µs) of the bucket holding the ``q``-th percentile; nan if the histogram is empty."""
+    counts = [int(c) for c in counts]
+    total = sum(counts)
+    if not total:
+        return float("nan")
+    rank, seen = q / 100 * total, 0
+    for i, c in enumerate(counts):
+        seen += c
+        if c and seen >= rank:
+            return float(1 << i)
+    return float(1 << (len(counts) - 1))
 
 
 # Waiter — a consumer's wake-up word (``/hostmq.<hash12>.wait.<id>``, owned by the consumer and

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from hostmq.observe import broker_tuning, dir_residency, process_stats, residency, resident_pages
+from hostmq.observe import broker_tuning, dir_residency, process_stats, residency, resident_pages, flush_histogram_summary
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,3 +66,18 @@ def test_broker_tuning_without_a_running_broker(tmp_path):
     t = broker_tuning(str(store), {"write_pos": 500, "flushed_pos": 200, "flush_latency_us": 7, "flush_count": 3,
                                    "writer_pid": os.getpid(), "broker_pid": 0})
     assert t["dirty_bytes"] == 300 and set(t["processes"]) == {"writer"} and t["processes"]["writer"]["rss_bytes"] > 0
+
+
+def test_flush_histogram_buckets_and_percentiles():
+    from hostmq.shm_layouts import FLUSH_HISTOGRAM_BUCKETS, histogram_bucket, histogram_percentile_us
+    assert [histogram_bucket(us) for us in (0, 1, 2, 3, 4, 1000, 1023, 1024)] == [0, 1, 2, 2, 3, 10, 10, 11]
+    assert histogram_bucket(10 ** 12) == FLUSH_HISTOGRAM_BUCKETS - 1
+    counts = [0] * FLUSH_HISTOGRAM_BUCKETS
+    for us in [300] * 98 + [5000, 70000]:       # 98 flushes in [256, 512) µs, one ~5 ms, one ~70 ms
+        counts[histogram_bucket(us)] += 1
+    assert histogram_percentile_us(counts, 50) == 512.0
+    assert histogram_percentile_us(counts, 99) == 8192.0
+    assert histogram_percentile_us(counts, 100) == 131072.0
+    assert str(histogram_percentile_us([0] * 4, 50)) == "nan"
+    s = flush_histogram_summary(counts)
+    assert s["count"] == 100 and s["buckets"] == {"<512": 98, "<8192": 1, "<131072": 1} and s["max"] == 131072.0

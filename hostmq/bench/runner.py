@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 
 from .. import observe
+from .. import records as R
 from . import workers
 from .scenarios import Sweep, TuningConfig
 
@@ -35,6 +36,7 @@ CDF_POINTS = np.linspace(0, 100, 401)
 COLUMNS = ["system", "config", "flush", "pool", "warm", "madvise", "size_bytes", "producers", "phase",
            "duration_s", "sent", "errors", "msgs_per_s", "mb_per_s", "send_p50_us", "send_p99_us", "send_p999_us",
            "e2e_p50_us", "e2e_p99_us", "e2e_p999_us", "consumed", "consume_msgs_per_s", "consume_mb_per_s",
+           "flushes", "flush_p50_us", "flush_p99_us",
            "writer_minflt", "writer_majflt", "consumer_minflt", "consumer_majflt", "commitlog_resident_pct",
            "resident_before_pct", "server_cpu_pct", "clients_cpu_pct", "note"]
 
@@ -120,6 +122,16 @@ def _writer_faults(root: str) -> tuple[int, int]:
     return (s["minor_faults"], s["major_faults"]) if s else (0, 0)
 
 
+def _flush_histogram(root: str) -> np.ndarray:
+    from ..broker.state import BrokerState
+    from ..root import shm_name
+    st = BrokerState.attach(shm_name(root, "broker-a", "state"), readonly=True)
+    try:
+        return np.array(st.flush_histogram, dtype=np.int64)
+    finally:
+        st.close()
+
+
 def drop_page_cache(directory: str) -> None:
     """Flush every file under ``directory`` and drop its pages from the page cache (pages some
     process has mapped in are skipped by the kernel: the broker's writer keeps its file's tail)."""
@@ -156,6 +168,7 @@ def run_hostmq(cfg: TuningConfig, size_bytes: int, producers: int, sweep: Sweep,
                 resident_before = observe.dir_residency(os.path.join(store, "commitlog"))["total_pct"]
                 broker_pid = c.processes["broker-a"].pid
                 cpu0, (mn0, mj0), t0 = _tree_cpu_s(broker_pid), _writer_faults(root), time.monotonic()
+                hist0 = _flush_histogram(root)
                 made, got = run_phase(workers.hostmq_producer, (root, TOPIC, size_bytes), producers,
                                       workers.hostmq_consumer,
                                       (root, TOPIC, f"bench-{phase}", True,
@@ -163,9 +176,12 @@ def run_hostmq(cfg: TuningConfig, size_bytes: int, producers: int, sweep: Sweep,
                                       sweep.duration_s, expect_extra=backlog)
                 elapsed = time.monotonic() - t0
                 cpu1, (mn1, mj1) = _tree_cpu_s(broker_pid), _writer_faults(root)
+                flushes = _flush_histogram(root) - hist0
                 resident = observe.dir_residency(os.path.join(store, "commitlog"))["total_pct"]
             row, send_lat, e2e = summarize(made, got, sweep.duration_s, size_bytes)
             row.update(base, phase=phase, writer_minflt=mn1 - mn0, writer_majflt=mj1 - mj0,
+                       flushes=int(flushes.sum()), flush_p50_us=R.histogram_percentile_us(flushes, 50),
+                       flush_p99_us=R.histogram_percentile_us(flushes, 99),
                        commitlog_resident_pct=resident, resident_before_pct=resident_before,
                        server_cpu_pct=round(100 * (cpu1 - cpu0) / elapsed, 1))
             if phase == "lagging":

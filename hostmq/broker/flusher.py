@@ -83,7 +83,9 @@ class Flusher:
         w[W_FLUSHED_POS] = end                                   # publish
         w[_W["flush_count"]] += 1
         w[_W["last_flush_ms"]] = int(time.time() * 1000)
-        w[_W["flush_latency_us"]] = int((time.perf_counter() - t0) * 1e6)
+        took_us = int((time.perf_counter() - t0) * 1e6)
+        w[_W["flush_latency_us"]] = took_us
+        self.state.flush_histogram[R.histogram_bucket(took_us)] += 1
         notify_if_waiting(self.state.writer_waiting, self.writer_signal)
         return end
 

@@ -55,6 +55,8 @@ class BrokerState:
         self.sessions = segment.array(R.STATE_SLOT, self.session_slots, sess)
         self.attached = segment.array(np.int64, self.session_slots, attach)
         self.waiters = segment.array(R.STATE_SLOT, self.waiter_slots, waiters)
+        self.flush_histogram = segment.array(np.int64, R.FLUSH_HISTOGRAM_BUCKETS,
+                                             R.flush_histogram_offset(self.session_slots, self.waiter_slots))
         self.writer_waiting = Flag(self.w, _W["writer_waiting"])
         self.dispatcher_waiting = Flag(self.w, _W["dispatcher_waiting"])
         self.flusher_waiting = Flag(self.w, _W["flusher_waiting"])
@@ -108,9 +110,11 @@ class BrokerState:
         return v
 
     def snapshot(self) -> dict[str, int]:
-        """Every word as a dict (for status output)."""
-        return {name: (self.store_host.hex() if name == "store_host" else int(self.w[i]))
-                for name, i in _W.items()}
+        """Every word as a dict, and the flush latency histogram (for status output)."""
+        out: dict = {name: (self.store_host.hex() if name == "store_host" else int(self.w[i]))
+                     for name, i in _W.items()}
+        out["flush_histogram"] = [int(c) for c in self.flush_histogram]
+        return out
 
     @property
     def generation(self) -> int:
@@ -184,7 +188,7 @@ class BrokerState:
     def close(self) -> None:
         if self.segment.closed:
             return
-        self.sessions = self.waiters = self.attached = None
+        self.sessions = self.waiters = self.attached = self.flush_histogram = None
         self.w.release()
         self.segment.close()
 

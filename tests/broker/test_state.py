@@ -102,7 +102,9 @@ def test_the_segment_has_the_documented_size_and_header(shm):  # noqa: F811
     st = make(shm, sync_flush=True, session_slots=4, waiter_slots=3)
     after_ms = int(time.time() * 1000)
     try:
-        assert st.segment.size == 512 + 72 * 4 + 64 * 3        # header, sessions, attach words, waiters
+        # header, sessions, attach words, waiters, flush latency histogram
+        assert st.segment.size == 512 + 72 * 4 + 64 * 3 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
+        assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 512 + 72 * 4 + 64 * 3
         assert _word(st, 0) == 1                                 # flush_disk_type: SYNC
         assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 3, os.getpid())
         assert bytes(st.segment.buf[32:40]) == b"\x01\x02\x03\x04\x00\x00\x00\x09"
@@ -324,7 +326,7 @@ def test_segments_of_another_kind_or_version_are_refused(shm):  # noqa: F811
         old.unlink()
 
 
-@pytest.mark.parametrize("sessions,waiters,size", [(4, 4, 512), (4, 4, 512 + 72 * 4 + 64 * 4 - 1), (0, 4, 4096),
+@pytest.mark.parametrize("sessions,waiters,size", [(4, 4, 512), (4, 4, 512 + 72 * 4 + 64 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS - 1), (0, 4, 4096),
                                                    (4, 0, 4096), (-1, 4, 4096)])
 def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, waiters, size):  # noqa: F811
     def init(seg):
@@ -345,7 +347,8 @@ def test_a_header_with_tables_that_exactly_fit_is_accepted(shm):  # noqa: F811
         h = seg.array(R.BROKER_STATE, count=1)
         h[0]["session_slots"], h[0]["waiter_slots"] = 4, 4
 
-    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 64 * 4, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION,
+    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 64 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS,
+                         R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION,
                          init=init)
     try:
         st = BrokerState.attach(seg.name)

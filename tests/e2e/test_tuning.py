@@ -65,3 +65,17 @@ def test_the_writer_locks_the_head_file_when_asked(cluster, root):
     store = RootPaths(root).store_dir("broker-a")
     got = wait_until(lambda: locked_kib(writer, os.path.join(store, "commitlog")), 20, "a locked commitlog file")
     assert list(got) == [f"{0:020d}"] and 0 < got[f"{0:020d}"] <= 256, got     # a VM_LOCKED mapping of the head
+
+
+def test_status_json_shows_the_flush_latency_histogram(cluster, root):
+    c = cluster(store={"flush_disk_type": "SYNC_FLUSH"})
+    with hostmq.Producer(c.root) as p:
+        for i in range(20):
+            p.send(hostmq.Message("hist", b"x%d" % i))
+    from hostmq.cli.status import gather
+    with hostmq.Admin(c.root) as a:
+        b = gather(a)["brokers"][0]
+    h = b["tuning"]["flush_latency_us"]
+    # every SYNC_FLUSH group commit is one flush in the histogram
+    assert h["count"] == b["state"]["flush_count"] >= 1
+    assert sum(h["buckets"].values()) == h["count"] and h["p50"] <= h["p99"] <= h["max"]
