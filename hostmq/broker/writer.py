@@ -43,7 +43,7 @@ from ..shm.signal import Signal, notify_if_waiting, wait_for
 from ..store import cleanup
 from ..store.commitlog import CommitLog
 from ..store.message_store import delay_levels_ms
-from ..store.readonly import StoreReader
+from ..store.readonly import queue_offsets_table
 from ..store.transient_pool import TransientStorePool, salvage
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
@@ -142,7 +142,8 @@ class Writer:
         self._truncate_after(write_pos)
         st.w[W_COMMITTED_POS] = write_pos
         self.cl.last_store_ts_ms = st.w[W_LAST_TS]
-        self.cl.topic_queue_table = self._queue_table(write_pos)
+        self.cl.topic_queue_table = queue_offsets_table(self.rt.store_dir, self.rt.config.store, self.cl,
+                                                        self.state.w[_W["dispatched_pos"]], write_pos)
         self._load_topics()
         self._sync_sessions()
         if st.w[I_VALID]:
@@ -197,28 +198,6 @@ class Writer:
             if other is not mf:
                 other.set_positions(other.file_bytes)
         self.cl._cur = None
-
-    def _queue_table(self, write_pos: int) -> dict[tuple[str, int], int]:
-        """Next queue offset of every queue: the consume queues' counts, then the records the
-        dispatcher has not covered yet (each record carries its queue offset)."""
-        table: dict[tuple[str, int], int] = {}
-        if not os.path.isdir(self.cl.directory):
-            return table
-        with StoreReader(self.rt.store_dir, self.rt.config.store, limit_phys=write_pos) as reader:
-            for key in reader.queues:
-                table[key] = reader.max_offset(*key)
-        phys = min(self.state.w[_W["dispatched_pos"]], write_pos)
-        phys = max(phys, self.cl.min_offset())
-        while phys < write_pos:
-            reqs, nxt = self.cl.scan(phys, write_pos, 8192)
-            for r in reqs:
-                key = (r.topic, r.queue_id)
-                if r.queue_offset + 1 > table.get(key, 0):
-                    table[key] = r.queue_offset + 1
-            if nxt <= phys:
-                break
-            phys = nxt
-        return table
 
     # -- sessions -------------------------------------------------------------------------------------
     def _load_topics(self) -> None:
@@ -476,16 +455,8 @@ class Writer:
         d = cleanup.decide(time.localtime().tm_hour, ratio, cfg.delete_when, cfg.disk_max_used_ratio,
                            cfg.disk_force_clean_ratio, cfg.disk_refuse_ratio)
         if d.delete_expired or d.force:
-            dispatched = self.state.w[_W["dispatched_pos"]]
-            gone = []
-            while len(gone) < cfg.delete_files_batch_max:
-                first = self.cl.mfq.first()
-                if first is None or first.file_end_offset > dispatched or first is self.cl.mfq.last():
-                    break
-                step = self.cl.mfq.delete_expired_by_time(cfg.file_reserved_hours * 3_600_000, now_ms, d.force, 1)
-                if not step:
-                    break
-                gone += step
+            gone = cleanup.delete_expired_commitlog(self.cl.mfq, cfg, self.state.w[_W["dispatched_pos"]], now_ms,
+                                                    d.force)
             if gone:
                 log.info("writer: deleted expired commitlog files %s", gone)
         refuse = ratio > cfg.disk_refuse_ratio

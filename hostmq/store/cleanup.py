@@ -42,3 +42,19 @@ def decide(hour: int, disk_ratio: float, delete_when: str, max_used_ratio: float
 def disk_used_ratio(path: str) -> float:
     u = shutil.disk_usage(path)
     return u.used / u.total if u.total else 0.0
+
+
+def delete_expired_commitlog(mfq, cfg, covered_phys: int, now_ms: float | None, force: bool) -> list[str]:
+    """RocketMQ CleanCommitLogService: delete the oldest commitlog files older than
+    ``file_reserved_hours`` (the oldest ones anyway if ``force``), at most ``delete_files_batch_max``
+    per pass, and never one the dispatcher has not covered (``covered_phys``) nor the last one."""
+    gone: list[str] = []
+    while len(gone) < cfg.delete_files_batch_max:
+        first = mfq.first()
+        if first is None or first.file_end_offset > covered_phys or first is mfq.last():
+            break
+        step = mfq.delete_expired_by_time(cfg.file_reserved_hours * 3_600_000, now_ms, force, 1)
+        if not step:
+            break
+        gone += step
+    return gone

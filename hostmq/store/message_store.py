@@ -370,18 +370,7 @@ class MessageStore:
         """Delete commitlog files past ``file_reserved_hours`` (the oldest ones anyway if ``force``),
         then consume-queue and index files that only point at deleted data."""
         cfg, cl = self.config, self.commitlog
-        # Never delete what has not been dispatched yet.
-        gone = []
-        while True:
-            first = cl.mfq.first()
-            if first is None or first.file_end_offset > self.dispatched_phys:
-                break
-            step = cl.mfq.delete_expired_by_time(cfg.file_reserved_hours * 3_600_000, now_ms, force, 1)
-            if not step:
-                break
-            gone += step
-            if len(gone) >= cfg.delete_files_batch_max:
-                break
+        gone = cleanup.delete_expired_commitlog(cl.mfq, cfg, self.dispatched_phys, now_ms, force)
         if gone:
             self.cq_store.delete_expired(cl.min_offset())
         return gone

@@ -273,3 +273,26 @@ class StoreReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def queue_offsets_table(store_dir: str, cfg: StoreConfig, commitlog, dispatched_phys: int,
+                        write_pos: int) -> dict[tuple[str, int], int]:
+    """Next queue offset of every queue, for an appender taking over: the consume queues' counts,
+    then the records the dispatcher has not covered yet (each record carries its queue offset)."""
+    table: dict[tuple[str, int], int] = {}
+    if not os.path.isdir(commitlog.directory):
+        return table
+    with StoreReader(store_dir, cfg, limit_phys=write_pos) as reader:
+        for key in reader.queues:
+            table[key] = reader.max_offset(*key)
+    phys = max(min(dispatched_phys, write_pos), commitlog.min_offset())
+    while phys < write_pos:
+        reqs, nxt = commitlog.scan(phys, write_pos, 8192)
+        for r in reqs:
+            key = (r.topic, r.queue_id)
+            if r.queue_offset + 1 > table.get(key, 0):
+                table[key] = r.queue_offset + 1
+        if nxt <= phys:
+            break
+        phys = nxt
+    return table
