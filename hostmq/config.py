@@ -106,6 +106,9 @@ class StoreConfig:
     madvise_commitlog_head: str = "NORMAL"         # the commitlog file being written (and read at its tail)
     madvise_commitlog_cold: str = "NORMAL"         # older commitlog files (lagging readers, lookups by id)
     madvise_consume_queue: str = "NORMAL"          # consume-queue files
+    madvise_dontneed_consumed: bool = False        # DONTNEED commitlog files every consumer group has read
+                                                   # past (checked every consumed_check_interval_s)
+    consumed_check_interval_s: float = 5.0
     file_reserved_hours: float = 72.0              # commitlog files older than this may be deleted
     delete_when: str = "04"                        # hours (";"-separated) when expired files go
     disk_max_used_ratio: float = 0.75              # above this, expired files go at any hour

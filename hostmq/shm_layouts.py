@@ -125,7 +125,9 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #                 consume_queue_file_entries
 #     line 1 +64  (broker control) broker_state | sessions_version | topics_version | waiters_version |
 #                 control_heartbeat_ms | consumers_version (bumped when a consumer group's members change) |
-#                 offsets_reset_version (bumped when a group's offsets are reset to a timestamp)
+#                 offsets_reset_version (bumped when a group's offsets are reset to a timestamp) |
+#                 consumed_below_pos (store.madvise_dontneed_consumed: every group has read past this
+#                 commitlog offset; each process mapping the files before it drops them, 0 = off)
 #     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
 #                 appended_records | flush_request_pos | committed_pos
 #     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
@@ -150,13 +152,13 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 # see an older value, never a torn one (OS_NOTES 14).
 BROKER_STATE_KIND = "broker"
 BROKER_STATE_VERSION = 6          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
-                                  # 5: committed_pos, 6: flush latency histogram
+                                  # 5: committed_pos, 6: flush latency histogram and consumed_below_pos
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
     (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms",
-          "consumers_version", "offsets_reset_version"]),
+          "consumers_version", "offsets_reset_version", "consumed_below_pos"]),
     (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
            "appended_records", "flush_request_pos", "committed_pos"]),
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",

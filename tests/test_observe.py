@@ -81,3 +81,15 @@ def test_flush_histogram_buckets_and_percentiles():
     assert str(histogram_percentile_us([0] * 4, 50)) == "nan"
     s = flush_histogram_summary(counts)
     assert s["count"] == 100 and s["buckets"] == {"<512": 98, "<8192": 1, "<131072": 1} and s["max"] == 131072.0
+
+
+def test_slowest_phys_is_the_lowest_position_any_group_has_not_read():
+    from hostmq.broker.consumed import slowest_phys
+    pos = {("t", 0): {5: 500, 9: 900}, ("t", 1): {2: 200}}        # queue → offset → commitlog offset
+
+    def position(topic, qid, offset):
+        return pos[(topic, qid)].get(offset)                     # None: nothing at or after it
+    assert slowest_phys({}, position, 1000) is None              # no group: nothing known consumed
+    assert slowest_phys({"a": {("t", 0): 5}, "b": {("t", 0): 9}}, position, 1000) == 500
+    assert slowest_phys({"a": {("t", 0): 9, ("t", 1): 2}}, position, 1000) == 200
+    assert slowest_phys({"a": {("t", 0): 10}}, position, 1000) == 1000      # caught up: the log end

@@ -147,6 +147,7 @@ class Dispatcher:
         if now_s >= self._next_flush_s:
             self._next_flush_s = now_s + self.flush_interval_s
             self.flush()
+        self.cl.mfq.drop_below(self.state.consumed_below())
         first = self.cl.mfq.first()
         if first is not None and not os.path.exists(first.path):     # the writer deleted expired files
             self.cl.mfq.refresh()

@@ -37,6 +37,7 @@ from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OffsetTable
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from . import consumed
 from .consumers import ConsumerTable
 from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
@@ -244,6 +245,32 @@ class BrokerService:
             self.reader = StoreReader(self.rt.store_dir, self.rt.config.store, broker=self.rt.name,
                                       limit_phys=self.state.readable_pos)
         return self.reader
+
+    def check_consumed(self) -> None:
+        """``store.madvise_dontneed_consumed`` (timer): publish how far every group has read and drop
+        the commitlog files before it from the page cache (``consumed``)."""
+        reader = self._reader_or_none()
+        if reader is None:
+            return
+        reader.refresh()
+
+        def position(topic: str, queue_id: int, offset: int) -> int | None:
+            cq = reader.queues.get((topic, queue_id))
+            if cq is None or offset >= reader.max_offset(topic, queue_id):
+                return None
+            if offset < cq.min_offset():
+                return reader.commitlog.min_offset()
+            e = cq.entry(offset)
+            return e[0] if e is not None else reader.commitlog.min_offset()
+
+        offsets = {g: self.offsets.group_offsets(g) for g in self.offsets.groups()}
+        below = consumed.slowest_phys(offsets, position, reader.readable_end)
+        if below is None or below <= 0:
+            return
+        self.state.set("consumed_below_pos", below)
+        mfq = reader.commitlog.mfq
+        mfq.drop_below(below)
+        consumed.evict_before(mfq.directory, [mf.file_from_offset for mf in mfq.files], mfq.file_bytes, below)
 
     def _reader_or_none(self) -> StoreReader | None:
         try:

@@ -24,6 +24,7 @@ from ..shm.signal import Flag
 _W = R.STATE_WORD
 W_WRITE_POS = _W["write_pos"]
 W_COMMITTED_POS = _W["committed_pos"]
+W_CONSUMED_BELOW_POS = _W["consumed_below_pos"]
 W_DISPATCHED_POS = _W["dispatched_pos"]
 W_FLUSHED_POS = _W["flushed_pos"]
 W_BROKER_STATE = _W["broker_state"]
@@ -134,6 +135,11 @@ class BrokerState:
         w = self.w
         end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])
         return min(end, w[W_FLUSHED_POS]) if self.sync_flush else end
+
+    def consumed_below(self) -> int:
+        """Commitlog offset every consumer group has read past (0: not published, see config
+        ``madvise_dontneed_consumed``)."""
+        return int(self.w[W_CONSUMED_BELOW_POS])
 
     def committed_end(self) -> int:
         """End of the published records that are in the commitlog files (transient store pool)."""

@@ -132,6 +132,8 @@ class Broker:
         self.state.set("broker_state", R.BROKER_RUNNING)
         self.server.add_timer(SUPERVISE_INTERVAL_S, self.supervise)
         self.server.add_timer(SESSION_CHECK_INTERVAL_S, self.service.check_sessions)
+        if self.rt.config.store.madvise_dontneed_consumed:
+            self.server.add_timer(self.rt.config.store.consumed_check_interval_s, self.service.check_consumed)
         self.server.add_timer(LONG_POLL_CHECK_S, self.service.check_held)
         self.server.add_timer(b.register_interval_s, self.register)
         self.server.add_timer(b.offset_persist_interval_s, self.service.offsets.persist)

@@ -439,6 +439,7 @@ class Writer:
 
     def housekeeping(self, now_s: float) -> None:
         self.state.w[W_HEARTBEAT] = int(time.time() * 1000)
+        self.cl.mfq.drop_below(self.state.consumed_below())
         if now_s >= self._next_disk_check_s:
             self._next_disk_check_s = now_s + DISK_CHECK_INTERVAL_S
             self._check_disk()

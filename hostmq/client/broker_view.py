@@ -39,7 +39,8 @@ class BrokerView:
         self.config = cfg
         self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
                                   limit_phys=None if self.state is None else
-                                  (self.state.stored_pos if by_id else self.state.readable_pos))
+                                  (self.state.stored_pos if by_id else self.state.readable_pos),
+                                  consumed_below=None if self.state is None else self.state.consumed_below)
 
     @property
     def live(self) -> bool:

@@ -278,6 +278,7 @@ class PullConsumer:
         last refreshed and we have read up to what it held then (a poll then costs one word read
         per queue instead of a refresh)."""
         view = self._view(mq.broker)
+        view.reader.drop_consumed()         # one word read: let go of files every group has read
         mark = view.readable_mark()
         seen = self._seen.get(mq)
         if mark is not None and seen is not None and seen[0] is view and seen[1] == mark \

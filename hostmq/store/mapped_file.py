@@ -81,6 +81,7 @@ class MappedFile:
         self.wu8 = self.u8
         self._wfd = -1
         self.locked = False     # mlocked by lock()
+        self.dropped = False    # MADV_DONTNEED given because every consumer has read past it
         self.store_ts_ms = 0  # store time of the last message appended (commitlog only)
         if warm and writable:
             self.warm()

@@ -51,6 +51,19 @@ class MappedFileQueue:
                 mf.madvise(getattr(mmap, f"MADV_{want}"))
                 self._advised[mf.file_from_offset] = want
 
+    def drop_below(self, phys: int) -> int:
+        """``MADV_DONTNEED`` on each file that ends at or before ``phys`` (never the newest), once:
+        this process's page-table entries for it go, so the page cache can evict its pages once no
+        process maps them (``broker.consumed``). Returns the files dropped now."""
+        n = 0
+        for mf in self.files[:-1]:
+            if mf.file_end_offset > phys:
+                break
+            if not mf.dropped:
+                mf.dropped = mf.madvise(mmap.MADV_DONTNEED)
+                n += mf.dropped
+        return n
+
     # -- loading ----------------------------------------------------------------------------------
     def load(self) -> None:
         """Map the existing files in offset order, all positions at their end (recovery sets them).

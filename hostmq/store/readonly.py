@@ -61,13 +61,15 @@ def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfi
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
-                 scan_queues: bool = True) -> None:
+                 scan_queues: bool = True, consumed_below: Callable[[], int] | None = None) -> None:
         self.path = os.path.abspath(path)
         if not os.path.isdir(os.path.join(self.path, "commitlog")):
             raise MessageNotFoundError(f"{self.path} is not a hostmq store (no commitlog directory)")
         self.config = store_config(config)
         self.broker = broker
         self._limit = limit_phys
+        self._consumed_below = consumed_below      # the broker's consumed_below_pos (madvise_dontneed_consumed)
+        self._dropped_below = 0
         self.commitlog = CommitLog(self.path, self.config.commitlog_file_bytes, writable=False,
                                    advice=self.config.commitlog_advice)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -97,6 +99,7 @@ class StoreReader:
         """Map new files, find each queue's readable max offset."""
         cl = self.commitlog
         cl.mfq.refresh()
+        self.drop_consumed()
         if self._limit is None:
             self.readable_end = self._static_end()
         else:
@@ -136,6 +139,13 @@ class StoreReader:
             if n or mf is files[0]:
                 break
 
+    def drop_consumed(self) -> None:
+        """Let go of commitlog files every consumer group has read (``broker.consumed``)."""
+        below = self._consumed_below() if self._consumed_below is not None else 0
+        if below > self._dropped_below:
+            self._dropped_below = below
+            self.commitlog.mfq.drop_below(below)
+
     # -- one queue, incrementally (the consumer's hot path) -------------------------------------------
     def refresh_queue(self, topic: str, queue_id: int) -> int:
         """Bring one queue up to date with the limit, looking only at entries not seen before; its
@@ -148,6 +158,8 @@ class StoreReader:
                 return 0
         if self._limit is not None:
             self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
+        if self._consumed_below is not None:
+            self.drop_consumed()
         cl_last = self.commitlog.mfq.last()
         if cl_last is None or self.readable_end > cl_last.file_end_offset:
             self.commitlog.mfq.refresh()

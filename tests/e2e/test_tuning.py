@@ -79,3 +79,37 @@ def test_status_json_shows_the_flush_latency_histogram(cluster, root):
     # every SYNC_FLUSH group commit is one flush in the histogram
     assert h["count"] == b["state"]["flush_count"] >= 1
     assert sum(h["buckets"].values()) == h["count"] and h["p50"] <= h["p99"] <= h["max"]
+
+
+def test_commitlog_files_every_group_has_read_leave_the_page_cache(cluster, root):
+    from hostmq.observe import dir_residency
+    c = cluster(store={"commitlog_file_bytes": 1 << 20, "madvise_dontneed_consumed": True,
+                       "consumed_check_interval_s": 0.2})
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("cold", queues=2)
+    body = os.urandom(8000)
+    with hostmq.Producer(c.root) as p:
+        for i in range(500):                          # ~4 MiB: four full 1 MiB files and a head
+            p.send(Message("cold", body))
+    commitlog = os.path.join(RootPaths(c.root).store_dir("broker-a"), "commitlog")
+    files = sorted(os.listdir(commitlog))
+    assert len(files) >= 4
+    with hostmq.PullConsumer(c.root, group="reader", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.subscribe("cold", "*")
+        got = []
+        wait_until(lambda: got.extend(pc.poll(0.3)) or len(got) >= 500, 30, "all 500 messages")
+        pc.commit()
+        older = files[:-1]
+
+        def evicted():
+            assert pc.poll(0.05) == []                # an idle consumer, still polling
+            res = dir_residency(commitlog)["files"]
+            return all(res.get(f, 0.0) < 5.0 for f in older) and res
+        # the consumer is still open: its own map of the files had to let go too
+        res = wait_until(evicted, 20, "the consumed files to leave the page cache")
+        assert res[files[-1]] > 0                     # the newest file stays
+    with hostmq.PullConsumer(c.root, group="again", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.subscribe("cold", "*")
+        again = []
+        wait_until(lambda: again.extend(pc.poll(0.3)) or len(again) >= 500, 30, "a re-read of all 500")
+        assert all(m.body == body for m in again)
