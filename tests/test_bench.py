@@ -6,8 +6,10 @@ import csv
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -50,17 +52,27 @@ def test_switch_effects_pair_runs_that_differ_only_in_that_switch():
     assert effects["SYNC_FLUSH (vs ASYNC_FLUSH)"] == "–"
 
 
+@pytest.fixture
+def short_dir():
+    d = tempfile.mkdtemp(prefix="hbt-")          # the runs' socket paths must stay under 107 bytes
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.timeout(420)
-def test_quick_bench_writes_csv_report_and_plots(tmp_path):
+def test_quick_bench_writes_csv_report_and_plots(tmp_path, short_dir):
     before = set(list_segments("/hostmq.")) | set(list_semaphores("/hostmq."))
     out = tmp_path / "out"
+    roots = os.path.join(short_dir, "roots")
     p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--quick", "--out", str(out),
-                        "--duration", "0.5", "--root-dir", str(tmp_path / "roots")],
+                        "--duration", "0.5", "--root-dir", roots],
                        capture_output=True, text=True, timeout=400, cwd=ROOT_DIR)
     assert p.returncode == 0, p.stderr[-3000:]
     with open(out / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     sweep = scenarios.quick_sweep()
+    failed = [(r["system"], r["config"], r["size_bytes"], r["note"]) for r in rows if r["sent"] == ""]
+    assert not failed, f"runs failed: {failed}"
     hostmq_rows = [r for r in rows if r["system"] == "hostmq"]
     assert len(hostmq_rows) == 2 * len(sweep.runs())
     assert {(r["config"], int(r["size_bytes"]), r["phase"]) for r in hostmq_rows} == {
@@ -95,10 +107,13 @@ def test_quick_bench_writes_csv_report_and_plots(tmp_path):
     assert any(k.endswith("|send") for k in cdfs.files) and any(k.endswith("|e2e") for k in cdfs.files)
     after = set(list_segments("/hostmq.")) | set(list_semaphores("/hostmq."))
     assert after <= before, f"the bench left shared memory behind: {sorted(after - before)}"
-    assert not os.listdir(tmp_path / "roots")        # every run's root removed
+    assert not os.listdir(roots)                      # every run's root removed
 
 
-def test_bench_refuses_a_bad_duration(tmp_path):
+def test_bench_refuses_a_bad_duration_and_a_root_dir_too_long_for_sockets(tmp_path):
     p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--quick", "--duration", "0",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "--duration" in p.stderr and not (tmp_path / "o").exists()
+    p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--quick", "--out", str(tmp_path / "o"),
+                        "--root-dir", str(tmp_path / ("x" * 60))], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "too long" in p.stderr and not (tmp_path / "o").exists()

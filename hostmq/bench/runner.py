@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 SPAWN = multiprocessing.get_context("spawn")
 TOPIC = "bench"
 READY_TIMEOUT_S = 60.0
+# base dir "hb-XXXXXXXX/" + run root "r-XXXXXXXX/" + "brokers/broker-a/broker.sock" under the root dir
+RUN_PATH_EXTRA_BYTES = 12 + 11 + 28
 CAUGHT_UP_DRAIN_S = 10.0
 LAGGING_DRAIN_S = 60.0
 CDF_POINTS = np.linspace(0, 100, 401)
@@ -150,7 +152,7 @@ def run_hostmq(cfg: TuningConfig, size_bytes: int, producers: int, sweep: Sweep,
     """Both phases of one hostmq run: ``[(row, send latencies µs, e2e latencies µs), ...]``."""
     from ..client.admin import Admin
     from ..cluster import LocalCluster
-    root = tempfile.mkdtemp(prefix="run-", dir=base_dir)
+    root = tempfile.mkdtemp(prefix="r-", dir=base_dir)
     config = {"store": cfg.store_config(sweep.commitlog_file_bytes)}
     store = os.path.join(root, "brokers", "broker-a", "store")
     base = {"system": "hostmq", "config": cfg.label, "flush": cfg.flush, "pool": cfg.pool, "warm": cfg.warm,
@@ -285,7 +287,7 @@ def run_sweep(sweep: Sweep, out_dir: str, root_dir: str | None = None, progress=
     """Every run of ``sweep``: rows appended to ``out_dir/results.csv`` as they finish, latency
     distributions (quantiles) in ``out_dir/latency.npz``. A failed run is a row with its error."""
     os.makedirs(out_dir, exist_ok=True)
-    base_dir = tempfile.mkdtemp(prefix="hostmq-bench-", dir=root_dir)
+    base_dir = tempfile.mkdtemp(prefix="hb-", dir=root_dir)
     csv_path = os.path.join(out_dir, "results.csv")
     rows: list[dict] = []
     cdfs: dict[str, np.ndarray] = {}

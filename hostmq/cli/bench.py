@@ -58,6 +58,12 @@ def main(args: argparse.Namespace) -> int:
         sweep = dataclasses.replace(sweep, duration_s=args.duration)
     if args.no_peers:
         sweep = dataclasses.replace(sweep, peers=())
+    from ..root import MAX_IPC_PATH_BYTES
+    base = os.path.abspath(args.root_dir or tempfile.gettempdir())
+    if len(base.encode()) + runner.RUN_PATH_EXTRA_BYTES > MAX_IPC_PATH_BYTES:
+        print(f"hostmq: error: --root-dir {base} is too long: the runs' socket paths would pass the "
+              f"{MAX_IPC_PATH_BYTES}-byte limit of Unix sockets", file=sys.stderr)
+        return EXIT_ERROR
     if args.root_dir:
         os.makedirs(args.root_dir, exist_ok=True)
     os.makedirs(out, exist_ok=True)
