@@ -28,9 +28,7 @@ import multiprocessing
 import os
 import platform
 import shutil
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +39,7 @@ import zmq
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import hostmq  # noqa: E402
+from hostmq.bench.runner import RedisServer  # noqa: E402
 from hostmq.cli import workload  # noqa: E402
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -102,12 +101,6 @@ def run_hostmq(root: str, n: int, block_only: bool) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # Redis Streams
 # ---------------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _redis_reader(port: int, n: int, conn) -> None:
     import redis
     r = redis.Redis(port=port)
@@ -124,27 +117,13 @@ def _redis_reader(port: int, n: int, conn) -> None:
 
 
 def run_redis(n: int) -> dict | str:
-    exe = shutil.which("redis-server")
+    server = RedisServer()          # a throw-away redis-server (hostmq.bench.runner), no persistence
+    if server.proc is None:
+        return server.why_not
+    import redis
+    port = server.port
+    r = redis.Redis(port=port)
     try:
-        import redis
-    except ImportError:
-        return "redis-py not installed (pip install redis)"
-    if exe is None:
-        return "redis-server not installed (apt-get install redis-server)"
-    port = _free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        r = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    return "redis-server did not start"
-                time.sleep(0.05)
         res = {}
         res.update(sync_rows(lambda: r.xadd("s", {"b": BODY}), n))
         t0 = time.perf_counter()
@@ -167,8 +146,7 @@ def run_redis(n: int) -> dict | str:
         res.update({f"end-to-end {k} µs": v for k, v in e2e.items() if k in ("p50", "p99", "p99.9")})
         return res
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 # ---------------------------------------------------------------------------------------------------

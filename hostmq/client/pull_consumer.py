@@ -278,7 +278,6 @@ class PullConsumer:
         last refreshed and we have read up to what it held then (a poll then costs one word read
         per queue instead of a refresh)."""
         view = self._view(mq.broker)
-        view.reader.drop_consumed()         # one word read: let go of files every group has read
         mark = view.readable_mark()
         seen = self._seen.get(mq)
         if mark is not None and seen is not None and seen[0] is view and seen[1] == mark \
@@ -289,6 +288,10 @@ class PullConsumer:
         return r
 
     def _seqs(self) -> dict[str, int]:
+        """Each broker's dispatch sequence, read once per poll round (which also lets go of the store
+        files every consumer group has read, ``broker.consumed``: one word read per broker)."""
+        for v in self.views.values():
+            v.reader.drop_consumed()
         return {name: v.dispatch_seq() for name, v in self.views.items()}
 
     def _wait(self, seqs: dict[str, int], deadline: float) -> None:

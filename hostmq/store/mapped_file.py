@@ -201,13 +201,7 @@ class MappedFile:
     def warm_without_gil(self) -> None:
         """``warm`` for a background thread: the kernel populates the pages while the GIL is free
         (ctypes releases it; ``mmap.madvise`` does not), so the thread that appends keeps running."""
-        buf = ctypes.c_char.from_buffer(self.mm)
-        try:
-            ok = _libc.madvise(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(self.file_bytes),
-                               MADV_POPULATE_WRITE) == 0
-        finally:
-            del buf                     # an exported buffer would keep the map from closing
-        if not ok:
+        if not populate_region(self.u8):
             self.warm()
 
     def lock(self) -> bool:
@@ -286,6 +280,12 @@ class MappedFile:
     def __repr__(self) -> str:
         return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_pos}, "
                 f"flushed={self.flushed_pos})")
+
+
+def populate_region(u8: np.ndarray) -> bool:
+    """Fault in every page behind ``u8`` for writing (``MADV_POPULATE_WRITE`` through ctypes, which
+    releases the GIL); False if the kernel cannot."""
+    return _libc.madvise(ctypes.c_void_p(u8.ctypes.data), ctypes.c_size_t(u8.nbytes), MADV_POPULATE_WRITE) == 0
 
 
 def lock_region(u8: np.ndarray, what: str) -> bool:

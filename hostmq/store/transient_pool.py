@@ -29,7 +29,7 @@ import mmap
 import numpy as np
 
 from ..shm.segment import Segment
-from .mapped_file import MADV_POPULATE_WRITE, lock_region
+from .mapped_file import lock_region, populate_region
 
 log = logging.getLogger(__name__)
 POOL_KIND = "pool"
@@ -67,7 +67,7 @@ class TransientStorePool:
                 if lock and lock_region(u8, f"transient store pool buffer {i}"):
                     self.locked += 1
                 else:
-                    _populate(self._anon[i] if self._anon else self._segments[i])
+                    populate_region(u8)     # older kernels: the first append faults the pages in
         except BaseException:
             self.close()
             raise
@@ -124,11 +124,3 @@ def salvage(pool: TransientStorePool, mfq, committed_phys: int, write_phys: int)
     mf.mm[a:b] = buf[a:b]
     log.info("committed %d bytes a killed writer had left in the transient store pool", b - a)
     return write_phys
-
-
-def _populate(owner) -> None:
-    mm = owner if isinstance(owner, mmap.mmap) else owner._mm
-    try:
-        mm.madvise(MADV_POPULATE_WRITE)
-    except (OSError, ValueError):
-        pass        # older kernel: the first append faults the pages in instead

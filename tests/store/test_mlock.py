@@ -53,14 +53,19 @@ with MessageStore(sys.argv[1], {"commitlog_file_bytes": 1 << 20, "mlock_commitlo
 """
 
 
-def test_a_refused_mlock_warns_once_and_changes_nothing_else(tmp_path):
-    """RLIMIT_MEMLOCK 64 KiB and no CAP_IPC_LOCK (dropped from the bounding set when run as root)."""
-    cmd = ["prlimit", "--memlock=65536", sys.executable, "-c", REFUSED, str(tmp_path / "store")]
+def run_without_mlock(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -c script args`` with RLIMIT_MEMLOCK 64 KiB and no CAP_IPC_LOCK (dropped from the
+    bounding set when run as root), so every mlock is refused."""
+    cmd = ["prlimit", "--memlock=65536", sys.executable, "-c", script, *args]
     if os.geteuid() == 0:
         assert shutil.which("setpriv"), "setpriv is needed to drop CAP_IPC_LOCK as root"
         cmd = ["setpriv", "--bounding-set", "-ipc_lock"] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=50,
-                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=50,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))})
+
+
+def test_a_refused_mlock_warns_once_and_changes_nothing_else(tmp_path):
+    p = run_without_mlock(REFUSED, str(tmp_path / "store"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["3000", "True"]
     assert p.stderr.count("mlock of") == 1 and "RLIMIT_MEMLOCK is 65536 bytes" in p.stderr, p.stderr

@@ -3,10 +3,7 @@ readers) only through the commit step."""
 from __future__ import annotations
 
 import os
-import shutil
 import struct
-import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +11,7 @@ from hostmq import records as R
 from hostmq.message import Message
 from hostmq.store import MessageStore
 from hostmq.store.transient_pool import TransientStorePool
+from tests.store.test_mlock import run_without_mlock
 
 pytestmark = pytest.mark.timeout(60)
 FILE_BYTES = 64 * 1024
@@ -127,12 +125,7 @@ with MessageStore(sys.argv[1], cfg) as s:
 
 
 def test_a_refused_mlock_of_the_pool_warns_and_the_store_still_works(tmp_path):
-    cmd = ["prlimit", "--memlock=65536", sys.executable, "-c", REFUSED, str(tmp_path / "store")]
-    if os.geteuid() == 0:
-        assert shutil.which("setpriv"), "setpriv is needed to drop CAP_IPC_LOCK as root"
-        cmd = ["setpriv", "--bounding-set", "-ipc_lock"] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=50,
-                       env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))})
+    p = run_without_mlock(REFUSED, str(tmp_path / "store"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["0", "3000", "True"]
     assert p.stderr.count("mlock of") == 1 and "transient store pool buffer" in p.stderr, p.stderr
