@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="about a minute: a few configurations and sizes")
     p.add_argument("--out", default="hostmq-bench", help="directory for the results (default: ./hostmq-bench)")
     p.add_argument("--duration", type=float, default=None,
-                   help="seconds each phase of a run sends (default 3, quick 1)")
+                   help="seconds each phase of a run sends (default 3, quick 0.5)")
     p.add_argument("--root-dir", default=None,
                    help="where the runs' roots (and so their stores) are made (default: the temp dir)")
     p.add_argument("--no-peers", action="store_true", help="skip Redis, pyzmq and multiprocessing.Queue")
