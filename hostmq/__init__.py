@@ -16,7 +16,8 @@ from .store.reader import MessageBatch
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
 _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".client.admin",
-         "PushConsumer": ".client.push_consumer",
+         "PushConsumer": ".client.push_consumer", "TransactionProducer": ".client.transaction_producer",
+         "TransactionSendResult": ".client.transaction_producer",
          "LocalCluster": ".cluster"}
 
 
@@ -41,5 +42,6 @@ __all__ = [
     "MessageNotFoundError", "DataLossError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
-    "Producer", "PullConsumer", "PushConsumer", "Admin", "LocalCluster",
+    "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",
+    "LocalCluster",
 ]

@@ -51,6 +51,7 @@ class BrokerConfig:
     long_polling_s: float = 15.0         # longest a pull with nothing new is held
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15      # check-backs before a half message is given up
+    transaction_timeout_s: float = 6.0   # a half message is first checked back once this old (RocketMQ transactionTimeOut)
     cluster_name: str = "DefaultCluster" # cluster the broker registers under
     session_slots: int = 256             # producer sessions (ingress rings) served at once
     waiter_slots: int = 256              # consumer wake-up registrations served at once
@@ -70,6 +71,8 @@ class BrokerConfig:
             raise ConfigError("broker.session_slots and broker.waiter_slots must be within 1..65536")
         if self.default_topic_queues < 1:
             raise ConfigError("broker.default_topic_queues must be ≥ 1")
+        if self.transaction_check_interval_s <= 0:
+            raise ConfigError("broker.transaction_check_interval_s must be > 0")
         if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):
             raise ConfigError(f"broker.message_delay_level must be space-separated durations such as "
                               f"'1s 5m 2h', got {self.message_delay_level!r}")

@@ -48,3 +48,26 @@ def evict_before(commitlog_dir: str, file_starts: list[int], file_bytes: int, ph
             os.close(fd)
         done.append(file_name(start))
     return done
+
+
+def publish_and_drop(reader, group_offsets: dict[str, dict[tuple[str, int], int]], state) -> None:
+    """One check (the broker's timer): publish ``consumed_below_pos`` in ``state`` and drop the
+    commitlog files before it from ``reader``'s maps and from the page cache."""
+    reader.refresh()
+
+    def position(topic: str, queue_id: int, offset: int) -> int | None:
+        cq = reader.queues.get((topic, queue_id))
+        if cq is None or offset >= reader.max_offset(topic, queue_id):
+            return None
+        if offset < cq.min_offset():
+            return reader.commitlog.min_offset()
+        e = cq.entry(offset)
+        return e[0] if e is not None else reader.commitlog.min_offset()
+
+    below = slowest_phys(group_offsets, position, reader.readable_end)
+    if below is None or below <= 0:
+        return
+    state.set("consumed_below_pos", below)
+    mfq = reader.commitlog.mfq
+    mfq.drop_below(below)
+    evict_before(mfq.directory, [mf.file_from_offset for mf in mfq.files], mfq.file_bytes, below)

@@ -24,9 +24,10 @@ from ..errors import MessageNotFoundError, NoRouteError, SegmentError, Validatio
 from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frames import Frame
-from ..protocol.messages import (CloseSessionRequest, HeartbeatRequest, OffsetRequest, OpenSessionRequest,
-                                 LockRequest, ResetOffsetRequest, SendBackRequest,
-                                 PullRequest, QueueRequest, TopicRequest, ViewMessageRequest)
+from ..protocol.messages import (CheckTransactionRequest, CloseSessionRequest, EndTransactionRequest,
+                                 HeartbeatRequest, LockRequest, OffsetRequest, OpenSessionRequest, PullRequest,
+                                 QueueRequest, ResetOffsetRequest, SendBackRequest, TopicRequest,
+                                 ViewMessageRequest)
 from ..root import shm_name
 from ..shm.ring import IngressRing
 from ..shm.segment import info_owner_alive, read_info, unlink_semaphore, unlink_segment
@@ -43,6 +44,8 @@ from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
+from .transaction import HALF_TOPIC, OP_TOPIC
+from .transaction_check import TransactionCheck
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,11 @@ class BrokerService:
         self.delay_levels = len(delay_levels_ms(rt.config.broker.message_delay_level))
         # The schedule topic holds delay messages, one queue per level (RocketMQ creates it at start).
         self.topics.put(TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels))
+        for topic in (HALF_TOPIC, OP_TOPIC):            # transactions: half and op messages, one queue each
+            self.topics.put(TopicConfig(topic, 1, 1))
+        b = rt.config.broker
+        self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
+                                             b.transaction_check_max)
         self.offsets = OffsetTable(rt.config_file("consumerOffset.json"))
         self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
@@ -102,6 +110,7 @@ class BrokerService:
             c.GET_BROKER_RUNTIME_INFO: self.runtime_info, c.GET_CONSUME_STATS: self.consume_stats,
             c.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, c.CONSUMER_SEND_MSG_BACK: self.send_back,
             c.LOCK_BATCH_MQ: self.lock_queues, c.UNLOCK_BATCH_MQ: self.unlock_queues, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            c.END_TRANSACTION: self.end_transaction, c.CHECK_TRANSACTION_STATE: self.transaction_checks,
         }
 
     def ping(self, frame: Frame, token=None) -> Reply:
@@ -250,27 +259,9 @@ class BrokerService:
         """``store.madvise_dontneed_consumed`` (timer): publish how far every group has read and drop
         the commitlog files before it from the page cache (``consumed``)."""
         reader = self._reader_or_none()
-        if reader is None:
-            return
-        reader.refresh()
-
-        def position(topic: str, queue_id: int, offset: int) -> int | None:
-            cq = reader.queues.get((topic, queue_id))
-            if cq is None or offset >= reader.max_offset(topic, queue_id):
-                return None
-            if offset < cq.min_offset():
-                return reader.commitlog.min_offset()
-            e = cq.entry(offset)
-            return e[0] if e is not None else reader.commitlog.min_offset()
-
-        offsets = {g: self.offsets.group_offsets(g) for g in self.offsets.groups()}
-        below = consumed.slowest_phys(offsets, position, reader.readable_end)
-        if below is None or below <= 0:
-            return
-        self.state.set("consumed_below_pos", below)
-        mfq = reader.commitlog.mfq
-        mfq.drop_below(below)
-        consumed.evict_before(mfq.directory, [mf.file_from_offset for mf in mfq.files], mfq.file_bytes, below)
+        if reader is not None:
+            consumed.publish_and_drop(reader, {g: self.offsets.group_offsets(g) for g in self.offsets.groups()},
+                                      self.state)
 
     def _reader_or_none(self) -> StoreReader | None:
         try:
@@ -418,6 +409,23 @@ class BrokerService:
         self._ensure_topic(topic)
         return Reply(fields={"topic": topic, "queue_id": 0, "delay_level": level, "delay_levels": self.delay_levels})
 
+    # -- transactions (transaction_check) -----------------------------------------------------------
+    def end_transaction(self, frame: Frame, token=None) -> Reply:
+        req = EndTransactionRequest.from_fields(frame.fields)
+        return Reply(fields=self.transactions.end(self._reader_or_none(), req.group, req.queue_offset,
+                                                  req.phys_offset, req.state))
+
+    def transaction_checks(self, frame: Frame, token=None) -> Reply:
+        req = CheckTransactionRequest.from_fields(frame.fields)
+        rows, bodies = self.transactions.poll(req.group, req.max_count)
+        return Reply(fields={"checks": rows}, bodies=bodies)
+
+    def check_transactions(self) -> None:
+        """The transaction check walk (timer)."""
+        reader = self._reader_or_none()
+        if reader is not None:
+            self.transactions.walk(reader, int(time.time() * 1000))
+
     def _ensure_topic(self, topic: str) -> None:
         if topic not in self.topics.topics:
             self.topics.put(TopicConfig(topic, 1, 1))
@@ -461,9 +469,18 @@ class BrokerService:
                              "sessions": len(st.active_slots("sessions")),
                              "waiters": len(st.active_slots("waiters")),
                              "topics": self.topics.registration(), "queues": queues,
-                             "groups": self.offsets.groups(), "clients": len(self.consumers)})
+                             "groups": self.offsets.groups(), "clients": len(self.consumers),
+                             "transactions": self.transactions.stats()})
 
     def close(self) -> None:
+        """At stop (the children are gone): persist, answer held pulls, and unlink the rings of
+        clients that died since the last session check — nobody else would."""
+        self.transactions.progress.persist()
+        for table in ("sessions", "waiters"):
+            for slot in self.state.active_slots(table):
+                _, _, pid, name = self.state.slot(table, slot)
+                if not _segment_owner_alive(name, pid):
+                    _unlink(name)
         for h in self.held:
             if self.server is not None:
                 self.server.reply(h.token, Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker stopping"))

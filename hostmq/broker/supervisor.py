@@ -135,6 +135,7 @@ class Broker:
         if self.rt.config.store.madvise_dontneed_consumed:
             self.server.add_timer(self.rt.config.store.consumed_check_interval_s, self.service.check_consumed)
         self.server.add_timer(LONG_POLL_CHECK_S, self.service.check_held)
+        self.server.add_timer(b.transaction_check_interval_s, self.service.check_transactions)
         self.server.add_timer(b.register_interval_s, self.register)
         self.server.add_timer(b.offset_persist_interval_s, self.service.offsets.persist)
         self.register()

@@ -1,5 +1,5 @@
 """``hostmq status [ROOT] [--json]``: brokers (pids, positions, page-cache residency, dirty bytes, faults and
-RSS per process in --json), topics with per-queue offsets, groups and lag."""
+RSS per process in --json, transaction checks), topics with per-queue offsets, groups and lag."""
 from __future__ import annotations
 
 import argparse
@@ -48,9 +48,11 @@ def main(args: argparse.Namespace) -> int:
                      "flushed": st.get("flushed_pos", "-"), "sessions": b.get("sessions", "-"),
                      "cached (log/cq)": f"{b['tuning']['commitlog']['total_pct']}%/"
                                         f"{b['tuning']['consume_queues']['total_pct']}%",
-                     "dirty": b["tuning"].get("dirty_bytes", "-")})
+                     "dirty": b["tuning"].get("dirty_bytes", "-"),
+                     "tx checking/given up": "{}/{}".format(b.get("transactions", {}).get("checking", "-"),
+                                                            b.get("transactions", {}).get("given_up_total", "-"))})
     print_table(rows, ["broker", "id", "cluster", "alive", "pid", "writer/dispatcher/flusher", "write_pos",
-                       "dispatched", "flushed", "sessions", "cached (log/cq)", "dirty"])
+                       "dispatched", "flushed", "sessions", "cached (log/cq)", "dirty", "tx checking/given up"])
     queues = [{"topic": q["topic"], "broker": b["name"], "queue": q["queue_id"], "min_offset": q["min_offset"],
                "max_offset": q["max_offset"]} for b in data["brokers"] for q in b.get("queues", [])]
     print()

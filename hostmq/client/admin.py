@@ -119,6 +119,7 @@ class Admin:
                         st = rt["state"]
                         row.update(alive=True, state=st, topics=rt["topics"], queues=rt["queues"],
                                    sessions=rt["sessions"], groups=rt["groups"],
+                                   transactions=rt.get("transactions", {}),
                                    pids={"broker": rt["pid"], "writer": st["writer_pid"],
                                          "dispatcher": st["dispatcher_pid"], "flusher": st["flusher_pid"],
                                          "scheduler": st["scheduler_pid"]})

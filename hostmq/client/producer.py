@@ -106,24 +106,11 @@ class Producer:
         """Send and wait for the broker's answer (SendResult); retried on another broker on failure."""
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
         topic_b, body, sys_flag, props = self._prepare(msg)
-        pinned = queue is not None or selector is not None or sharding_key is not None
-        last_failed, error = None, None
-        for attempt in range(1 + (0 if pinned else self.retries)):
-            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
-            t0 = time.monotonic()
-            try:
-                session = self._session(mq)
-                rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
-                out = session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), deadline)
-                self._latency(mq.broker, t0, False)
-                return out
-            except (ConnectError, BrokerBusyError, NoRouteError) as e:
-                error, last_failed = e, mq.broker
-                self._latency(mq.broker, t0, True)
-                self._forget(mq.broker, msg.topic, e)
-                if time.monotonic() >= deadline:
-                    break
-        raise error
+
+        def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
+            rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
+            return session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), deadline)
+        return self._retrying(msg, queue, selector, arg, sharding_key, deadline, attempt)[1]
 
     def send_async(self, msg: Message, timeout: float | None = None, *, queue: MessageQueue | None = None,
                    selector: Callable | None = None, arg=None, sharding_key: str | None = None,
@@ -157,31 +144,41 @@ class Producer:
                 raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
             prepared.append(self._prepare(m, compress=False))
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+
+        def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
+            payload, sizes = encode_records(prepared[0][0], [pr[1] for pr in prepared], [pr[3] for pr in prepared],
+                                            queue_id=mq.queue_id, flags=[m.flag for m in msgs],
+                                            born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
+                                            store_host=session.store_host)
+            if len(payload) > session.max_payload_bytes:
+                raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
+                                      f"a frame carries; split it")
+            return session.send(R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes), deadline)
+        return self._retrying(msgs[0], queue, None, None, None, deadline, attempt)[1]
+
+    # -- pieces ---------------------------------------------------------------------------------------
+    def _retrying(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
+                  attempt: Callable) -> tuple[MessageQueue, object]:
+        """``attempt(queue, session)`` on a chosen queue; if the broker is gone, busy or refuses the
+        topic, again on another broker (unless the queue is pinned) while time is left. ``(queue, its
+        result)``, or the last error."""
+        pinned = queue is not None or selector is not None or sharding_key is not None
         last_failed, error = None, None
-        for attempt in range(1 + (0 if queue is not None else self.retries)):
-            mq = self._choose(msgs[0], queue, None, None, None, last_failed, deadline)
+        for _ in range(1 + (0 if pinned else self.retries)):
+            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             t0 = time.monotonic()
             try:
-                session = self._session(mq)
-                payload, sizes = encode_records(prepared[0][0], [pr[1] for pr in prepared], [pr[3] for pr in prepared],
-                                                queue_id=mq.queue_id, flags=[m.flag for m in msgs],
-                                                born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
-                                                store_host=session.store_host)
-                if len(payload) > session.max_payload_bytes:
-                    raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
-                                          f"a frame carries; split it")
-                out = session.send(R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes), deadline)
+                out = attempt(mq, self._session(mq))
                 self._latency(mq.broker, t0, False)
-                return out
+                return mq, out
             except (ConnectError, BrokerBusyError, NoRouteError) as e:
                 error, last_failed = e, mq.broker
                 self._latency(mq.broker, t0, True)
-                self._forget(mq.broker, topic, e)
+                self._forget(mq.broker, msg.topic, e)
                 if time.monotonic() >= deadline:
                     break
         raise error
 
-    # -- pieces ---------------------------------------------------------------------------------------
     def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut) -> None:
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
         topic_b, body, sys_flag, props = self._prepare(msg)
@@ -294,19 +291,24 @@ class Producer:
                                + (f" ({'; '.join(errors)})" if errors else " (no broker is registered)"))
 
     def _session(self, mq: MessageQueue) -> ProducerSession:
-        s = self._sessions.get(mq.broker)
+        return self._broker_session(mq.broker, mq.topic)
+
+    def _broker_session(self, broker: str, topic: str | None = None) -> ProducerSession:
+        """The session (ingress ring) to ``broker``, opened on first use (its address from ``topic``'s
+        route when given, else from the cluster info)."""
+        s = self._sessions.get(broker)
         if s is not None and s.broken is None:
             return s
         with self._lock:
-            s = self._sessions.get(mq.broker)
+            s = self._sessions.get(broker)
             if s is not None and s.broken is None:
                 return s
             if s is not None:
                 s.close(0)
-            address = self.instance.broker_address(mq.broker, mq.topic)
-            s = ProducerSession(self.instance, mq.broker, address, data_bytes=self.ring_bytes,
+            address = self.instance.broker_address(broker, topic)
+            s = ProducerSession(self.instance, broker, address, data_bytes=self.ring_bytes,
                                 completion_entries=self.completion_entries, spin_s=self.spin_s)
-            self._sessions[mq.broker] = s
+            self._sessions[broker] = s
             return s
 
     def _latency(self, broker: str, t0: float, failed: bool) -> None:

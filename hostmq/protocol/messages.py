@@ -202,6 +202,29 @@ class SendBackRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
+class EndTransactionRequest(ControlMessage):
+    """END_TRANSACTION: a producer of ``group`` ended the local transaction of the half message at
+    ``queue_offset`` of the half queue (``phys_offset`` in the commitlog); ``state`` is COMMIT,
+    ROLLBACK or UNKNOWN (RocketMQ EndTransactionRequestHeader)."""
+
+    group: str
+    queue_offset: int
+    phys_offset: int
+    state: str
+    from_check: bool = False
+    transaction_id: str = ""
+
+
+@dataclass(frozen=True)
+class CheckTransactionRequest(ControlMessage):
+    """CHECK_TRANSACTION_STATE: a transaction producer of ``group`` asks for half messages the broker
+    wants checked (at most ``max_count``)."""
+
+    group: str
+    max_count: int = 32
+
+
+@dataclass(frozen=True)
 class ResetOffsetRequest(ControlMessage):
     """INVOKE_BROKER_TO_RESET_OFFSET: move ``group``'s offsets of ``topic`` to the first message stored
     at or after ``timestamp_ms`` (RocketMQ resetOffsetByTimestamp)."""

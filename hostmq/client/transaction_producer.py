@@ -1,0 +1,182 @@
+"""The transaction producer (API.md "Producing"; RocketMQ ``TransactionMQProducer``).
+
+``send_in_transaction(msg, local, arg)`` stores ``msg`` as a half message (``broker.transaction``:
+consumers do not see it), runs ``local(msg, arg)`` — the local transaction — and ends the
+transaction with its answer: COMMIT stores the message under its topic, ROLLBACK drops it, UNKNOWN
+(or an exception, or no answer because this process died) leaves it to the broker, which checks
+back. A background thread polls every broker for such checks of this producer's group and answers
+each with ``checker(MessageExt)``; any producer of the group may answer, so a restarted process
+resolves what its predecessor left open. Everything else of :class:`Producer` works as usual.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Callable
+
+from .. import records as R
+from ..broker.transaction import OP_TOPIC, check_view, commit_record, half_parts, op_record
+from ..errors import HostMQError, ValidationError
+from ..message import Message, MessageExt, MessageQueue, SendResult, TransactionState
+from ..protocol.codes import RequestCode
+from ..protocol.messages import CheckTransactionRequest, EndTransactionRequest
+from .producer import Producer
+from .session import Waiter
+
+log = logging.getLogger(__name__)
+
+CHECK_POLL_S = 0.5              # how often every broker is asked for checks
+BROKER_LIST_MAX_AGE_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransactionSendResult(SendResult):
+    """A SendResult of the half message (its queue is the real topic's queue the message goes to;
+    ``queue_offset`` is the half's) with the local transaction's answer and the transaction id (the
+    message's unique id, which the committed message keeps)."""
+
+    local_transaction_state: TransactionState = TransactionState.UNKNOWN
+    transaction_id: str = ""
+
+
+class TransactionProducer(Producer):
+    """See the module docstring. ``checker(MessageExt) -> TransactionState`` answers the broker's
+    check-backs; it sees the half with its real topic and queue."""
+
+    def __init__(self, root=None, group: str = "DEFAULT_TX_PRODUCER", checker: Callable | None = None, *,
+                 check_poll_s: float = CHECK_POLL_S, **kwargs) -> None:
+        if not callable(checker):
+            raise ValidationError("TransactionProducer needs checker=fn(MessageExt) -> TransactionState "
+                                  "to answer the broker's check-backs")
+        super().__init__(root, group, **kwargs)
+        self.checker = checker
+        self.check_poll_s = check_poll_s
+        self._check_stop = threading.Event()
+        self._check_thread: threading.Thread | None = None
+        self._brokers: tuple[float, list[tuple[str, str]]] = (0.0, [])
+
+    def start(self) -> "TransactionProducer":
+        super().start()
+        if self._check_thread is None:
+            self._check_stop.clear()
+            self._check_thread = threading.Thread(target=self._check_loop, name=f"tx-check-{self.group}",
+                                                  daemon=True)
+            self._check_thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        self._check_stop.set()
+        if self._check_thread is not None:
+            self._check_thread.join(10)
+            self._check_thread = None
+        super().shutdown()
+
+    close = shutdown
+
+    # -- sending --------------------------------------------------------------------------------------
+    def send_in_transaction(self, msg: Message, local: Callable, arg=None,
+                            timeout: float | None = None) -> TransactionSendResult:
+        """Store ``msg`` as a half message, run ``local(msg, arg)``, end the transaction with its
+        answer. A half that cannot be stored raises (and ``local`` is not run)."""
+        if not callable(local):
+            raise ValidationError("send_in_transaction needs local=fn(msg, arg) -> TransactionState")
+        if isinstance(msg, Message) and msg.delay_level:
+            raise ValidationError("a transactional message cannot be a delay message (as in RocketMQ)")
+        deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        _, body, sys_flag, props = self._prepare(msg)
+        tx_id = R.decode_properties(props).get(R.PROP_UNIQ_KEY, "")
+        half = b""
+
+        def attempt(mq: MessageQueue, session) -> SendResult:
+            nonlocal half
+            half_topic_b, half_qid, half_props = half_parts(mq.topic, mq.queue_id, props, self.group)
+            if len(half_props) > session.max_properties_bytes:
+                raise ValidationError(f"properties of {len(half_props)} bytes with the transaction routing "
+                                      f"exceed {session.max_properties_bytes}")
+            half = R.encode_record(half_topic_b, body, half_props, queue_id=half_qid, flag=msg.flag,
+                                   sys_flag=sys_flag, born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
+                                   store_host=session.store_host)
+            return session.send(R.FRAME_MESSAGE, half, 1, Waiter(mq), deadline)
+        mq, sent = self._retrying(msg, None, None, None, None, deadline, attempt)
+        state = self._run(local, msg, arg, f"local transaction of {tx_id}")
+        half_phys = R.decode_msg_id(sent.msg_id)[1]
+        try:
+            self._end(mq.broker, half, sent.queue_offset, half_phys, state, from_check=False)
+        except HostMQError as e:    # the broker will check back (RocketMQ logs and returns too)
+            log.warning("ending transaction %s (%s) failed: %s; the broker will check back", tx_id, state.value, e)
+        return TransactionSendResult(sent.status, sent.msg_id, mq, sent.queue_offset, state, tx_id)
+
+    @staticmethod
+    def _run(fn: Callable, *args) -> TransactionState:
+        what = args[-1]
+        try:
+            state = fn(*args[:-1])
+        except Exception:
+            log.exception("%s raised; its state is UNKNOWN", what)
+            return TransactionState.UNKNOWN
+        if not isinstance(state, TransactionState):
+            log.warning("%s returned %r, not a TransactionState; its state is UNKNOWN", what, state)
+            return TransactionState.UNKNOWN
+        return state
+
+    def _end(self, broker: str, half: bytes, queue_offset: int, phys_offset: int, state: TransactionState,
+             from_check: bool) -> bool:
+        """Ask the broker, then store the committed message (COMMIT) and the op message; True if
+        this call resolved the transaction."""
+        inst = self.instance
+        address = inst.broker_address(broker)
+        req = EndTransactionRequest(self.group, queue_offset, phys_offset, state.value, from_check)
+        answer = inst.broker_request(address, RequestCode.END_TRANSACTION, req.to_fields()).fields
+        if not answer.get("resolve"):
+            if state != TransactionState.UNKNOWN:
+                log.info("transaction at half offset %d not ended with %s: %s", queue_offset, state.value,
+                         answer.get("reason"))
+            return False
+        deadline = time.monotonic() + self.send_timeout_s
+        session = self._broker_session(broker)
+        if state == TransactionState.COMMIT:
+            topic, qid, rec = commit_record(half, phys_offset, session.store_host)
+            session.send(R.FRAME_MESSAGE, rec, 1, Waiter(MessageQueue(topic, broker, qid)), deadline)
+        session.send(R.FRAME_MESSAGE, op_record(queue_offset, session.store_host), 1,
+                     Waiter(MessageQueue(OP_TOPIC, broker, 0)), deadline)
+        return True
+
+    # -- check-backs ----------------------------------------------------------------------------------
+    def _check_loop(self) -> None:
+        while not self._check_stop.wait(self.check_poll_s):
+            try:
+                brokers = self._broker_list()
+            except HostMQError as e:
+                log.debug("transaction checks: no broker list (%s)", e)
+                continue
+            for name, address in brokers:
+                if self._check_stop.is_set():
+                    return
+                try:
+                    self._check_broker(name, address)
+                except HostMQError as e:
+                    log.debug("transaction checks of %s failed: %s", name, e)
+
+    def _broker_list(self) -> list[tuple[str, str]]:
+        at, brokers = self._brokers
+        if time.monotonic() - at > BROKER_LIST_MAX_AGE_S or not brokers:
+            info = self.instance.cluster_info()
+            brokers = sorted((n, b.master_address) for n, b in info["brokers"].items() if b.master_address)
+            self._brokers = (time.monotonic(), brokers)
+        return brokers
+
+    def _check_broker(self, broker: str, address: str) -> None:
+        req = CheckTransactionRequest(self.group)
+        frame = self.instance.broker_request(address, RequestCode.CHECK_TRANSACTION_STATE, req.to_fields())
+        for row, raw in zip(frame.fields.get("checks", []), frame.bodies):
+            raw = bytes(raw)
+            try:
+                view = MessageExt(check_view(raw), broker)
+            except HostMQError as e:
+                log.warning("broker %s sent a check that is not a half message: %s", broker, e)
+                continue
+            state = self._run(self.checker, view, f"transaction checker for {view.unique_id}")
+            if state != TransactionState.UNKNOWN:
+                self._end(broker, raw, int(row["queue_offset"]), int(row["phys_offset"]), state, from_check=True)
