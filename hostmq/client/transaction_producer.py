@@ -125,17 +125,15 @@ class TransactionProducer(Producer):
              from_check: bool) -> bool:
         """Ask the broker, then store the committed message (COMMIT) and the op message; True if
         this call resolved the transaction."""
-        inst = self.instance
-        address = inst.broker_address(broker)
+        session = self._broker_session(broker)      # its address is the broker's (no NameServer lookup)
         req = EndTransactionRequest(self.group, queue_offset, phys_offset, state.value, from_check)
-        answer = inst.broker_request(address, RequestCode.END_TRANSACTION, req.to_fields()).fields
+        answer = self.instance.broker_request(session.address, RequestCode.END_TRANSACTION, req.to_fields()).fields
         if not answer.get("resolve"):
             if state != TransactionState.UNKNOWN:
                 log.info("transaction at half offset %d not ended with %s: %s", queue_offset, state.value,
                          answer.get("reason"))
             return False
         deadline = time.monotonic() + self.send_timeout_s
-        session = self._broker_session(broker)
         if state == TransactionState.COMMIT:
             topic, qid, rec = commit_record(half, phys_offset, session.store_host)
             session.send(R.FRAME_MESSAGE, rec, 1, Waiter(MessageQueue(topic, broker, qid)), deadline)
