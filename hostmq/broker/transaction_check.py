@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 BUSY_S = 30.0               # a producer told "resolve it" has this long to store the op
 MAX_WALK = 20_000           # halves one walk reads at most (the rest wait for the next)
 MAX_CHECKS_PER_POLL = 256
+MAX_POLL_BYTES = 4 << 20    # half bytes one poll answer carries at most (at least one half)
 
 
 class TransactionCheck:
@@ -147,18 +148,23 @@ class TransactionCheck:
 
     # -- CHECK_TRANSACTION_STATE ---------------------------------------------------------------------
     def poll(self, group: str, max_count: int) -> tuple[list[dict], list[bytes]]:
-        """Up to ``max_count`` checks waiting for ``group``, handed out (each to one producer)."""
+        """Up to ``max_count`` checks waiting for ``group`` (and about ``MAX_POLL_BYTES`` of halves),
+        handed out: each to one producer."""
         if not 1 <= max_count <= MAX_CHECKS_PER_POLL:
             raise ValidationError(f"max_count must be within 1..{MAX_CHECKS_PER_POLL}")
         waiting = self.pending.get(group)
         rows, bodies = [], []
         if not waiting:
             return rows, bodies
+        size = 0
         for half in sorted(waiting)[:max_count]:
+            if bodies and size + len(waiting[half][2]) > MAX_POLL_BYTES:
+                break
             phys, n, raw = waiting.pop(half)
             if self._done(half) is None:
                 rows.append({"queue_offset": half, "phys_offset": phys, "check_times": n})
                 bodies.append(raw)
+                size += len(raw)
         return rows, bodies
 
     def stats(self) -> dict:

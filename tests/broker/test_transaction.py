@@ -164,3 +164,19 @@ def test_transaction_check_over_a_store_reads_ops_checks_and_restarts(tmp_path):
 
 def _phys(reader, half: int) -> int:
     return reader.get(HALF_TOPIC, 0, half, 1).messages[0].commitlog_offset
+
+
+def test_a_poll_answer_carries_a_bounded_number_of_bytes(tmp_path, monkeypatch):
+    from hostmq.broker import transaction_check
+    monkeypatch.setattr(transaction_check, "MAX_POLL_BYTES", 1000)
+    tc = TransactionCheck(str(tmp_path / "transaction.json"), timeout_s=6.0, check_max=15)
+    tc.pending["tx"] = {i: (i * 1000, 1, bytes([i]) * 600) for i in range(4)}
+    sizes = []
+    while True:
+        rows, bodies = tc.poll("tx", 32)
+        if not rows:
+            break
+        sizes.append([len(b) for b in bodies])
+    assert sizes == [[600]] * 4                   # 2 × 600 > 1000: one half per answer, none lost
+    tc.pending["tx"] = {0: (0, 1, b"x" * 5000)}
+    assert len(tc.poll("tx", 32)[1]) == 1         # a half bigger than the bound still goes out
