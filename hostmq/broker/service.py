@@ -1,13 +1,10 @@
 """The broker's control requests (RocketMQ's processors), served from the broker process's one loop.
 
-Sessions: a producer registers the ingress ring it created (OPEN_PRODUCER_SESSION), a consumer its
-wake-up word (OPEN_WAITER); the rows go into the state segment's tables, where the writer and the
-dispatcher pick them up. A session whose client process died is closed by ``check_sessions``:
-the writer drains and detaches, then this loop unlinks the segment and frees the row.
-
-Also: topics (``topics.json``; auto-creation on a producer's first send), consumer offsets
-(``consumerOffset.json``), pulls with long polling (held until the dispatcher's ``dispatch_seq``
-moves), offsets by time, message view by id, and the runtime info ``hostmq status`` prints.
+Sessions (producers' ingress rings, consumers' wake-up words) are ``sessions.py``, transactions
+``transaction_check.py``. Here: topics (``topics.json``; auto-creation on a producer's first send),
+consumer offsets (``consumerOffset.json``), pulls with long polling (held until the dispatcher's
+``dispatch_seq`` moves), offsets by time, message view by id, and the runtime info ``hostmq status``
+prints.
 
 Every handler validates its request (``protocol.messages``); a bad request gets an error response
 and changes nothing.
@@ -20,28 +17,26 @@ import time
 from dataclasses import dataclass
 
 from .. import records as R
-from ..errors import MessageNotFoundError, NoRouteError, SegmentError, ValidationError
+from ..errors import MessageNotFoundError, NoRouteError, ValidationError
 from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.frames import Frame
-from ..protocol.messages import (CheckTransactionRequest, CloseSessionRequest, EndTransactionRequest,
-                                 HeartbeatRequest, LockRequest, OffsetRequest, OpenSessionRequest, PullRequest,
+from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
+                                 HeartbeatRequest, LockRequest, OffsetRequest, PullRequest,
                                  QueueRequest, ResetOffsetRequest, SendBackRequest, TopicRequest,
                                  ViewMessageRequest)
-from ..root import shm_name
-from ..shm.ring import IngressRing
-from ..shm.segment import info_owner_alive, read_info, unlink_semaphore, unlink_segment
 from ..store.commitlog import SCHEDULE_TOPIC
 from ..store.message_store import delay_levels_ms
 from ..store.reader import GetStatus
 from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OffsetTable
-from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from .runtime import BrokerRuntime
 from . import consumed
 from .consumers import ConsumerTable
 from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
+from .sessions import SessionTables, check_running
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
 from .transaction import HALF_TOPIC, OP_TOPIC
@@ -93,14 +88,15 @@ class BrokerService:
         self.held: list[_HeldPull] = []
         self._held_seq = -1
         self.consumers = ConsumerTable()
+        self.sessions = SessionTables(rt, state, self.delay_levels)
         self.locks = QueueLocks()
 
     def handlers(self) -> dict:
         c = RequestCode
         return {
-            c.PING: self.ping, c.OPEN_PRODUCER_SESSION: self.open_session,
-            c.CLOSE_PRODUCER_SESSION: self.close_session, c.OPEN_WAITER: self.open_waiter,
-            c.CLOSE_WAITER: self.close_waiter, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            c.PING: self.ping, c.OPEN_PRODUCER_SESSION: self.sessions.open_session,
+            c.CLOSE_PRODUCER_SESSION: self.sessions.close_session, c.OPEN_WAITER: self.sessions.open_waiter,
+            c.CLOSE_WAITER: self.sessions.close_waiter, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             c.DELETE_TOPIC_IN_BROKER: self.delete_topic, c.AUTO_CREATE_TOPIC: self.auto_create_topic,
             c.GET_ALL_TOPIC_CONFIG: self.all_topics, c.PULL_MESSAGE: self.pull,
             c.QUERY_CONSUMER_OFFSET: self.query_offset, c.UPDATE_CONSUMER_OFFSET: self.update_offset,
@@ -117,95 +113,13 @@ class BrokerService:
         return Reply(fields={"pid": os.getpid(), "broker": self.rt.name,
                              "state": int(self.state.get("broker_state"))})
 
-    # -- sessions -------------------------------------------------------------------------------------
-    def _check_name(self, name: str, kind: str) -> None:
-        # Rings are per broker; a consumer's waiter is per root (one word, registered with every broker).
-        prefix = self.rt.shm(kind, "") if kind == "ring" else shm_name(self.rt.root, "", kind, "")
-        if not name.startswith(prefix) or not name[len(prefix):].replace("-", "").isalnum():
-            raise ValidationError(f"segment name {name!r} must be {prefix}<id> (letters, digits, '-')")
-
-    def open_session(self, frame: Frame, token=None) -> Reply:
-        req = OpenSessionRequest.from_fields(frame.fields)
-        self._check_name(req.name, "ring")
-        self._check_running()
-        try:
-            ring = IngressRing.attach(req.name)
-        except (SegmentError, Exception) as e:
-            raise ValidationError(f"cannot use ring {req.name}: {e}") from None
-        try:
-            info = ring.segment.info()
-            if ring.capacity > MAX_RING_DATA_BYTES:
-                raise ValidationError(f"ring of {ring.capacity} bytes; at most {MAX_RING_DATA_BYTES}")
-            if info.owner_pid != req.pid:
-                raise ValidationError(f"ring {req.name} belongs to pid {info.owner_pid}, not {req.pid}")
-        finally:
-            ring.close()
-        slot = self.state.open_slot("sessions", req.name, info.generation, req.pid)
-        log.info("producer session %d: ring %s of pid %d", slot, req.name, req.pid)
-        return Reply(fields=self._session_fields(slot, info.generation))
-
-    def _session_fields(self, slot: int, generation: int) -> dict:
-        st = self.state
-        return {"slot": slot, "generation": generation, "state_name": st.name,
-                "state_generation": st.generation, "writer_signal": self.rt.writer_signal,
-                "store_host": st.store_host.hex(), "sync_flush": st.sync_flush,
-                "max_message_bytes": self.rt.config.store.max_message_bytes,
-                "max_properties_bytes": self.rt.config.store.max_properties_bytes,
-                "delay_levels": self.delay_levels}
-
-    def close_session(self, frame: Frame, token=None) -> Reply:
-        return self._close("sessions", CloseSessionRequest.from_fields(frame.fields))
-
-    def open_waiter(self, frame: Frame, token=None) -> Reply:
-        req = OpenSessionRequest.from_fields(frame.fields)
-        self._check_name(req.name, "wait")
-        try:
-            info = read_info(req.name)
-        except SegmentError as e:
-            raise ValidationError(f"cannot use waiter {req.name}: {e}") from None
-        if info.kind != R.WAITER_KIND or info.owner_pid != req.pid:
-            raise ValidationError(f"{req.name} is not a waiter of pid {req.pid}")
-        slot = self.state.open_slot("waiters", req.name, info.generation, req.pid)
-        return Reply(fields={"slot": slot, "generation": info.generation, "state_name": self.state.name,
-                             "state_generation": self.state.generation})
-
-    def close_waiter(self, frame: Frame, token=None) -> Reply:
-        return self._close("waiters", CloseSessionRequest.from_fields(frame.fields))
-
-    def _close(self, table: str, req: CloseSessionRequest) -> Reply:
-        slots = self.state.session_slots if table == "sessions" else self.state.waiter_slots
-        if not 0 <= req.slot < slots:
-            raise ValidationError(f"no {table} slot {req.slot}")
-        state, gen, _, _ = self.state.slot(table, req.slot)
-        if state != R.SLOT_ACTIVE or gen != req.generation:
-            return Reply(fields={"closed": False})
-        if table == "sessions":
-            self.state.set_slot_state(table, req.slot, R.SLOT_CLOSING)
-        else:
-            self.state.set_slot_state(table, req.slot, R.SLOT_FREE)
-        return Reply(fields={"closed": True})
-
+    # -- sessions (sessions.py) ----------------------------------------------------------------------
     def _check_running(self) -> None:
-        if self.state.get("broker_state") == R.BROKER_STOPPING:
-            raise NoRouteError(f"broker {self.rt.name} is shutting down")
+        check_running(self.state, self.rt.name)
 
     def check_sessions(self) -> None:
         """Close sessions and waiters of dead clients; free rows the writer has let go (timer)."""
-        st = self.state
-        for table in ("sessions", "waiters"):
-            for slot in st.active_slots(table):
-                state, gen, pid, name = st.slot(table, slot)
-                if state == R.SLOT_ACTIVE and not _segment_owner_alive(name, pid):
-                    log.info("%s %d: client pid %d is gone; closing", table, slot, pid)
-                    if table == "waiters":
-                        st.set_slot_state(table, slot, R.SLOT_FREE)
-                        _unlink(name)
-                        continue
-                    st.set_slot_state(table, slot, R.SLOT_CLOSING)
-                elif state == R.SLOT_CLOSING and st.attached[slot] != gen:
-                    if not _segment_owner_alive(name, pid):
-                        _unlink(name)
-                    st.set_slot_state(table, slot, R.SLOT_FREE)
+        self.sessions.reap()
         before = set(self.consumers.clients)
         self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
         for cid in before - set(self.consumers.clients):       # a dead member's queues are free at once
@@ -476,11 +390,7 @@ class BrokerService:
         """At stop (the children are gone): persist, answer held pulls, and unlink the rings of
         clients that died since the last session check — nobody else would."""
         self.transactions.progress.persist()
-        for table in ("sessions", "waiters"):
-            for slot in self.state.active_slots(table):
-                _, _, pid, name = self.state.slot(table, slot)
-                if not _segment_owner_alive(name, pid):
-                    _unlink(name)
+        self.sessions.unlink_dead()
         for h in self.held:
             if self.server is not None:
                 self.server.reply(h.token, Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker stopping"))
@@ -488,18 +398,6 @@ class BrokerService:
         if self.reader is not None:
             self.reader.close()
             self.reader = None
-
-
-def _segment_owner_alive(name: str, pid: int) -> bool:
-    try:
-        return info_owner_alive(read_info(name))
-    except SegmentError:
-        return False
-
-
-def _unlink(name: str) -> None:
-    unlink_segment(name)
-    unlink_semaphore(name)
 
 
 __all__ = ["BrokerService", "is_system_topic"]
