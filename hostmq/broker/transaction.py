@@ -29,6 +29,7 @@ import time
 from .. import records as R
 from ..errors import ValidationError
 from ..jsonfile import read_json, write_json
+from ..message import TransactionState
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ OP_TAG = "d"                                    # RocketMQ TransactionalMessageU
 PROP_CHECK_IMMUNITY_S = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 HALF_TOPIC_B, OP_TOPIC_B = HALF_TOPIC.encode(), OP_TOPIC.encode()
 _STRIP = (R.PROP_REAL_TOPIC, R.PROP_REAL_QUEUE_ID, R.PROP_TRANSACTION_PREPARED)
-STATES = ("COMMIT", "ROLLBACK", "UNKNOWN")
+STATES = tuple(s.value for s in TransactionState)
 
 
 # -- records (pure) -------------------------------------------------------------------------------------

@@ -100,19 +100,20 @@ class TransactionProducer(Producer):
                                    store_host=session.store_host)
             return session.send(R.FRAME_MESSAGE, half, 1, Waiter(mq), deadline)
         mq, sent = self._retrying(msg, None, None, None, None, deadline, attempt)
-        state = self._run(local, msg, arg, f"local transaction of {tx_id}")
-        half_phys = R.decode_msg_id(sent.msg_id)[1]
-        try:
-            self._end(mq.broker, half, sent.queue_offset, half_phys, state, from_check=False)
-        except HostMQError as e:    # the broker will check back (RocketMQ logs and returns too)
-            log.warning("ending transaction %s (%s) failed: %s; the broker will check back", tx_id, state.value, e)
+        state = self._run(f"local transaction of {tx_id}", local, msg, arg)
+        if state != TransactionState.UNKNOWN:          # UNKNOWN: nothing to end; the broker checks back
+            try:
+                self._end(mq.broker, half, sent.queue_offset, R.decode_msg_id(sent.msg_id)[1], state, False)
+            except HostMQError as e:    # the broker will check back (RocketMQ logs and returns too)
+                log.warning("ending transaction %s (%s) failed: %s; the broker will check back", tx_id,
+                            state.value, e)
         return TransactionSendResult(sent.status, sent.msg_id, mq, sent.queue_offset, state, tx_id)
 
     @staticmethod
-    def _run(fn: Callable, *args) -> TransactionState:
-        what = args[-1]
+    def _run(what: str, fn: Callable, *args) -> TransactionState:
+        """``fn(*args)`` as a TransactionState: an exception or another answer is UNKNOWN."""
         try:
-            state = fn(*args[:-1])
+            state = fn(*args)
         except Exception:
             log.exception("%s raised; its state is UNKNOWN", what)
             return TransactionState.UNKNOWN
@@ -124,14 +125,13 @@ class TransactionProducer(Producer):
     def _end(self, broker: str, half: bytes, queue_offset: int, phys_offset: int, state: TransactionState,
              from_check: bool) -> bool:
         """Ask the broker, then store the committed message (COMMIT) and the op message; True if
-        this call resolved the transaction."""
+        this call resolved the transaction. ``state`` is COMMIT or ROLLBACK."""
         session = self._broker_session(broker)      # its address is the broker's (no NameServer lookup)
         req = EndTransactionRequest(self.group, queue_offset, phys_offset, state.value, from_check)
         answer = self.instance.broker_request(session.address, RequestCode.END_TRANSACTION, req.to_fields()).fields
         if not answer.get("resolve"):
-            if state != TransactionState.UNKNOWN:
-                log.info("transaction at half offset %d not ended with %s: %s", queue_offset, state.value,
-                         answer.get("reason"))
+            log.info("transaction at half offset %d not ended with %s: %s", queue_offset, state.value,
+                     answer.get("reason"))
             return False
         deadline = time.monotonic() + self.send_timeout_s
         if state == TransactionState.COMMIT:
@@ -175,6 +175,6 @@ class TransactionProducer(Producer):
             except HostMQError as e:
                 log.warning("broker %s sent a check that is not a half message: %s", broker, e)
                 continue
-            state = self._run(self.checker, view, f"transaction checker for {view.unique_id}")
+            state = self._run(f"transaction checker for {view.unique_id}", self.checker, view)
             if state != TransactionState.UNKNOWN:
                 self._end(broker, raw, int(row["queue_offset"]), int(row["phys_offset"]), state, from_check=True)

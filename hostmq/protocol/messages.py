@@ -212,7 +212,6 @@ class EndTransactionRequest(ControlMessage):
     phys_offset: int
     state: str
     from_check: bool = False
-    transaction_id: str = ""
 
 
 @dataclass(frozen=True)

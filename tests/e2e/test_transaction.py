@@ -31,7 +31,7 @@ def tx_stats(root: str) -> dict:
 
 def consume(root: str, topic: str, expect: int, expression: str = "*", timeout_s: float = 20.0) -> list:
     got: list = []
-    with hostmq.PullConsumer(root, group=f"g-{len(got)}-{os.urandom(3).hex()}",
+    with hostmq.PullConsumer(root, group=f"g-{os.urandom(3).hex()}",
                              consume_from=ConsumeFrom.FIRST_OFFSET) as c:
         c.subscribe(topic, expression)
         wait_until(lambda: got.extend(c.poll(0.3)) or len(got) >= expect, timeout_s, f"{expect} messages")
