@@ -54,7 +54,7 @@ class BrokerConfig:
     transaction_timeout_s: float = 6.0   # a half message is first checked back once this old (RocketMQ transactionTimeOut)
     cluster_name: str = "DefaultCluster" # cluster the broker registers under
     session_slots: int = 256             # producer sessions (ingress rings) served at once
-    waiter_slots: int = 256              # consumer wake-up registrations served at once
+    waiter_slots: int = 256              # ignored: consumers now sleep on the broker's dispatch_seq futex
     offset_persist_interval_s: float = 5.0   # consumerOffset.json is rewritten this often (if changed)
     writer_spin_s: float = 50e-6         # writer spins this long for new frames before it blocks (idle)
     writer_busy_spin_s: float = 200e-6   # ... and this long within 2 ms of its last work (0: block only)
@@ -62,6 +62,10 @@ class BrokerConfig:
     dispatcher_nice: int = 10            # the dispatcher yields the CPU to producer ↔ writer hand-offs (0: no)
     writer_batch_bytes: int = 1 << 20    # ring bytes the writer takes from one producer per turn
     child_stop_timeout_s: float = 10.0   # a child that ignores SIGTERM this long is killed
+    # -- producer sessions: untrusted clients (issue 15) --
+    max_sessions_per_client: int = 32    # sessions one client process (SO_PEERCRED pid) may hold at once
+    max_session_connections: int = 512  # session-socket connections open at once (beyond: refused)
+    session_handshake_timeout_s: float = 5.0  # a connection that has not opened a session by then is closed
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)
@@ -69,6 +73,8 @@ class BrokerConfig:
             raise ConfigError(f"broker.cluster_name must be letters, digits, '-' or '_', got {self.cluster_name!r}")
         if not 1 <= self.session_slots <= 65536 or not 1 <= self.waiter_slots <= 65536:
             raise ConfigError("broker.session_slots and broker.waiter_slots must be within 1..65536")
+        if self.max_sessions_per_client < 1 or self.max_session_connections < 1:
+            raise ConfigError("broker.max_sessions_per_client and broker.max_session_connections must be ≥ 1")
         if self.default_topic_queues < 1:
             raise ConfigError("broker.default_topic_queues must be ≥ 1")
         if self.transaction_check_interval_s <= 0:

@@ -264,6 +264,90 @@ def decode_properties(data: bytes) -> dict[str, str]:
     return out
 
 
+# System properties whose values the broker itself acts on: a record is refused unless each is well
+# formed (the scheduler delivers to REAL_TOPIC/REAL_QID, the dispatcher schedules by DELAY).
+_INT_PROPS = {PROP_DELAY: (0, (1 << 31) - 1), PROP_REAL_QUEUE_ID: (0, (1 << 31) - 1)}
+_BOOL_PROPS = (PROP_TRANSACTION_PREPARED,)
+
+
+def check_properties(data) -> None:
+    """Raise ValidationError unless PROPERTIES bytes are what an encoder makes: UTF-8,
+    ``name\x01value\x02`` pairs with non-empty names, and well-formed values for the system
+    properties the broker acts on (REAL_TOPIC, REAL_QID, DELAY, TRAN_MSG, RETRY_TOPIC).
+
+    A record that passes decodes everywhere (:func:`decode_properties`, the SQL92 filter).
+    :func:`check_properties_many` is the same check for many records at once."""
+    if not data:
+        return
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValidationError(f"properties are not UTF-8: {e}") from None
+    if text[-1] != PROPERTY_SEP:
+        raise ValidationError("properties do not end with \\x02")
+    for pair in text[:-1].split(PROPERTY_SEP):
+        name, sep, value = pair.partition(NAME_VALUE_SEP)
+        if not sep or not name or NAME_VALUE_SEP in value:
+            raise ValidationError(f"malformed property pair {pair[:40]!r}")
+        _check_reserved(name, value)
+
+
+_RESERVED_MARKS = tuple(f"{n}{NAME_VALUE_SEP}".encode() for n in
+                        (*_INT_PROPS, *_BOOL_PROPS, PROP_REAL_TOPIC, PROP_RETRY_TOPIC))
+
+
+def check_properties_many(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """:func:`check_properties` of the PROPERTIES at ``u8[starts[i]:starts[i] + lengths[i]]`` for all i
+    at once; returns -1 if all pass, else the index of the first record that fails (check it alone
+    for the reason). Vectorised: the regions are gathered into one buffer; since a valid region ends
+    with ``\x02``, no UTF-8 sequence can cross a boundary, so one decode of the whole buffer and one
+    alternation check of its separators decide every region; the rare records naming a system
+    property are checked one by one."""
+    n = len(starts)
+    ends = starts + lengths
+    nonempty = lengths > 0
+    if nonempty.any() and (u8[ends[nonempty] - 1] != 2).any():
+        return _first_failing(u8, starts, lengths)
+    total = int(lengths.sum())
+    if total == 0:
+        return -1
+    before = np.cumsum(lengths) - lengths            # where each region starts in the gathered buffer
+    blob = u8[np.repeat(starts - before, lengths) + np.arange(total)]
+    raw = blob.tobytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _first_failing(u8, starts, lengths)
+    sep = np.flatnonzero((blob == 1) | (blob == 2))
+    kinds = blob[sep]
+    empty_name = (kinds == 1) & ((sep == 0) | (blob[np.maximum(sep - 1, 0)] == 2))
+    if len(kinds) % 2 or (kinds[0::2] != 1).any() or (kinds[1::2] != 2).any() or empty_name.any():
+        return _first_failing(u8, starts, lengths)
+    if any(m in raw for m in _RESERVED_MARKS):
+        return _first_failing(u8, starts, lengths)
+    return -1
+
+
+def _first_failing(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
+    for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        try:
+            check_properties(u8[s:s + n].tobytes())
+        except ValidationError:
+            return i
+    return -1
+
+
+def _check_reserved(name: str, value: str) -> None:
+    if name in _INT_PROPS:
+        lo, hi = _INT_PROPS[name]
+        if not (value.isascii() and value.isdigit() and lo <= int(value) <= hi):
+            raise ValidationError(f"property {name} must be an integer in {lo}..{hi}, got {value[:40]!r}")
+    elif name == PROP_REAL_TOPIC or name == PROP_RETRY_TOPIC:
+        validate_topic(value)
+    elif name in _BOOL_PROPS and value not in ("true", "false"):
+        raise ValidationError(f"property {name} must be true or false, got {value[:40]!r}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Batches: records encoded back to back, patched in place by the writer with numpy
 # ---------------------------------------------------------------------------------------------

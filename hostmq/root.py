@@ -5,7 +5,8 @@ names of its shared-memory segments and semaphores are derived from a hash of it
 broker name), so two roots never collide and an operator can see what belongs to hostmq::
 
     ROOT/hostmq.toml  ROOT/namesrv.sock  ROOT/namesrv-1.sock …
-    ROOT/brokers/NAME/broker.sock  ROOT/brokers/NAME/broker.lock  ROOT/brokers/NAME/store/…
+    ROOT/brokers/NAME/broker.sock  ROOT/brokers/NAME/session.sock  ROOT/brokers/NAME/broker.lock
+    ROOT/brokers/NAME/store/…
     ROOT/brokers/NAME/config/topics.json …
     /dev/shm/hostmq.<hash12>.<kind>.<n>          (POSIX shm and semaphores)
 """
@@ -85,6 +86,10 @@ class RootPaths:
 
     def broker_socket(self, broker: str) -> str:
         return os.path.join(self.broker_dir(broker), "broker.sock")
+
+    def broker_session_socket(self, broker: str) -> str:
+        """Where producers hand their ingress rings to the broker (``broker.session_server``)."""
+        return os.path.join(self.broker_dir(broker), "session.sock")
 
     def broker_lock(self, broker: str) -> str:
         return os.path.join(self.broker_dir(broker), "broker.lock")

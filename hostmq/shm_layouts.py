@@ -21,7 +21,8 @@ import numpy as np
 #
 #     +0   magic "HOSTMQSG" (8, stored last)  | +8  layout_version u32   | +12 header_bytes u32 (4096)
 #     +16  kind (16, ASCII, NUL padded: "ingress", …)
-#     +32  owner_pid i64                      | +40 owner_start_time_s f64 (psutil create_time)
+#     +32  owner_pid i64                      | +40 owner_start_ticks i64 (/proc/PID/stat field 22:
+#                                                  clock ticks after boot, immune to wall-clock steps)
 #     +48  boot_id (16, raw UUID of /proc/sys/kernel/random/boot_id)
 #     +64  generation u64 (random per creation) | +72 size_bytes u64 (whole segment)
 #     +80  created_ms i64 (wall clock)        | +88 reserved (40, zero)
@@ -29,7 +30,7 @@ import numpy as np
 SEGMENT_MAGIC = b"HOSTMQSG"
 SEGMENT_HEADER = np.dtype([
     ("magic", "S8"), ("layout_version", "u4"), ("header_bytes", "u4"), ("kind", "S16"),
-    ("owner_pid", "i8"), ("owner_start_time_s", "f8"), ("boot_id", "S16"), ("generation", "u8"),
+    ("owner_pid", "i8"), ("owner_start_ticks", "i8"), ("boot_id", "S16"), ("generation", "u8"),
     ("size_bytes", "u8"), ("created_ms", "i8"), ("reserved", "S40"),
 ])
 assert SEGMENT_HEADER.itemsize == 128
@@ -117,31 +118,35 @@ COMPLETION_NOT_AVAILABLE = -3        # the broker cannot accept writes (shutting
 COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, or the queue id is too big
 
 # Broker state — one segment per running broker (``/hostmq.<hash12>.state.0``), created by the broker
-# process before it starts its children and unlinked when it stops. Positions that other processes
-# read are published here with aligned native int64 stores; each 64-byte line has ONE writer::
+# process before it starts its children and unlinked when it stops; clients map it read-only. Positions
+# that other processes read are published here with aligned native int64 stores; each 64-byte line has
+# ONE writer::
 #
 #     line 0 +0   (broker, once, before the magic) flush_disk_type (0 async, 1 sync) | session_slots |
-#                 waiter_slots | broker_pid | store_host (8 raw bytes) | commitlog_file_bytes | started_ms |
+#                 doorbell_fd (the broker's descriptor of the doorbell memfd, for /proc/PID/fd) |
+#                 broker_pid | store_host (8 raw bytes) | commitlog_file_bytes | started_ms |
 #                 consume_queue_file_entries
-#     line 1 +64  (broker control) broker_state | sessions_version | topics_version | waiters_version |
-#                 control_heartbeat_ms | consumers_version (bumped when a consumer group's members change) |
+#     line 1 +64  (broker control) broker_state | sessions_version | topics_version | sessions_refused
+#                 (session requests refused: over a cap, a bad or duplicate ring) | control_heartbeat_ms |
+#                 consumers_version (bumped when a consumer group's members change) |
 #                 offsets_reset_version (bumped when a group's offsets are reset to a timestamp) |
 #                 consumed_below_pos (store.madvise_dontneed_consumed: every group has read past this
 #                 commitlog offset; each process mapping the files before it drops them, 0 = off)
 #     line 2 +128 (writer) write_pos | writer_pid | writer_waiting | last_store_ts_ms | writer_heartbeat_ms |
 #                 appended_records | flush_request_pos | committed_pos
 #     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
-#                 intent_data_end | intent_cw_end
+#                 intent_data_end | intent_cw_end | dispatch_wake | flush_wake (futex words the writer
+#                 changes to wake the dispatcher / the flusher, hostmq.shm.futex)
 #     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
 #                 cq_flushed_pos | dispatched_records
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
-#                 checkpoint_ms | flush_latency_us
+#                 checkpoint_ms | flush_latency_us | flush_error (errno of a failed fdatasync, 0 = none;
+#                 once set, flushed_pos never moves again in this run: fsyncgate)
 #     line 6 +384 (broker, once, before the magic) index_slots | index_entries
 #     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
-#     +512 + 72·S               waiter table: waiter_slots × STATE_SLOT (broker control)
-#     +512 + 72·S + 64·W        flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
+#     +512 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
 #                               i counts commitlog flushes that took [2^(i-1), 2^i) µs (bucket 0: < 1 µs)
 #
 # ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
@@ -149,24 +154,26 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 # of what is on disk; ``committed_pos`` the end of what is in the commitlog files — with a transient
 # store pool the writer appends into a buffer and commits to the files later, so dispatcher, flusher
 # and readers stop at ``min(write_pos, committed_pos)`` (without a pool both are equal). Readers may
-# see an older value, never a torn one (OS_NOTES 14).
+# see an older value, never a torn one (OS_NOTES 14). Consumers sleep on the futex of ``dispatch_seq``
+# (through their read-only mapping), which the dispatcher wakes after every publish.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 6          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
-                                  # 5: committed_pos, 6: flush latency histogram and consumed_below_pos
+BROKER_STATE_VERSION = 7          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+                                  # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
+                                  # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 _STATE_FIELDS = [
-    (0, ["flush_disk_type", "session_slots", "waiter_slots", "broker_pid", "store_host",
+    (0, ["flush_disk_type", "session_slots", "doorbell_fd", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
-    (64, ["broker_state", "sessions_version", "topics_version", "waiters_version", "control_heartbeat_ms",
+    (64, ["broker_state", "sessions_version", "topics_version", "sessions_refused", "control_heartbeat_ms",
           "consumers_version", "offsets_reset_version", "consumed_below_pos"]),
     (128, ["write_pos", "writer_pid", "writer_waiting", "last_store_ts_ms", "writer_heartbeat_ms",
            "appended_records", "flush_request_pos", "committed_pos"]),
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
-           "intent_cw_end"]),
+           "intent_cw_end", "dispatch_wake", "flush_wake"]),
     (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
            "dispatched_records"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
-           "flush_latency_us"]),
+           "flush_latency_us", "flush_error"]),
     (384, ["index_slots", "index_entries"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped"]),
 ]
@@ -181,28 +188,26 @@ STATE_WORD = {name: BROKER_STATE.fields[name][1] // 8 for name in BROKER_STATE.n
 BROKER_STARTING, BROKER_RUNNING, BROKER_STOPPING = 0, 1, 2
 FLUSH_ASYNC, FLUSH_SYNC = 0, 1
 DEFAULT_SESSION_SLOTS = 256
-DEFAULT_WAITER_SLOTS = 256
 
-# One row of the session and waiter tables: which shared-memory segment a client registered::
+# One row of the session table: a producer's ring the broker holds a descriptor of::
 #
-#     +0 state i64 (SLOT_FREE | SLOT_ACTIVE | SLOT_CLOSING) | +8 generation u64 (the segment's)
-#     +16 owner_pid i64 | +24 name (40, ASCII, NUL padded)
-STATE_SLOT = np.dtype([("state", "i8"), ("generation", "u8"), ("owner_pid", "i8"), ("name", "S40")])
+#     +0 state i64 (SLOT_FREE | SLOT_ACTIVE | SLOT_CLOSING) | +8 generation u64 (the ring segment's)
+#     +16 owner_pid i64 (SO_PEERCRED of the session connection: the kernel's word, not the client's)
+#     +24 fd i64 (the broker's descriptor of the ring memfd; the writer opens /proc/BROKER/fd/FD)
+#     +32 name (32, ASCII, NUL padded: the label the producer gave its memfd, for diagnostics)
+STATE_SLOT = np.dtype([("state", "i8"), ("generation", "u8"), ("owner_pid", "i8"), ("fd", "i8"),
+                       ("name", "S32")])
 assert STATE_SLOT.itemsize == 64
 SLOT_FREE, SLOT_ACTIVE, SLOT_CLOSING = 0, 1, 2
 STATE_SLOT_NAME_BYTES = STATE_SLOT.fields["name"][0].itemsize
 
 
-def broker_state_bytes(session_slots: int, waiter_slots: int) -> tuple[int, int, int, int]:
-    """``(sessions_offset, attach_offset, waiters_offset, total_bytes)`` of a broker state payload."""
+def broker_state_bytes(session_slots: int) -> tuple[int, int, int, int]:
+    """``(sessions_offset, attach_offset, histogram_offset, total_bytes)`` of a broker state payload."""
     sessions = BROKER_STATE.itemsize
     attach = sessions + session_slots * STATE_SLOT.itemsize
-    waiters = attach + session_slots * 8
-    return sessions, attach, waiters, flush_histogram_offset(session_slots, waiter_slots) + FLUSH_HISTOGRAM_BUCKETS * 8
-
-
-def flush_histogram_offset(session_slots: int, waiter_slots: int) -> int:
-    return BROKER_STATE.itemsize + session_slots * (STATE_SLOT.itemsize + 8) + waiter_slots * STATE_SLOT.itemsize
+    histogram = attach + session_slots * 8
+    return sessions, attach, histogram, histogram + FLUSH_HISTOGRAM_BUCKETS * 8
 
 
 def histogram_bucket(latency_us: int) -> int:
@@ -224,12 +229,13 @@ def histogram_percentile_us(counts, q: float) -> float:
     return float(1 << (len(counts) - 1))
 
 
-# Waiter — a consumer's wake-up word (``/hostmq.<hash12>.wait.<id>``, owned by the consumer and
-# registered with every broker it reads from); the dispatcher posts the semaphore of the same name
-# after publishing ``dispatched_pos`` when ``waiting`` is set::
+# Doorbell — one page in a memfd the broker creates (sealed) and passes to every producer it accepts;
+# producers change word 0 and FUTEX_WAKE it after publishing a frame when the writer waits (the flusher
+# does too when a group commit completes). It holds no data: anything a client writes there is only a
+# spurious wake-up for the writer.
 #
-#     +0 waiting i64 (consumer) | +8 reserved (56)
-WAITER_KIND = "waiter"
-WAITER_VERSION = 1
-WAITER = np.dtype({"names": ["waiting"], "formats": ["i8"], "offsets": [0], "itemsize": 64})
-assert WAITER.itemsize == 64
+#     +0 writer_doorbell i64 | +8 reserved (4088)
+DOORBELL_KIND = "doorbell"
+DOORBELL_VERSION = 1
+DOORBELL_BYTES = 4096
+DOORBELL_WRITER_WORD = 0

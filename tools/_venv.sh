@@ -25,3 +25,20 @@ hostmq_venv() {
     fi
     export PATH="$top/.venv/bin:$PATH"
 }
+
+# System programs the tests and the bench compare against (Redis Streams is a peer in every bench
+# table): installed from Debian's packages when missing and we may (root, or sudo without a password).
+hostmq_system_deps() {
+    command -v redis-server >/dev/null 2>&1 && return 0
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || { sudo -n true 2>/dev/null && sudo="sudo -n"; } || {
+        echo "redis-server is missing and cannot be installed here (not root); bench peers will say so" >&2
+        return 0
+    }
+    echo "installing redis-server (Debian package) for the bench peers" >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || {
+        $sudo apt-get update -q >/dev/null 2>&1 &&
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1
+    } || echo "apt-get could not install redis-server" >&2
+    return 0
+}

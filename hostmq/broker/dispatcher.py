@@ -3,8 +3,8 @@
 
 It reads the commitlog through read-only maps up to the ``write_pos`` the writer publishes, appends
 consume-queue and index entries (``ConsumeQueueStore``, vectorised), then publishes
-``dispatched_pos`` and bumps ``dispatch_seq`` in the broker state, and posts the semaphore of every
-registered waiter (a consumer's wake-up word, ``records.WAITER``) whose ``waiting`` flag is set.
+``dispatched_pos``, bumps ``dispatch_seq`` in the broker state and wakes every consumer sleeping on
+that word's futex (consumers map the state read-only; they register nothing with the broker).
 
 Files it writes: every consume-queue and index file (creates, appends, flushes, deletes those behind
 the commitlog's first file); words: the dispatcher line of the broker state.
@@ -21,14 +21,12 @@ import os
 import time
 
 from .. import records as R
-from ..errors import SegmentError
-from ..shm.segment import Segment
-from ..shm.signal import Flag, Signal, notify_if_waiting, wait_for
+from ..shm.signal import wait_for
 from ..store.commitlog import CommitLog
 from ..store.consume_queue_store import ConsumeQueueStore
 from ..store.message_store import delay_levels_ms
 from .runtime import BrokerRuntime
-from .state import W_COMMITTED_POS, W_DISPATCHED_POS, W_WAITERS_VERSION, W_WRITE_POS, BrokerState
+from .state import W_COMMITTED_POS, W_DISPATCHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +45,12 @@ class Dispatcher:
         self.spin_s = cfg.broker.dispatcher_spin_s
         self.flush_interval_s = cfg.store.flush_cq_interval_ms / 1000
         self.state = BrokerState.attach(rt.state_name)
-        self.signal = Signal.open(rt.dispatch_signal)
         self.cl = CommitLog(rt.store_dir, self.state.commitlog_file_bytes, writable=False,
                             advice=cfg.store.commitlog_advice,
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.mfq.refresh()
         self.cqs = ConsumeQueueStore(rt.store_dir, cfg.store, self.cl)
         self._recover()
-        self.waiters: dict[int, tuple[int, Segment, Flag, Signal]] = {}
-        self._waiters_seen = -1
         self._cl_min = self.cl.min_offset()
         self._next_flush_s = time.monotonic() + self.flush_interval_s
         self.state.set("dispatcher_pid", os.getpid())
@@ -71,8 +66,6 @@ class Dispatcher:
     def run_once(self) -> int:
         """Dispatch what the writer published since last time; returns the records dispatched."""
         w = self.state.w
-        if w[W_WAITERS_VERSION] != self._waiters_seen:
-            self._sync_waiters()
         end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])     # published and in the files
         start = self.cqs.dispatched_phys
         if end <= start:
@@ -86,60 +79,16 @@ class Dispatcher:
             w[W_DISPATCHED_POS] = self.cqs.dispatched_phys        # publish: entries are complete below it
             w[W_RECORDS] += n
             w[W_SEQ] += 1
-            self._wake_waiters()
+            # Consumers cannot tell us they wait (their mapping is read-only): always wake. A
+            # FUTEX_WAKE nobody sleeps on costs about a microsecond, once per publish.
+            self.state.dispatch_seq_word.wake()
         return n
-
-    def _wake_waiters(self) -> None:
-        for _, _, flag, sig in self.waiters.values():
-            notify_if_waiting(flag, sig)
 
     def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
         w = self.state.w
-        return wait_for(lambda: min(w[W_WRITE_POS], w[W_COMMITTED_POS]) != self.cqs.dispatched_phys or
-                        w[W_WAITERS_VERSION] != self._waiters_seen,
-                        self.signal, time.monotonic() + timeout_s, flag=self.state.dispatcher_waiting,
-                        spin_s=self.spin_s, stop=stop)
-
-    # -- waiters --------------------------------------------------------------------------------------
-    def _sync_waiters(self) -> None:
-        st = self.state
-        self._waiters_seen = st.w[W_WAITERS_VERSION]
-        active = {}
-        for slot in st.active_slots("waiters"):
-            state, gen, _, name = st.slot("waiters", slot)
-            if state == R.SLOT_ACTIVE:
-                active[slot] = (gen, name)
-        for slot in list(self.waiters):
-            gen = self.waiters[slot][0]
-            if active.get(slot, (None,))[0] != gen:
-                self._drop_waiter(slot)
-        for slot, (gen, name) in active.items():
-            if slot not in self.waiters:
-                self._add_waiter(slot, gen, name)
-
-    def _add_waiter(self, slot: int, gen: int, name: str) -> None:
-        try:
-            seg = Segment.attach(name, R.WAITER_KIND, R.WAITER_VERSION, readonly=True)
-        except SegmentError as e:
-            log.debug("dispatcher: waiter %s: %s", name, e)
-            return
-        try:
-            sig = Signal.open(name)
-        except SegmentError:
-            seg.close()
-            return
-        if seg.generation != gen:
-            seg.close()
-            sig.close()
-            return
-        flag = Flag(seg.buf[:R.WAITER.itemsize].cast("q"), 0)
-        self.waiters[slot] = (gen, seg, flag, sig)
-
-    def _drop_waiter(self, slot: int) -> None:
-        _, seg, flag, sig = self.waiters.pop(slot)
-        flag._words.release()
-        seg.close()
-        sig.close()
+        return wait_for(lambda: min(w[W_WRITE_POS], w[W_COMMITTED_POS]) != self.cqs.dispatched_phys,
+                        self.state.dispatch_wake, time.monotonic() + timeout_s,
+                        flag=self.state.dispatcher_waiting, spin_s=self.spin_s, stop=stop)
 
     # -- housekeeping ---------------------------------------------------------------------------------
     def housekeeping(self, now_s: float) -> None:
@@ -162,11 +111,8 @@ class Dispatcher:
         self.state.w[W_CQ_FLUSHED] = upto
 
     def close(self) -> None:
-        for slot in list(self.waiters):
-            self._drop_waiter(slot)
         self.cqs.close()
         self.cl.close()
-        self.signal.close()
         self.state.close()
 
 

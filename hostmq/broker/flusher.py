@@ -3,9 +3,9 @@
 
 ASYNC_FLUSH: every ``flush_interval_ms`` it flushes if at least ``flush_least_pages`` pages are dirty,
 and everything every ``flush_thorough_interval_ms`` (``store.flush.async_flush_pages``).
-SYNC_FLUSH (group commit): the writer raises ``flush_request_pos`` and posts the flush signal; one
-``fdatasync`` covers every record written so far, then ``flushed_pos`` is published and the writer is
-woken to acknowledge everyone the flush covered.
+SYNC_FLUSH (group commit): the writer raises ``flush_request_pos`` and wakes the flusher (futex
+``flush_wake``); one ``fdatasync`` covers every record written so far, then ``flushed_pos`` is published
+and the writer is woken (the broker's doorbell) to acknowledge everyone the flush covered.
 
 Files and words it writes: ``store/checkpoint`` (every ``flush_cq_interval_ms`` and at stop) and
 the flusher line of the broker state. It never writes commitlog bytes: ``fdatasync`` on a read-only
@@ -22,12 +22,12 @@ import os
 import time
 
 from .. import records as R
-from ..shm.signal import Signal, notify_if_waiting, wait_for
+from ..shm.signal import notify_if_waiting, wait_for
 from ..store.checkpoint import StoreCheckpoint
 from ..store.flush import AsyncFlushState, async_flush_pages
 from ..store.mapped_file import PAGE_BYTES, file_name
 from .runtime import BrokerRuntime
-from .state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState
+from .state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, open_doorbell
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,7 @@ class Flusher:
         self.cfg = rt.config.store
         self.state = BrokerState.attach(rt.state_name)
         self.sync = self.state.sync_flush
-        self.signal = Signal.open(rt.flush_signal)
-        self.writer_signal = Signal.open(rt.writer_signal)
+        self.doorbell_segment, self.doorbell = open_doorbell(self.state)
         self.directory = os.path.join(rt.store_dir, "commitlog")
         self.file_bytes = self.state.commitlog_file_bytes
         self.checkpoint = StoreCheckpoint(os.path.join(rt.store_dir, "checkpoint"))
@@ -86,7 +85,7 @@ class Flusher:
         took_us = int((time.perf_counter() - t0) * 1e6)
         w[_W["flush_latency_us"]] = took_us
         self.state.flush_histogram[R.histogram_bucket(took_us)] += 1
-        notify_if_waiting(self.state.writer_waiting, self.writer_signal)
+        notify_if_waiting(self.state.writer_waiting, self.doorbell)
         return end
 
     def run_once(self, now_s: float) -> bool:
@@ -135,15 +134,15 @@ class Flusher:
             ready = lambda: False                                          # noqa: E731 - a timer
             spin = 0.0
         timeout = IDLE_WAKE_S if self.sync else self.cfg.flush_interval_ms / 1000
-        return wait_for(ready, self.signal, time.monotonic() + timeout, flag=self.state.flusher_waiting,
+        return wait_for(ready, self.state.flush_wake, time.monotonic() + timeout, flag=self.state.flusher_waiting,
                         spin_s=spin, stop=stop)
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        self.signal.close()
-        self.writer_signal.close()
+        self.doorbell = None
+        self.doorbell_segment.close()
         self.state.close()
 
 

@@ -4,12 +4,12 @@ the writer, dispatcher and flusher it spawns.
 
 Names (``root.shm_name``: ``/hostmq.<hash12 of root + broker name>.<kind>.<n>``)::
 
-    state.0     broker state segment (records.BROKER_STATE) and its semaphore (unused)
-    writer.0    semaphore: wakes the writer (producers after publishing a frame, the flusher)
-    dispatch.0  semaphore: wakes the dispatcher (the writer after publishing write_pos)
-    flush.0     semaphore: wakes the flusher (the writer when a SYNC_FLUSH batch waits)
-    ring.<id>   a producer's ingress ring + its completion semaphore (created by the producer)
-    wait.<id>   a consumer's wake-up word + semaphore (created by the consumer)
+    state.0     broker state segment (records.BROKER_STATE)
+    pool.<n>    transient store pool buffers (created by the broker, written by its writer)
+
+Wake-ups are futex words (``hostmq.shm.futex``) in the state segment and in the broker's doorbell
+memfd; producers' rings are sealed memfds handed over ``session.sock``: neither has a name in
+``/dev/shm``.
 """
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ class BrokerRuntime:
         return ipc_address(self.socket_path)
 
     @property
+    def session_socket_path(self) -> str:
+        return self.paths.broker_session_socket(self.name)
+
+    @property
     def lock_path(self) -> str:
         return self.paths.broker_lock(self.name)
 
@@ -83,18 +87,6 @@ class BrokerRuntime:
     @property
     def state_name(self) -> str:
         return self.shm("state")
-
-    @property
-    def writer_signal(self) -> str:
-        return self.shm("writer")
-
-    @property
-    def dispatch_signal(self) -> str:
-        return self.shm("dispatch")
-
-    @property
-    def flush_signal(self) -> str:
-        return self.shm("flush")
 
     def pool_names(self, count: int) -> list[str]:
         """Transient store pool buffers (created by the broker, written by its writer)."""

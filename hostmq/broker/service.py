@@ -1,6 +1,6 @@
 """The broker's control requests (RocketMQ's processors), served from the broker process's one loop.
 
-Sessions (producers' ingress rings, consumers' wake-up words) are ``sessions.py``, transactions
+Producer sessions are ``session_server.py`` (a Unix socket of their own), transactions
 ``transaction_check.py``. Here: topics (``topics.json``; auto-creation on a producer's first send),
 consumer offsets (``consumerOffset.json``), pulls with long polling (held until the dispatcher's
 ``dispatch_seq`` moves), offsets by time, message view by id, and the runtime info ``hostmq status``
@@ -36,7 +36,6 @@ from . import consumed
 from .consumers import ConsumerTable
 from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
-from .sessions import SessionTables, check_running
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
 from .transaction import HALF_TOPIC, OP_TOPIC
@@ -68,9 +67,10 @@ class _HeldPull:
 class BrokerService:
     """Handlers over the broker's tables; ``on_topics_changed`` re-registers with the NameServers."""
 
-    def __init__(self, rt: BrokerRuntime, state: BrokerState, on_topics_changed=lambda: None) -> None:
+    def __init__(self, rt: BrokerRuntime, state: BrokerState, on_topics_changed=lambda: None, doorbell=None) -> None:
         self.rt = rt
         self.state = state
+        self.doorbell = doorbell            # FutexWord: wakes the writer (it reloads topics)
         self.topics = TopicTable(rt.config_file("topics.json"))
         self.delay_levels = len(delay_levels_ms(rt.config.broker.message_delay_level))
         # The schedule topic holds delay messages, one queue per level (RocketMQ creates it at start).
@@ -88,15 +88,12 @@ class BrokerService:
         self.held: list[_HeldPull] = []
         self._held_seq = -1
         self.consumers = ConsumerTable()
-        self.sessions = SessionTables(rt, state, self.delay_levels)
         self.locks = QueueLocks()
 
     def handlers(self) -> dict:
         c = RequestCode
         return {
-            c.PING: self.ping, c.OPEN_PRODUCER_SESSION: self.sessions.open_session,
-            c.CLOSE_PRODUCER_SESSION: self.sessions.close_session, c.OPEN_WAITER: self.sessions.open_waiter,
-            c.CLOSE_WAITER: self.sessions.close_waiter, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            c.PING: self.ping, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             c.DELETE_TOPIC_IN_BROKER: self.delete_topic, c.AUTO_CREATE_TOPIC: self.auto_create_topic,
             c.GET_ALL_TOPIC_CONFIG: self.all_topics, c.PULL_MESSAGE: self.pull,
             c.QUERY_CONSUMER_OFFSET: self.query_offset, c.UPDATE_CONSUMER_OFFSET: self.update_offset,
@@ -113,13 +110,21 @@ class BrokerService:
         return Reply(fields={"pid": os.getpid(), "broker": self.rt.name,
                              "state": int(self.state.get("broker_state"))})
 
-    # -- sessions (sessions.py) ----------------------------------------------------------------------
+    # -- sessions (session_server.py) ---------------------------------------------------------------
     def _check_running(self) -> None:
-        check_running(self.state, self.rt.name)
+        if self.state.get("broker_state") == R.BROKER_STOPPING:
+            raise NoRouteError(f"broker {self.rt.name} is shutting down")
 
-    def check_sessions(self) -> None:
-        """Close sessions and waiters of dead clients; free rows the writer has let go (timer)."""
-        self.sessions.reap()
+    def session_fields(self) -> dict:
+        """What every producer session's reply carries besides its slot (``session_server``)."""
+        st = self.state
+        return {"state_name": st.name, "state_generation": st.generation, "store_host": st.store_host.hex(),
+                "sync_flush": st.sync_flush, "max_message_bytes": self.rt.config.store.max_message_bytes,
+                "max_properties_bytes": self.rt.config.store.max_properties_bytes,
+                "delay_levels": self.delay_levels}
+
+    def check_clients(self) -> None:
+        """Drop consumers that stopped heartbeating or died (timer)."""
         before = set(self.consumers.clients)
         self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
         for cid in before - set(self.consumers.clients):       # a dead member's queues are free at once
@@ -158,6 +163,8 @@ class BrokerService:
 
     def _topics_changed(self) -> None:
         self.state.bump("topics_version")
+        if self.doorbell is not None:
+            self.doorbell.post()            # the writer reloads its topic table at once
         self.on_topics_changed()
 
     # -- reading --------------------------------------------------------------------------------------
@@ -380,17 +387,14 @@ class BrokerService:
                 mn = reader.min_offset(topic, qid) if reader is not None else 0
                 queues.append({"topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
         return Reply(fields={"broker": self.rt.name, "pid": os.getpid(), "state": st.snapshot(),
-                             "sessions": len(st.active_slots("sessions")),
-                             "waiters": len(st.active_slots("waiters")),
+                             "sessions": len(st.active_slots()),
                              "topics": self.topics.registration(), "queues": queues,
                              "groups": self.offsets.groups(), "clients": len(self.consumers),
                              "transactions": self.transactions.stats()})
 
     def close(self) -> None:
-        """At stop (the children are gone): persist, answer held pulls, and unlink the rings of
-        clients that died since the last session check — nobody else would."""
+        """At stop (the children are gone): persist and answer held pulls."""
         self.transactions.progress.persist()
-        self.sessions.unlink_dead()
         for h in self.held:
             if self.server is not None:
                 self.server.reply(h.token, Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker stopping"))

@@ -1,9 +1,9 @@
-"""The broker state segment: positions, pids, waiting flags and the session / waiter tables that the
-broker's processes share (layout and ownership: ``records.BROKER_STATE``).
+"""The broker state segment: positions, pids, waiting flags, futex words and the session table that
+the broker's processes share (layout and ownership: ``records.BROKER_STATE``).
 
 Created by the broker process (owner) before it starts its children; the writer, dispatcher and
 flusher attach read-write and store only into their own lines; clients attach read-only to watch
-positions (a consumer waits for ``dispatched_pos`` to move) and liveness (``broker_pid``).
+positions (a consumer sleeps on the futex of ``dispatch_seq``) and liveness (``broker_pid``).
 
 Word access is ``state.w[W_WRITE_POS]`` (an aligned native int64, OS_NOTES 14); the hot loops use
 the ``W_*`` constants directly. Tables are numpy views of ``records.STATE_SLOT`` rows.
@@ -18,6 +18,7 @@ import psutil
 
 from .. import records as R
 from ..errors import BrokerBusyError, SegmentError
+from ..shm.futex import FutexWord
 from ..shm.segment import Segment, info_owner_alive
 from ..shm.signal import Flag
 
@@ -30,7 +31,6 @@ W_FLUSHED_POS = _W["flushed_pos"]
 W_BROKER_STATE = _W["broker_state"]
 W_SESSIONS_VERSION = _W["sessions_version"]
 W_TOPICS_VERSION = _W["topics_version"]
-W_WAITERS_VERSION = _W["waiters_version"]
 W_DISPATCH_SEQ = _W["dispatch_seq"]
 W_FLUSH_REQUEST_POS = _W["flush_request_pos"]
 
@@ -44,36 +44,41 @@ class BrokerState:
         self.w = segment.buf[:R.BROKER_STATE.itemsize].cast("q")
         hdr = segment.array(R.BROKER_STATE, count=1)[0]
         self.session_slots = int(hdr["session_slots"])
-        self.waiter_slots = int(hdr["waiter_slots"])
+        self.doorbell_fd = int(hdr["doorbell_fd"])
+        self.broker_pid = int(hdr["broker_pid"])
         self.store_host = bytes(hdr["store_host"]).ljust(8, b"\0")
         self.commitlog_file_bytes = int(hdr["commitlog_file_bytes"])
         self.consume_queue_file_entries = int(hdr["consume_queue_file_entries"])
         self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
         self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
-        sess, attach, waiters, total = R.broker_state_bytes(self.session_slots, self.waiter_slots)
-        if total > segment.size or self.session_slots < 1 or self.waiter_slots < 1:
+        sess, attach, histogram, total = R.broker_state_bytes(self.session_slots)
+        if total > segment.size or self.session_slots < 1:
             raise SegmentError(self.name, "broker state tables do not fit the segment")
         self.sessions = segment.array(R.STATE_SLOT, self.session_slots, sess)
         self.attached = segment.array(np.int64, self.session_slots, attach)
-        self.waiters = segment.array(R.STATE_SLOT, self.waiter_slots, waiters)
-        self.flush_histogram = segment.array(np.int64, R.FLUSH_HISTOGRAM_BUCKETS,
-                                             R.flush_histogram_offset(self.session_slots, self.waiter_slots))
+        self.flush_histogram = segment.array(np.int64, R.FLUSH_HISTOGRAM_BUCKETS, histogram)
         self.writer_waiting = Flag(self.w, _W["writer_waiting"])
         self.dispatcher_waiting = Flag(self.w, _W["dispatcher_waiting"])
         self.flusher_waiting = Flag(self.w, _W["flusher_waiting"])
+        words = segment.array(np.int64, R.BROKER_STATE.itemsize // 8)
+        # Futex words (hostmq.shm.futex): the writer wakes dispatcher and flusher through its own words;
+        # consumers sleep on dispatch_seq, which the dispatcher changes with every publish.
+        self.dispatch_wake = FutexWord(words, _W["dispatch_wake"])
+        self.flush_wake = FutexWord(words, _W["flush_wake"])
+        self.dispatch_seq_word = FutexWord(words, W_DISPATCH_SEQ)
 
     @classmethod
     def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
-               index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int, session_slots: int = R.DEFAULT_SESSION_SLOTS,
-               waiter_slots: int = R.DEFAULT_WAITER_SLOTS) -> "BrokerState":
+               index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int,
+               session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1) -> "BrokerState":
         """Create the segment (this process owns it) with every position at ``start_pos``."""
-        *_, total = R.broker_state_bytes(session_slots, waiter_slots)
+        *_, total = R.broker_state_bytes(session_slots)
 
         def init(seg: Segment) -> None:
             h = seg.array(R.BROKER_STATE, count=1)
             h[0]["flush_disk_type"] = R.FLUSH_SYNC if sync_flush else R.FLUSH_ASYNC
             h[0]["session_slots"] = session_slots
-            h[0]["waiter_slots"] = waiter_slots
+            h[0]["doorbell_fd"] = doorbell_fd
             h[0]["broker_pid"] = os.getpid()
             h[0]["store_host"] = store_host
             h[0]["commitlog_file_bytes"] = commitlog_file_bytes
@@ -152,49 +157,48 @@ class BrokerState:
         d = w[W_DISPATCHED_POS]
         return min(d, w[W_FLUSHED_POS]) if self.sync_flush else d
 
-    # -- the session and waiter tables (written by the broker's control loop) -------------------------
-    def open_slot(self, table: str, name: str, generation: int, owner_pid: int) -> int:
-        """Record a client segment in a free row of ``table`` ("sessions" or "waiters"); its index.
+    # -- the session table (written by the broker's session server) ------------------------------------
+    def open_slot(self, name: str, generation: int, owner_pid: int, fd: int) -> int:
+        """Record a producer's ring (held as descriptor ``fd`` by the broker) in a free row; its index.
 
-        A session row is reusable only once the writer has detached from its last ring.
+        A row is reusable only once the writer has detached from its last ring.
         """
-        rows = self.sessions if table == "sessions" else self.waiters
-        raw = name.encode("ascii")
-        if len(raw) > R.STATE_SLOT_NAME_BYTES:
-            raise SegmentError(name, f"name longer than {R.STATE_SLOT_NAME_BYTES} bytes")
-        free = rows["state"] == R.SLOT_FREE
-        if table == "sessions":
-            free &= self.attached == 0
+        rows = self.sessions
+        raw = name.encode("ascii", "replace")[:R.STATE_SLOT_NAME_BYTES]
+        free = (rows["state"] == R.SLOT_FREE) & (self.attached == 0)
         idx = np.flatnonzero(free)
         if not len(idx):
-            raise BrokerBusyError(f"all {len(rows)} {table} slots of this broker are in use")
+            raise BrokerBusyError(f"all {len(rows)} producer session slots of this broker are in use")
         i = int(idx[0])
         rows[i]["name"] = raw
         rows[i]["generation"] = generation
         rows[i]["owner_pid"] = owner_pid
+        rows[i]["fd"] = fd
         rows[i]["state"] = R.SLOT_ACTIVE        # last: the row is complete when a reader sees ACTIVE
-        self.bump("sessions_version" if table == "sessions" else "waiters_version")
+        self.bump("sessions_version")
         return i
 
-    def set_slot_state(self, table: str, slot: int, state: int) -> None:
-        rows = self.sessions if table == "sessions" else self.waiters
-        rows[slot]["state"] = state
-        self.bump("sessions_version" if table == "sessions" else "waiters_version")
+    def set_slot_state(self, slot: int, state: int) -> None:
+        self.sessions[slot]["state"] = state
+        self.bump("sessions_version")
 
-    def slot(self, table: str, slot: int) -> tuple[int, int, int, str]:
-        """``(state, generation, owner_pid, name)`` of one row."""
-        r = (self.sessions if table == "sessions" else self.waiters)[slot]
-        return int(r["state"]), int(r["generation"]), int(r["owner_pid"]), bytes(r["name"]).decode("ascii", "replace")
+    def slot(self, slot: int) -> tuple[int, int, int, int, str]:
+        """``(state, generation, owner_pid, fd, name)`` of one row."""
+        r = self.sessions[slot]
+        return (int(r["state"]), int(r["generation"]), int(r["owner_pid"]), int(r["fd"]),
+                bytes(r["name"]).decode("ascii", "replace"))
 
-    def active_slots(self, table: str) -> list[int]:
-        rows = self.sessions if table == "sessions" else self.waiters
-        return np.flatnonzero(rows["state"] != R.SLOT_FREE).tolist()
+    def active_slots(self) -> list[int]:
+        return np.flatnonzero(self.sessions["state"] != R.SLOT_FREE).tolist()
 
     # -- life -------------------------------------------------------------------------------------------
     def close(self) -> None:
         if self.segment.closed:
             return
-        self.sessions = self.waiters = self.attached = self.flush_histogram = None
+        self.sessions = self.attached = self.flush_histogram = None
+        self.dispatch_wake = self.flush_wake = self.dispatch_seq_word = None
+        for f in (self.writer_waiting, self.dispatcher_waiting, self.flusher_waiting):
+            f.release()
         self.w.release()
         self.segment.close()
 
@@ -209,3 +213,18 @@ def pid_alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def open_broker_fd(broker_pid: int, fd: int) -> int:
+    """A descriptor of what the broker process holds as ``fd`` (a producer's ring, the doorbell)."""
+    return os.open(f"/proc/{broker_pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+
+
+def open_doorbell(state: BrokerState) -> tuple[Segment, FutexWord]:
+    """Map the broker's doorbell memfd; the writer sleeps on its word, the flusher rings it."""
+    fd = open_broker_fd(state.broker_pid, state.doorbell_fd)
+    try:
+        seg = Segment.from_fd(fd, R.DOORBELL_KIND, R.DOORBELL_VERSION, name="doorbell")
+    finally:
+        os.close(fd)
+    return seg, FutexWord(seg.array(np.int64, 1), R.DOORBELL_WRITER_WORD)

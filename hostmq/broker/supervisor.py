@@ -9,15 +9,17 @@ Start-up, in this order (OS_NOTES 3):
 3. open the store with ``MessageStore`` — normal or abnormal recovery (``store.recovery``) — and
    close it cleanly, so every structure is consistent; then hold ``store/lock`` for the whole run
    and create ``store/abort`` (found at the next start ⇒ this run died ⇒ abnormal recovery);
-4. create the broker state segment (``state.py``) and the writer / dispatch / flush semaphores;
+4. create the doorbell (a sealed memfd producers ring to wake the writer) and the broker state
+   segment (``state.py``; wake-ups are futex words in it);
 5. spawn the children (``process.Supervisor``: restarted with backoff when they die, killed by the
-   kernel when this process dies); bind the control socket; once the children have reported in,
-   mark the broker RUNNING and register with every NameServer.
+   kernel when this process dies); bind the control socket and the session socket
+   (``session_server``); once the children have reported in, mark the broker RUNNING and register with
+   every NameServer.
 
 Stop (SIGTERM / SIGINT): STOPPING (no new sessions), unregister from the NameServers, stop the
 children in order scheduler → writer → dispatcher → flusher (each drains, then the flusher writes
-the final checkpoint), persist offsets; remove ``abort`` only if all stopped cleanly; unlink the state
-segment and semaphores, close the socket.
+the final checkpoint), persist offsets; remove ``abort`` only if all stopped cleanly; end the
+producer sessions, unlink the state segment, close the sockets.
 """
 from __future__ import annotations
 
@@ -27,18 +29,21 @@ import os
 import threading
 import time
 
+import numpy as np
+
 from .. import records as R
 from ..errors import ConnectError, StoreLockedError
 from ..process import Child, Supervisor, sd_notify
 from ..root import shm_name
-from ..shm.segment import reclaim_stale, shm_free_bytes, unlink_segment
+from ..shm.futex import FutexWord
+from ..shm.segment import Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.transient_pool import TransientStorePool
-from ..shm.signal import Signal
 from ..store.message_store import MessageStore
 from ..transport import Server
 from .registration import NamesrvLink
 from .runtime import BrokerRuntime
 from .service import BrokerService
+from .session_server import SessionServer
 from .state import BrokerState
 
 log = logging.getLogger(__name__)
@@ -70,7 +75,8 @@ class Broker:
     def __init__(self, rt: BrokerRuntime) -> None:
         self.rt = rt
         self.state: BrokerState | None = None
-        self.signals: list[Signal] = []
+        self.doorbell: Segment | None = None
+        self.sessions: SessionServer | None = None
         self.children: Supervisor | None = None
         self.server: Server | None = None
         self.service: BrokerService | None = None
@@ -111,6 +117,8 @@ class Broker:
         with open(abort, "wb") as f:
             os.fsync(f.fileno())
         b = rt.config.broker
+        self.doorbell = Segment.create_memfd("doorbell", R.DOORBELL_BYTES, R.DOORBELL_KIND, R.DOORBELL_VERSION)
+        doorbell_word = FutexWord(self.doorbell.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
         self.state = BrokerState.create(rt.state_name, store_host=store_host,
                                         commitlog_file_bytes=rt.config.store.commitlog_file_bytes,
                                         consume_queue_file_entries=rt.config.store.consume_queue_file_entries,
@@ -118,20 +126,21 @@ class Broker:
                                         index_entries=rt.config.store.index_entries,
                                         sync_flush=rt.config.store.flush_disk_type == "SYNC_FLUSH",
                                         start_pos=end, last_store_ts_ms=last_ts,
-                                        session_slots=b.session_slots, waiter_slots=b.waiter_slots)
+                                        session_slots=b.session_slots, doorbell_fd=self.doorbell.fd)
         self._create_pool()
-        self.signals = [Signal.create(n, replace=True) for n in (rt.writer_signal, rt.dispatch_signal,
-                                                                   rt.flush_signal)]
-        self.service = BrokerService(rt, self.state, on_topics_changed=self.register)
+        self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
+        self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)
         self.children = Supervisor([Child(name, target, rt) for name, target in CHILDREN])
         self.children.start()
         self.server = Server(rt.address, self.service.handlers(), name=f"broker {rt.name}")
         self.service.server = self.server
         self.server.bind()
+        self.sessions.bind()
+        self.sessions.start()
         self._await_children()
         self.state.set("broker_state", R.BROKER_RUNNING)
         self.server.add_timer(SUPERVISE_INTERVAL_S, self.supervise)
-        self.server.add_timer(SESSION_CHECK_INTERVAL_S, self.service.check_sessions)
+        self.server.add_timer(SESSION_CHECK_INTERVAL_S, self.service.check_clients)
         if self.rt.config.store.madvise_dontneed_consumed:
             self.server.add_timer(self.rt.config.store.consumed_check_interval_s, self.service.check_consumed)
         self.server.add_timer(LONG_POLL_CHECK_S, self.service.check_held)
@@ -205,12 +214,13 @@ class Broker:
                 log.warning("broker %s: positions disagree at stop (%s); next start recovers", self.rt.name, w)
         elif codes:
             log.warning("broker %s: children exited with %s; next start runs abnormal recovery", self.rt.name, codes)
+        if self.sessions is not None:
+            self.sessions.close()
         if self.server is not None:
             self.server.close()
         self.link.close()
-        for s in self.signals:
-            s.close()
-            s.unlink()
+        if self.doorbell is not None:
+            self.doorbell.close()
         for name in self.pool_names:
             unlink_segment(name)
         if st is not None:

@@ -1,9 +1,12 @@
 """Checking what a producer put in its ingress ring before any of it reaches the commitlog (pure).
 
 The writer trusts nothing in a frame: a record that is torn, lies about its lengths, fails its body
-CRC, is larger than the broker allows, or names another topic or queue than the rest of its batch
-is refused (the whole frame, nothing stored) — a bad record in the commitlog would make crash
-recovery cut the log there and lose everything after it.
+CRC, is larger than the broker allows, carries properties no decoder accepts (``records.check_properties``:
+UTF-8, ``name\x01value\x02`` pairs, well-formed system properties), or names another topic or queue
+than the rest of its batch is refused (the whole frame, nothing stored) — a bad record in the
+commitlog would make crash recovery cut the log there and lose everything after it, and one with bad
+properties would stall every filtered consumer of its queue. The payload given here is the writer's
+private copy of the ring bytes (``IngressRing.frames``): what was checked is what gets appended.
 
 :func:`frame_records` is the writer's hot path for batches: record starts are found with one
 vectorised check when the records have equal sizes (the usual batch), header fields of all records
@@ -92,9 +95,13 @@ def frame_records(payload, count: int, max_body_bytes: int, max_props_bytes: int
         raise ValidationError(f"record {_first(ppos + 2 + plen != starts + sizes)}: lengths do not add up")
     if (plen > max_props_bytes).any():
         raise ValidationError(f"record {_first(plen > max_props_bytes)}: properties over {max_props_bytes} bytes")
-    ends_ok = (plen == 0) | (u8[starts + sizes - 1] == 2)
-    if not ends_ok.all():
-        raise ValidationError(f"record {_first(~ends_ok)}: properties do not end with \\x02")
+    bad = R.check_properties_many(u8, ppos + 2, plen)
+    if bad >= 0:
+        p0 = int(ppos[bad]) + 2
+        try:
+            R.check_properties(bytes(payload[p0:p0 + int(plen[bad])]))
+        except ValidationError as e:
+            raise ValidationError(f"record {bad}: {e}") from None
     t0, tl0 = int(tpos[0]) + 1, int(tlen[0])
     topic_b = bytes(payload[t0:t0 + tl0])
     qid = hdr["queue_id"]
@@ -138,9 +145,14 @@ def single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[b
         raise ValidationError(f"record 0: body of {blen} bytes is empty or over {max_body_bytes} bytes")
     tpos = _HDR + blen
     tlen = payload[tpos]
-    plen = _U16.unpack_from(payload, tpos + 1 + tlen)[0]
+    ppos = tpos + 1 + tlen + 2
+    plen = _U16.unpack_from(payload, ppos - 2)[0]
     if plen > max_props_bytes:
         raise ValidationError(f"record 0: properties over {max_props_bytes} bytes")
+    try:
+        R.check_properties(payload[ppos:ppos + plen])
+    except ValidationError as e:
+        raise ValidationError(f"record 0: {e}") from None
     # The topic is not checked here: the writer looks it up in its topic table, which holds only
     # valid names, and refuses the frame if it is not there.
     topic_b = bytes(payload[tpos + 1:tpos + 1 + tlen])

@@ -1,9 +1,11 @@
 """The writer process: the only appender of the commitlog (DESIGN §2, §5).
 
-It serves every producer session of its broker: it drains each ingress ring in batches, validates
-every record (``validate``), appends the records, writes one completion per frame into the ring
-and wakes the producer. It publishes ``write_pos`` in the broker state after each batch and wakes
-the dispatcher. Under SYNC_FLUSH a batch's completions are published only once the flusher has
+It serves every producer session of its broker: it drains each ingress ring in batches — copying
+the frames out of the ring first, so a producer cannot change what was checked — validates every
+record (``validate``), appends the records, writes one completion per frame into the ring and wakes
+the producer. It publishes ``write_pos`` in the broker state after each batch and wakes the
+dispatcher. Rings are producers' sealed memfds; the writer opens the broker's descriptor of each
+(``/proc/BROKER_PID/fd/FD``, the session table says which) and sleeps on the broker's doorbell. Under SYNC_FLUSH a batch's completions are published only once the flusher has
 made the commitlog durable past it (group commit), or with FLUSH_DISK_TIMEOUT after
 ``sync_flush_timeout_ms``.
 
@@ -39,7 +41,7 @@ import numpy as np
 from .. import records as R
 from ..errors import RingCorruptError, SegmentError, ValidationError
 from ..shm.ring import IngressRing
-from ..shm.signal import Signal, notify_if_waiting, wait_for
+from ..shm.signal import notify_if_waiting, wait_for
 from ..store import cleanup
 from ..store.commitlog import CommitLog
 from ..store.message_store import delay_levels_ms
@@ -47,7 +49,7 @@ from ..store.readonly import queue_offsets_table
 from ..store.transient_pool import TransientStorePool, salvage
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
-                    BrokerState)
+                    BrokerState, open_broker_fd, open_doorbell)
 from .topics import TopicTable, topics_path
 from .validate import frame_records, single_record
 
@@ -67,7 +69,6 @@ class _Attached(NamedTuple):
     slot: int
     generation: int
     ring: IngressRing
-    signal: Signal          # the producer's completion signal (same name as the ring)
 
 
 class _Pending(NamedTuple):
@@ -117,9 +118,7 @@ class Writer:
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.on_commit = self._committed
         self.cl.mfq.load()
-        self.signal = Signal.open(rt.writer_signal)
-        self.dispatch_signal = Signal.open(rt.dispatch_signal)
-        self.flush_signal = Signal.open(rt.flush_signal)
+        self.doorbell_segment, self.doorbell = open_doorbell(st)
         self.topics = TopicTable(topics_path(rt.config_dir))
         self._queues: dict[bytes, int] = {}
         self._topics_seen = -1
@@ -170,7 +169,7 @@ class Writer:
     def _committed(self, phys_end: int) -> None:
         """The commit step moved appended bytes to the file: readers may have them."""
         self.state.w[W_COMMITTED_POS] = phys_end
-        notify_if_waiting(self.state.dispatcher_waiting, self.dispatch_signal)
+        notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
 
     def commit_due(self, now_s: float) -> None:
         """Commit everything appended at least every ``commit_interval_ms`` (RocketMQ
@@ -211,9 +210,9 @@ class Writer:
     def _sync_sessions(self) -> None:
         st = self.state
         self._sessions_seen = st.w[W_SESSIONS_VERSION]
-        slots = set(st.active_slots("sessions")) | set(self.rings) | set(np.flatnonzero(st.attached).tolist())
+        slots = set(st.active_slots()) | set(self.rings) | set(np.flatnonzero(st.attached).tolist())
         for slot in sorted(slots):
-            state, gen, _, _ = st.slot("sessions", slot)
+            state, gen, *_ = st.slot(slot)
             a = self.rings.get(slot)
             if state == R.SLOT_ACTIVE:
                 if a is not None and a.generation != gen:
@@ -230,25 +229,29 @@ class Writer:
 
     def _attach(self, slot: int, gen: int) -> None:
         st = self.state
-        _, _, _, name = st.slot("sessions", slot)
+        _, _, _, fd, name = st.slot(slot)
         try:
-            ring = IngressRing.attach(name)
+            own = open_broker_fd(st.broker_pid, fd)
+        except OSError as e:                # the session ended meanwhile (the broker closed fd)
+            log.debug("writer: session %d (%s) is gone: %s", slot, name, e)
+            st.attached[slot] = 0
+            return
+        try:
+            ring = IngressRing.from_fd(own, name)
+            ring._check_journal()
         except (SegmentError, RingCorruptError) as e:
             log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
             st.attached[slot] = 0
             return
+        finally:
+            os.close(own)
         if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES:
             log.warning("writer: session %d: ring %s is not the one registered", slot, name)
             ring.close()
             st.attached[slot] = 0
             return
-        try:
-            sig = Signal.open(name)
-        except SegmentError:
-            ring.close()
-            st.attached[slot] = 0
-            return
-        a = _Attached(slot, gen, ring, sig)
+        ring.writer_waiting.clear()     # a previous writer may have died while blocked
+        a = _Attached(slot, gen, ring)
         self.rings[slot] = a
         st.attached[slot] = gen
         self._rebuild_lists()
@@ -267,7 +270,6 @@ class Writer:
     def _detach(self, a: _Attached, keep_attached: bool = False) -> None:
         self.rings.pop(a.slot, None)
         a.ring.close()
-        a.signal.close()
         if not keep_attached:
             self.state.attached[a.slot] = 0
         self.pending = deque(p for p in self.pending if p.slot != a.slot)
@@ -312,7 +314,7 @@ class Writer:
         except RingCorruptError as e:
             log.warning("writer: dropping session %d: %s", a.slot, e)
             ring.mark_dropped()
-            notify_if_waiting(ring.producer_waiting, a.signal)
+            notify_if_waiting(ring.producer_waiting, ring.completion_word)
             self._detach(a, keep_attached=False)
             return 0
         n = len(frames)
@@ -347,7 +349,7 @@ class Writer:
         else:
             self._complete(a, ring.staged_position, ring.handed_position)
         if appended:
-            notify_if_waiting(self.state.dispatcher_waiting, self.dispatch_signal)
+            notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
         return n
 
     def _append_frames(self, frames) -> tuple[list[tuple], int]:
@@ -389,14 +391,14 @@ class Writer:
         ring = a.ring
         ring.publish_completions(cw_end)
         ring.release_to(data_end)
-        notify_if_waiting(ring.producer_waiting, a.signal)
+        notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)
 
     def _add_pending(self, a: _Attached, cw_start: int, cw_end: int, data_end: int, phys_end: int) -> None:
         self.pending.append(_Pending(a.slot, a.generation, cw_start, cw_end, data_end, phys_end, time.monotonic()))
         w = self.state.w
         if phys_end > w[W_FLUSH_REQ]:
             w[W_FLUSH_REQ] = phys_end
-        notify_if_waiting(self.state.flusher_waiting, self.flush_signal)
+        notify_if_waiting(self.state.flusher_waiting, self.state.flush_wake)
 
     def _publish_synced(self, now_s: float) -> None:
         flushed = self.state.w[W_FLUSHED_POS]
@@ -435,7 +437,7 @@ class Writer:
         # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
         # then, and only the configured minimum when the writer has been idle (OS_NOTES 15).
         spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
-        return wait_for(self._ready, self.signal, deadline, flag=self._flags, spin_s=spin, stop=stop)
+        return wait_for(self._ready, self.doorbell, deadline, flag=self._flags, spin_s=spin, stop=stop)
 
     def housekeeping(self, now_s: float) -> None:
         self.state.w[W_HEARTBEAT] = int(time.time() * 1000)
@@ -478,14 +480,13 @@ class Writer:
     def close(self) -> None:
         for a in list(self.rings.values()):
             a.ring.close()
-            a.signal.close()
         self.rings.clear()
         self._serving, self._flags = [], []
         self.cl.close()
         if self.pool is not None:
             self.pool.close()
-        for s in (self.signal, self.dispatch_signal, self.flush_signal):
-            s.close()
+        self.doorbell = None
+        self.doorbell_segment.close()
         self.state.close()
 
 

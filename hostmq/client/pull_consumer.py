@@ -4,8 +4,9 @@
 read-only maps (``broker_view``), never over a socket. Positions start at the group's committed
 offset (kept by the broker), else where ``consume_from`` says (a new group with LAST_OFFSET starts at
 the end and does not replay history). ``poll`` waits for new messages without busy-spinning: a short
-spin on the brokers' ``dispatch_seq`` words, then the consumer's wake-up semaphore, which the
-dispatchers post (``waiter``). Offsets are committed to the broker by ``commit`` (and every
+spin on the brokers' ``dispatch_seq`` words, then a sleep on all of their futexes at once
+(``futex_waitv``), which each dispatcher wakes after publishing — nothing is registered with the
+brokers. Offsets are committed to the broker by ``commit`` (and every
 ``auto_commit_interval_s`` and at ``close`` with ``auto_commit``).
 
 Queues are either assigned (``assign``) or group-managed (``subscribe``: the group's members share
@@ -28,6 +29,7 @@ from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..root import shm_name
 from ..shm.segment import SHM_DIR
 from ..store.reader import GetStatus, MessageBatch
+from ..shm.signal import wait_for
 from .broker_view import BrokerView
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
@@ -35,7 +37,6 @@ from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
 from .rebalance import Strategy
 from .sql92 import SQL
 from .instance import ClientInstance
-from .waiter import ArrivalWaiter
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ class PullConsumer:
         self.spin_s = spin_s
         self.instance = ClientInstance(root, timeout_s=timeout_s)
         self.root = self.instance.root
-        self.waiter = ArrivalWaiter(self.root)
         self.views: dict[str, BrokerView] = {}
         self.positions: dict[MessageQueue, int] = {}
         self.expression = "*"
@@ -170,11 +170,6 @@ class PullConsumer:
         if v is None:
             v = self.views[broker] = BrokerView(self.root, broker)
             self._reset_seen[broker] = v.offsets_reset_version()     # resets before we came are in the offsets
-            if v.live:
-                try:
-                    self.waiter.register(self.instance, broker, self.instance.broker_address(broker))
-                except HostMQError as e:
-                    log.warning("cannot register for wake-ups with %s (polls will spin less cheaply): %s", broker, e)
         return v
 
     def _initial_offset(self, mq: MessageQueue) -> int:
@@ -297,7 +292,12 @@ class PullConsumer:
     def _wait(self, seqs: dict[str, int], deadline: float) -> None:
         views = self.views
         end = min(deadline, time.monotonic() + STALE_CHECK_S)
-        self.waiter.wait(lambda: any(v.dispatch_seq() != seqs.get(n) for n, v in views.items()), end, self.spin_s)
+        words = [v.state.dispatch_seq_word for v in views.values() if v.state is not None]
+        if not words:           # no broker running: nothing can wake us before the stale check
+            time.sleep(max(0.0, end - time.monotonic()))
+            return
+        wait_for(lambda: any(v.dispatch_seq() != seqs.get(n) for n, v in views.items()), words, end,
+                 spin_s=self.spin_s)
 
     def _refresh_stale(self) -> None:
         """Rebuild views of brokers that restarted (or started) since they were made."""
@@ -308,7 +308,6 @@ class PullConsumer:
         for name, v in list(self.views.items()):
             if v.stale() or (not v.live and _broker_running(self.root, name)):
                 log.info("broker %s restarted; reopening its store view", name)
-                self.waiter.registrations.pop(name, None)
                 v.close()
                 del self.views[name]
                 self._view(name)
@@ -415,7 +414,6 @@ class PullConsumer:
         self.closed = True
         if self.member is not None:
             self.member.leave()
-        self.waiter.close(self.instance)
         for v in self.views.values():
             v.close()
         self.views.clear()

@@ -1,20 +1,22 @@
-"""A producer's session with one broker: its own ingress ring and completion signal (DESIGN §2).
+"""A producer's session with one broker: its own ingress ring (DESIGN §2).
 
-The producer creates (and owns) the ring segment ``/hostmq.<hash12>.ring.<pid>-<n>`` and a semaphore
-of the same name, registers both with the broker (OPEN_PRODUCER_SESSION), and from then on talks to
-the writer through shared memory only: it publishes frames (one encoded record, or a batch) and
-posts the broker's writer signal if the writer sleeps; the writer answers each frame with a
-completion entry and posts our signal if we sleep.
+The producer creates (and owns) its ring — a memfd sealed against shrinking, labelled
+``ring.<pid>-<n>`` — and hands it to the broker over ``session.sock`` (``protocol.session``); the broker
+answers with its doorbell. From then on the producer talks to the writer through shared memory only:
+it publishes frames (one encoded record, or a batch) and rings the doorbell if the writer sleeps;
+the writer answers each frame with a completion entry and wakes us through the futex of the ring's
+completion cursor if we sleep. The session lasts as long as the connection: closing it (or dying)
+ends the session, after the writer has appended what was published.
 
 Threads: any number of threads may send. Writes to the ring are serialised by ``_write_lock``.
 Completions are read by whoever holds ``_read_lock``: a thread waiting for its own sync send reads
 them itself (no thread hop: spin, then block on the semaphore), and a background thread does it
 while async or oneway sends are outstanding. Completions resolve their waiters by frame sequence.
 
-Liveness: while waiting, the session checks every ``LIVENESS_CHECK_S`` that the broker process that
-created the state segment still runs, is not stopping, and has not dropped the ring; otherwise the
-session is *broken*: pending sends fail with ConnectError (their messages may or may not have been
-stored) and the producer opens a new session, possibly with another broker.
+Liveness: while waiting, the session checks every ``LIVENESS_CHECK_S`` that the broker still holds
+the connection, is not stopping, and has not dropped the ring; otherwise the session is *broken*:
+pending sends fail with ConnectError (their messages may or may not have been stored) and the
+producer opens a new session, possibly with another broker.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import concurrent.futures
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 
@@ -29,17 +32,20 @@ import numpy as np
 
 from .. import records as R
 from ..broker.state import BrokerState
-from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, SendTimeout, StoreFullError,
-                      ValidationError)
+from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, ProtocolError, SendTimeout,
+                      StoreFullError, ValidationError)
 from ..message import MessageQueue, SendResult, SendStatus
-from ..protocol.codes import RequestCode
-from ..root import shm_name
+from ..protocol import session as P
+from ..root import RootPaths
+from ..shm.futex import FutexWord
 from ..shm.ring import IngressRing
-from ..shm.signal import Signal, notify_if_waiting, wait_for
+from ..shm.segment import Segment
+from ..shm.signal import notify_if_waiting, wait_for
 
 log = logging.getLogger(__name__)
 
 LIVENESS_CHECK_S = 0.1
+OPEN_TIMEOUT_S = 5.0
 _ring_ids = itertools.count(1)
 _STATUS = {R.COMPLETION_SEND_OK: SendStatus.SEND_OK, R.COMPLETION_FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            R.COMPLETION_FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -77,28 +83,30 @@ class ProducerSession:
         self.address = address
         self.instance = instance
         self.spin_s = spin_s
-        self.name = shm_name(instance.root, broker, "ring", f"{os.getpid()}-{next(_ring_ids)}")
+        self.name = f"ring.{os.getpid()}-{next(_ring_ids)}"
         self.ring = IngressRing.create(self.name, data_bytes, completion_entries)
-        self.done: Signal | None = None
-        self.wake: Signal | None = None
+        self.sock: socket.socket | None = None
+        self.doorbell: Segment | None = None
+        self.wake: FutexWord | None = None
         self.state: BrokerState | None = None
         try:
-            self.done = Signal.create(self.name)
-            f = instance.broker_request(address, RequestCode.OPEN_PRODUCER_SESSION,
-                                        {"name": self.name, "pid": os.getpid()}).fields
+            f = self._open(RootPaths(instance.root).broker_session_socket(broker))
             self.slot, self.generation = f["slot"], f["generation"]
             self.store_host = bytes.fromhex(f["store_host"])
             self.host_hex = self.store_host.hex().upper()
             self.max_message_bytes = f["max_message_bytes"]
             self.max_properties_bytes = f["max_properties_bytes"]
             self.delay_levels = f.get("delay_levels", 0)
-            self.wake = Signal.open(f["writer_signal"])
             self.state = BrokerState.attach(f["state_name"], readonly=True)
             if self.state.generation != f["state_generation"]:
                 raise ConnectError(f"broker {broker} restarted while the session was opening")
+        except (KeyError, TypeError, ValueError) as e:
+            self._release_ipc()
+            raise ConnectError(f"broker {broker} answered the session request oddly: {e}") from None
         except BaseException:
             self._release_ipc()
             raise
+        self.ring.segment.close_fd()            # the broker holds its own descriptor now
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -111,6 +119,50 @@ class ProducerSession:
         self.broken: HostMQError | None = None
         self.closed = False
         self._next_check = time.monotonic() + LIVENESS_CHECK_S
+
+    def _open(self, path: str) -> dict:
+        """Hand the ring to the broker (``protocol.session``); its reply fields. Maps the doorbell."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        self.sock = sock
+        sock.settimeout(OPEN_TIMEOUT_S)
+        try:
+            sock.connect(path)
+            socket.send_fds(sock, [P.OpenSession(self.name).encode()], [self.ring.segment.fd])
+            msg, fds, _, _ = socket.recv_fds(sock, P.MAX_MESSAGE_BYTES, 1)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise ConnectError(f"broker {self.broker} does not listen at {path}: {e.strerror}") from None
+        except socket.timeout:
+            raise ConnectError(f"broker {self.broker} did not answer the session request") from None
+        except OSError as e:
+            raise ConnectError(f"session with broker {self.broker}: {e}") from None
+        try:
+            if not msg:
+                raise ConnectError(f"broker {self.broker} closed the session connection")
+            try:
+                reply = P.decode_reply(msg)
+            except ProtocolError as e:
+                raise ConnectError(f"broker {self.broker}: {e}") from None
+            if not reply["ok"]:
+                err = {"busy": BrokerBusyError, "stopping": NoRouteError}.get(reply["error"], ValidationError)
+                raise err(f"broker {self.broker} refused the session: {reply['message']}")
+            if len(fds) != 1:
+                raise ConnectError(f"broker {self.broker} sent no doorbell")
+            self.doorbell = Segment.from_fd(fds[0], R.DOORBELL_KIND, R.DOORBELL_VERSION, name="doorbell")
+            self.wake = FutexWord(self.doorbell.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
+            sock.setblocking(False)     # from now on only polled (_connection_lost) and told "close"
+            return reply
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _connection_lost(self) -> bool:
+        """Whether the broker closed our session connection (it stopped or died)."""
+        try:
+            return self.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     # -- sending ----------------------------------------------------------------------------------------
     @property
@@ -184,8 +236,8 @@ class ProducerSession:
                 try:
                     if not waiter.done:
                         wait_for(lambda: ring.has_completions() or self._next_check <= time.monotonic(),
-                                 self.done, min(deadline, self._next_check), flag=ring.producer_waiting,
-                                 spin_s=self.spin_s)
+                                 ring.completion_word, min(deadline, self._next_check),
+                                 flag=ring.producer_waiting, spin_s=self.spin_s)
                         self._drain()
                 finally:
                     self._read_lock.release()
@@ -263,8 +315,8 @@ class ProducerSession:
                 try:
                     # No spin here: a spinning Python thread holds the GIL and starves the thread
                     # that is sending; blocking on the semaphore releases it.
-                    wait_for(ring.has_completions, self.done, now + 0.01, flag=ring.producer_waiting,
-                             spin_s=0.0)
+                    wait_for(ring.has_completions, ring.completion_word, now + 0.01,
+                             flag=ring.producer_waiting, spin_s=0.0)
                     self._drain()
                 except Exception:
                     log.exception("completion reader for %s failed", self.broker)
@@ -283,8 +335,8 @@ class ProducerSession:
             why = "dropped this session (malformed frames)"
         elif self.state.get("broker_state") == R.BROKER_STOPPING:
             why = "is shutting down"
-        elif not self.state.owner_alive():
-            why = "is gone"
+        elif self._connection_lost():
+            why = "closed the session (it stopped or died)"
         if why is not None:
             self.broken = ConnectError(f"broker {self.broker} {why}; sends in flight may or may not be stored")
             self._fail_all(self.broken)
@@ -322,19 +374,17 @@ class ProducerSession:
         self.ring.mark_closed()
         if self.broken is None:
             try:
-                self.instance.broker_request(self.address, RequestCode.CLOSE_PRODUCER_SESSION,
-                                             {"slot": self.slot, "generation": self.generation}, timeout_s=1.0)
-            except HostMQError as e:
+                self.sock.send(P.CloseSession().encode(), socket.MSG_DONTWAIT)
+            except OSError as e:
                 log.debug("closing session with %s: %s", self.broker, e)
         self._release_ipc()
 
     def _release_ipc(self) -> None:
-        for s in (self.wake, self.done):
-            if s is not None:
-                s.close()
-        if self.done is not None:
-            self.done.unlink()
+        if self.sock is not None:
+            self.sock.close()           # the broker sees the session end (after draining our frames)
+        self.wake = None
+        if self.doorbell is not None:
+            self.doorbell.close()
         if self.state is not None:
             self.state.close()
         self.ring.close()
-        self.ring.unlink()

@@ -1,4 +1,4 @@
-"""Ingress ring: one producer session → the broker's writer, in one shared-memory segment (DESIGN §2, §5).
+"""Ingress ring: one producer session → the broker's writer, in one sealed memfd segment (DESIGN §2, §5).
 
 Layout (declared in :mod:`hostmq.records`, "Shared-memory layouts"): segment header page, then the
 ring header (cursors, waiting flags, states — one cache line per side), the completion ring
@@ -15,7 +15,15 @@ Ownership — who writes what (every word has exactly one writer):
 
 Publishing: bytes first (payload, then frame header, with ``pack_into``/slice copies), then the
 cursor with one aligned int64 store (OS_NOTES 14). A reader trusts only what lies below the
-cursor it loaded. The ring never overwrites: a producer's :meth:`IngressRing.reserve` returns None
+cursor it loaded — and not even that: the producer can still change published bytes, so
+:meth:`IngressRing.frames` first copies the range it hands out into private memory and parses and
+validates only the copy (a check of ring memory followed by a copy of it would let a producer swap
+the bytes in between).
+
+Wake-ups: the producer wakes the writer through the broker's doorbell (a futex word in a memfd the
+broker shares with its clients); the writer wakes the producer through the futex of the
+``completion_write_pos`` word itself (:attr:`IngressRing.completion_word`), which it changes by
+publishing completions. The ring never overwrites: a producer's :meth:`IngressRing.reserve` returns None
 when the data ring lacks room *or* when as many frames are awaiting completion as the completion
 ring holds; the writer's :meth:`IngressRing.frames` independently never hands out a frame it would
 have no completion slot for, so a misbehaving producer cannot make it overwrite completions.
@@ -24,21 +32,26 @@ Frames are never split: a frame that does not fit before the end of the ring is 
 SKIP frame padding to the end (or, if fewer than 24 bytes remain, by an implicit skip with no
 header), and starts at offset 0. Capacity is at least twice the largest frame.
 
-Writer protocol per ring: ``batch = ring.frames()`` (zero-copy views, valid until released) →
-append the records → ``ring.complete(entries)`` (one entry per frame, in order) →
-``ring.release()`` → ``notify_if_waiting(ring.producer_waiting, completion_signal)``. Complete
-before release: a writer killed in between re-appends the unreleased frames after its restart
-(at-least-once, like a RocketMQ retry) and the producer sees a second completion for a seq it
+Writer protocol per ring: ``batch = ring.frames()`` (views of a private copy) → append the records
+→ ``ring.complete(entries)`` (one entry per frame, in order) → ``ring.release()`` →
+``notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)``. (The broker's
+writer adds a journal, ``hostmq.broker.writer``, which makes a writer restart exactly-once.) Without
+the journal, a writer killed between complete and release re-appends the unreleased frames after its
+restart (at-least-once, like a RocketMQ retry) and the producer sees a second completion for a seq it
 already resolved — it must ignore completions for seqs it no longer waits for. Such duplicates
 only make the producer's in-flight count low; the writer's own completion-slot check still keeps
 the completion ring from being overrun (that ring then waits for the producer to read).
+
+The segment is a memfd sealed against shrinking (``Segment.create_memfd``): the producer passes its
+descriptor to the broker, which maps it with ``Segment.from_fd`` — a producer cannot truncate it
+under the writer (a SIGBUS there would kill the writer), and nothing is left in ``/dev/shm``.
 
 Crash policy: a SIGKILLed producer leaves at most a partly written frame *above* the published
 ``data_write_pos``; the writer reads every committed frame and nothing else. The writer validates
 every frame header and the cursors; anything impossible raises
 :class:`~hostmq.errors.RingCorruptError`, after which the writer should ``mark_dropped()`` and
-detach that ring (the producer sees ``dropped`` and fails its sends). A dead owner is detected with
-``ring.segment.owner_alive()`` (poll it about once a second for idle rings, not per frame).
+detach that ring (the producer sees ``dropped`` and fails its sends). The broker learns that a
+producer died from its session connection (``hostmq.broker.session_server``), not from the ring.
 
 Threads: the ring is single-producer/single-consumer; a producer process with several sending
 threads must serialise producer-side calls (reserve/commit/try_write/completions) with its own lock.
@@ -51,7 +64,8 @@ import numpy as np
 
 from .. import records as R
 from ..errors import RingCorruptError, ValidationError
-from .segment import DEFAULT_MODE, Segment
+from .futex import FutexWord
+from .segment import Segment
 from .signal import Flag
 
 DEFAULT_DATA_BYTES = 16 * 1024 * 1024
@@ -88,7 +102,8 @@ def ring_geometry(data_bytes: int, completion_entries: int) -> tuple[int, int, i
 
 
 class Frame(NamedTuple):
-    """One frame handed to the writer; ``payload`` is a view into the ring, valid until release."""
+    """One frame handed to the writer; ``payload`` is a writable view of a private copy of the ring
+    bytes (the producer cannot change it any more)."""
 
     kind: int
     seq: int
@@ -104,7 +119,7 @@ class FrameBatch(list):
 
 
 class IngressRing:
-    """A producer's ingress ring (see module docstring). Build with :meth:`create` or :meth:`attach`."""
+    """A producer's ingress ring (see module docstring). Build with :meth:`create` or :meth:`from_fd`."""
 
     def __init__(self, segment: Segment) -> None:
         self.segment = segment
@@ -125,6 +140,7 @@ class IngressRing:
         self._comp = segment.array(R.COMPLETION, self.completion_entries, self.completion_offset)
         self.producer_waiting = Flag(self._q, _W["producer_waiting"])
         self.writer_waiting = Flag(self._q, _W["writer_waiting"])
+        self.completion_word = FutexWord(segment.array(np.int64, R.RING_HEADER.itemsize // 8), _COMP_WRITE_POS)
         q = self._q
         # Producer-side locals (the producer is the only writer of these cursors).
         self._wpos = q[_W["data_write_pos"]]
@@ -143,9 +159,9 @@ class IngressRing:
     # -- construction ----------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, data_bytes: int = DEFAULT_DATA_BYTES,
-               completion_entries: int = DEFAULT_COMPLETION_ENTRIES, *, mode: int = DEFAULT_MODE
-               ) -> "IngressRing":
-        """Create a ring segment owned by this (producer) process."""
+               completion_entries: int = DEFAULT_COMPLETION_ENTRIES) -> "IngressRing":
+        """Create a ring (a sealed memfd labelled ``name``) owned by this (producer) process; its
+        descriptor is ``ring.segment.fd`` until :meth:`Segment.close_fd`."""
         comp_off, data_off, payload = ring_geometry(data_bytes, completion_entries)
 
         def init(seg: Segment) -> None:
@@ -156,13 +172,14 @@ class IngressRing:
             h[0]["completion_entries"] = completion_entries
             h[0]["max_frame_bytes"] = data_bytes // 2
 
-        seg = Segment.create(name, payload, R.RING_KIND, R.RING_LAYOUT_VERSION, mode=mode, init=init)
+        seg = Segment.create_memfd(name, payload, R.RING_KIND, R.RING_LAYOUT_VERSION, init=init)
         return cls(seg)
 
     @classmethod
-    def attach(cls, name: str) -> "IngressRing":
-        """Attach (writer side) to a producer's ring; SegmentError / RingCorruptError if unusable."""
-        seg = Segment.attach(name, R.RING_KIND, R.RING_LAYOUT_VERSION)
+    def from_fd(cls, fd: int, name: str = "ring") -> "IngressRing":
+        """Map a producer's ring from its descriptor (writer side; ``fd`` stays the caller's);
+        SegmentError / RingCorruptError if it is not a sealed ring of a possible geometry."""
+        seg = Segment.from_fd(fd, R.RING_KIND, R.RING_LAYOUT_VERSION, name=name)
         try:
             ring = cls(seg)
         except BaseException:
@@ -369,24 +386,28 @@ class IngressRing:
     def frames(self, max_bytes: int = 1 << 62) -> FrameBatch:
         """Every visible frame not handed out yet (at least one, then up to ``max_bytes`` of ring).
 
-        Zero-copy: payloads are views into the ring, valid until :meth:`release`. Raises
-        RingCorruptError for impossible cursors or frame headers.
+        The ring bytes are first copied to private memory and only the copy is parsed: payloads are
+        views of that copy, which the producer can no longer change (and the writer may patch).
+        Raises RingCorruptError for impossible cursors or frame headers.
         """
         q = self._q
-        w = q[_W["data_write_pos"]]
+        w = q[_WRITE_POS]
         pos = start = self._hpos
         out = FrameBatch()
         if w == pos:
             return out
         if w < pos or w - self._rpos > self.capacity or w & 7:
             raise self._corrupt(pos, f"write cursor {w} with read cursor {self._rpos}")
-        cw_used = self._cstaged - q[_W["completion_read_pos"]]
-        if not 0 <= cw_used <= self.completion_entries or q[_W["completion_read_pos"]] > self._cwpos:
-            raise self._corrupt(pos, f"completion read cursor {q[_W['completion_read_pos']]} "
-                                     f"with write cursor {self._cwpos}")
+        cr = q[_COMP_READ_POS]
+        cw_used = self._cstaged - cr
+        if not 0 <= cw_used <= self.completion_entries or cr > self._cwpos:
+            raise self._corrupt(pos, f"completion read cursor {cr} with write cursor {self._cwpos}")
         budget = self.completion_entries - cw_used - self._uncompleted
-        data, mask, cap, unpack = self._data, self._mask, self.capacity, R.FRAME_HEADER.unpack_from
+        mask, cap, unpack = self._mask, self.capacity, R.FRAME_HEADER.unpack_from
         max_fb, min_rec, append, new = self.max_frame_bytes, R.MIN_RECORD_BYTES, out.append, tuple.__new__
+        priv = self._copy(start, min(w, start + max_bytes))
+        view, copied = memoryview(priv), start + len(priv)
+        recopies = 0
         while pos < w and budget > 0 and (not out or pos - start < max_bytes):
             off = pos & mask
             to_end = cap - off
@@ -397,7 +418,12 @@ class IngressRing:
                 continue
             if w - pos < HDR:
                 raise self._corrupt(pos, "write cursor cuts a frame header")
-            fb, kind, seq, count, flags = unpack(data, off)
+            if pos + HDR > copied:
+                if out:
+                    break
+                priv = self._copy(start, pos + HDR)
+                view, copied = memoryview(priv), start + len(priv)
+            fb, kind, seq, count, flags = unpack(priv, pos - start)
             if kind == R.FRAME_SKIP:
                 if fb != to_end or count != 0 or w - pos < to_end:
                     raise self._corrupt(pos, f"skip frame of {fb} bytes with {to_end} to the end")
@@ -407,13 +433,34 @@ class IngressRing:
                     and (count == 1 if kind == R.FRAME_MESSAGE else kind == R.FRAME_BATCH and count >= 1)
                     and count * min_rec <= fb - HDR):
                 raise self._corrupt(pos, self._bad_header(fb, kind, count, to_end, w - pos))
-            append(new(Frame, (kind, seq, count, data[off + HDR:off + fb], flags)))
+            if pos + fb > copied:       # the first frame is larger than the first copy: copy it whole
+                if out:
+                    break
+                recopies += 1
+                if recopies > 2:        # its header keeps changing: the producer rewrites published bytes
+                    raise self._corrupt(pos, "frame header changed while it was being copied")
+                priv = self._copy(start, pos + fb)
+                view, copied = memoryview(priv), start + len(priv)
+                continue                # parse the header again, from the new copy
+            rel = pos - start
+            append(new(Frame, (kind, seq, count, view[rel + HDR:rel + fb], flags)))
             pos += (fb + 7) & ~7
             budget -= 1
         self._hpos = pos
         self._uncompleted += len(out)
         out.nbytes = pos - start
         return out
+
+    def _copy(self, start: int, end: int) -> bytearray:
+        """Ring bytes of positions [start, end) as a private bytearray (two pieces if they wrap)."""
+        n = end - start
+        buf = bytearray(n)
+        off = start & self._mask
+        first = min(n, self.capacity - off)
+        buf[:first] = self._data[off:off + first]
+        if n > first:
+            buf[first:] = self._data[:n - first]
+        return buf
 
     def _bad_header(self, fb: int, kind: int, count: int, to_end: int, visible: int) -> str:
         if kind not in (R.FRAME_MESSAGE, R.FRAME_BATCH):
@@ -519,13 +566,12 @@ class IngressRing:
         """Release this object's views and unmap (idempotent; never unlinks)."""
         if self.segment.closed:
             return
-        self._comp = None
+        self._comp = self.completion_word = None
+        self.producer_waiting.release()
+        self.writer_waiting.release()
         self._data.release()
         self._q.release()
         self.segment.close()
-
-    def unlink(self) -> None:
-        self.segment.unlink()
 
     def __enter__(self) -> "IngressRing":
         return self

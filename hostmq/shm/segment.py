@@ -1,8 +1,8 @@
-"""Named POSIX shared-memory segments with an owner header (DESIGN §5, OS_NOTES 4-6).
+"""Shared-memory segments with an owner header (OS_NOTES 4-6): named POSIX ones, and sealed memfds.
 
-A :class:`Segment` is one ``posix_ipc.SharedMemory`` object mapped with ``mmap``. Its first page
-holds :data:`hostmq.records.SEGMENT_HEADER` (magic, layout version, kind tag, owner pid, owner start
-time, boot id, generation, size); the payload the caller asked for starts at
+A :class:`Segment` is one ``posix_ipc.SharedMemory`` object — or one anonymous ``memfd`` — mapped with
+``mmap``. Its first page holds :data:`hostmq.records.SEGMENT_HEADER` (magic, layout version, kind tag,
+owner pid, owner start ticks, boot id, generation, size); the payload the caller asked for starts at
 :data:`~hostmq.records.SEGMENT_PAYLOAD_OFFSET` (4096) and is exposed as ``.buf`` (memoryview) and
 ``.u8`` (numpy uint8).
 
@@ -17,11 +17,19 @@ the whole size (ENOSPC now instead of a SIGBUS later), map, write the header and
 magic gets :class:`~hostmq.errors.SegmentError`; :func:`reclaim_stale` leaves such a segment alone
 for ``grace_s`` (its creator may be between two of these steps) and unlinks it after that.
 
+Memfd segments (:meth:`Segment.create_memfd`) are what a *client* shares with a server: a producer's
+ingress ring. They have no name a third process could open, they vanish with the last descriptor
+and mapping (a test run or a killed client leaves nothing in ``/dev/shm``), and they are *sealed*
+against shrinking (``F_SEAL_SHRINK``): the creator keeps a writable descriptor, yet nobody can
+truncate the memory under a server that mapped it — a truncated named segment would kill that
+server with SIGBUS on its next access. :meth:`Segment.from_fd` refuses a descriptor that is not
+sealed so, and maps exactly the size ``fstat`` reports.
+
 Liveness: the owner is alive iff a process with the recorded pid exists, is not a zombie, started at
-the recorded time (pid reuse), and the boot id is the current one. :func:`reclaim_stale` unlinks
-the segments of dead owners together with the semaphore of the *same name* (POSIX semaphores live
-in their own namespace, ``/dev/shm/sem.<name>``): by convention a segment's signal is named after
-the segment (``hostmq.shm.signal``).
+the recorded boot-relative clock tick (``/proc/PID/stat`` field 22: pid reuse; unlike a wall-clock
+start time it does not move when the clock is stepped), and the boot id is the current one.
+:func:`reclaim_stale` unlinks the named segments of dead owners together with any semaphore of the
+*same name* left by older versions (POSIX semaphores live in ``/dev/shm/sem.<name>``).
 
 Closing: :meth:`Segment.close` unmaps unless views handed out (``.buf`` slices, numpy arrays, frame
 payloads) are still alive; then the mapping is released when the last of them is garbage collected
@@ -30,6 +38,7 @@ payloads) are still alive; then the mapping is released when the last of them is
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -40,7 +49,6 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import posix_ipc
-import psutil
 
 from .. import records as R
 from ..errors import SegmentError, SegmentExistsError, SegmentNotFoundError
@@ -51,8 +59,9 @@ SHM_DIR = "/dev/shm"
 SEM_FILE_PREFIX = "sem."          # Linux names a semaphore /x as /dev/shm/sem.x
 DEFAULT_PREFIX = "/hostmq."
 DEFAULT_MODE = 0o660              # access control is the group (OS_NOTES 9); umask applies
-START_TIME_TOLERANCE_S = 0.05     # create_time has clock-tick (10 ms) resolution
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+MAX_MEMFD_BYTES = 1 << 31         # a client's segment larger than this is refused before mapping
+MEMFD_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
 class SegmentInfo(NamedTuple):
@@ -62,7 +71,7 @@ class SegmentInfo(NamedTuple):
     kind: str
     layout_version: int
     owner_pid: int
-    owner_start_time_s: float
+    owner_start_ticks: int
     boot_id: bytes
     generation: int
     size_bytes: int
@@ -75,23 +84,37 @@ def boot_id() -> bytes:
         return bytes.fromhex(f.read().strip().replace("-", ""))
 
 
-def process_alive(pid: int, start_time_s: float) -> bool:
-    """True iff ``pid`` runs, is not a zombie, and started at ``start_time_s`` (not a reused pid)."""
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start ticks)`` of ``pid`` from ``/proc/PID/stat`` (fields 3 and 22), None if gone."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces and parentheses.
+    rest = raw[raw.rfind(b")") + 2:].split()
+    return rest[0].decode("ascii", "replace"), int(rest[19])
+
+
+def process_start_ticks(pid: int | None = None) -> int:
+    """Boot-relative start time of ``pid`` (this process by default) in clock ticks; 0 if gone."""
+    st = _proc_stat(os.getpid() if pid is None else pid)
+    return st[1] if st is not None else 0
+
+
+def process_alive(pid: int, start_ticks: int) -> bool:
+    """True iff ``pid`` runs, is not a zombie, and started at ``start_ticks`` (not a reused pid)."""
     if pid <= 0:
         return False
     try:
-        p = psutil.Process(pid)
-        if abs(p.create_time() - start_time_s) > START_TIME_TOLERANCE_S:
-            return False
-        return p.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:      # exists, owned by someone else: it is alive
+        st = _proc_stat(pid)
+    except PermissionError:          # exists, hidden from us (hidepid): treat as alive
         return True
+    return st is not None and st[0] != "Z" and st[1] == start_ticks
 
 
 def info_owner_alive(info: SegmentInfo) -> bool:
-    return info.boot_id == boot_id() and process_alive(info.owner_pid, info.owner_start_time_s)
+    return info.boot_id == boot_id() and process_alive(info.owner_pid, info.owner_start_ticks)
 
 
 def _kind_bytes(name: str, kind: str) -> bytes:
@@ -116,9 +139,10 @@ def _open_shm(name: str, flags: int = 0, mode: int = DEFAULT_MODE,
 class Segment:
     """One mapped shared-memory segment; see the module docstring for the contract."""
 
-    def __init__(self, name: str, mm: mmap.mmap, owner: bool) -> None:
+    def __init__(self, name: str, mm: mmap.mmap, owner: bool, fd: int = -1) -> None:
         self.name = name
         self.is_owner = owner
+        self.fd = fd                    # memfd segments: the descriptor (closed by close_fd / close)
         self._mm: mmap.mmap | None = mm
         self._hdr = np.frombuffer(mm, dtype=R.SEGMENT_HEADER, count=1)
         self.buf: memoryview = memoryview(mm)[R.SEGMENT_PAYLOAD_OFFSET:]
@@ -152,24 +176,97 @@ class Segment:
         shm.close_fd()
         seg = cls(name, mm, owner=True)
         try:
-            h = seg._hdr[0]
-            h["layout_version"] = version
-            h["header_bytes"] = R.SEGMENT_PAYLOAD_OFFSET
-            h["kind"] = kb
-            h["owner_pid"] = os.getpid()
-            h["owner_start_time_s"] = psutil.Process().create_time()
-            h["boot_id"] = boot_id()
-            h["generation"] = secrets.randbits(63)     # fits a signed int64 word too
-            h["size_bytes"] = total
-            h["created_ms"] = int(time.time() * 1000)
-            if init is not None:
-                init(seg)
-            words = memoryview(mm)[:8].cast("q")
-            words[0] = int.from_bytes(R.SEGMENT_MAGIC, sys.byteorder, signed=True)
-            words.release()
+            seg._init_header(kb, version, total, init)
         except BaseException:
             seg.close()
             seg.unlink()
+            raise
+        return seg
+
+    @classmethod
+    def create_memfd(cls, name: str, size: int, kind: str, version: int, *,
+                     init: Callable[["Segment"], None] | None = None) -> "Segment":
+        """Create an anonymous segment (``memfd``, sealed against shrinking and growing) owned by this
+        process; ``name`` only labels it (``/proc/PID/maps`` shows ``memfd:NAME``). The segment keeps
+        its descriptor in ``.fd`` for passing to a server (``socket.send_fds``) until closed.
+
+        Raises SegmentError for no memory (ENOSPC/ENOMEM) or a bad kind.
+        """
+        kb = _kind_bytes(name, kind)
+        if size < 0:
+            raise SegmentError(name, f"negative size {size}")
+        total = R.SEGMENT_PAYLOAD_OFFSET + size
+        try:
+            fd = os.memfd_create(name.strip("/")[:200] or "hostmq", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except OSError as e:
+            raise SegmentError(name, f"cannot create a memfd: {os.strerror(e.errno)}") from None
+        try:
+            try:
+                os.posix_fallocate(fd, 0, total)    # the memory now, never a SIGBUS later
+            except OSError as e:
+                raise SegmentError(name, f"cannot allocate {total} bytes: {os.strerror(e.errno)}") from None
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, MEMFD_SEALS)
+            mm = mmap.mmap(fd, total)
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = cls(name, mm, owner=True, fd=fd)
+        try:
+            seg._init_header(kb, version, total, init)
+        except BaseException:
+            seg.close()
+            raise
+        return seg
+
+    def _init_header(self, kind: bytes, version: int, total: int, init) -> None:
+        h = self._hdr[0]
+        h["layout_version"] = version
+        h["header_bytes"] = R.SEGMENT_PAYLOAD_OFFSET
+        h["kind"] = kind
+        h["owner_pid"] = os.getpid()
+        h["owner_start_ticks"] = process_start_ticks()
+        h["boot_id"] = boot_id()
+        h["generation"] = secrets.randbits(63)     # fits a signed int64 word too
+        h["size_bytes"] = total
+        h["created_ms"] = int(time.time() * 1000)
+        if init is not None:
+            init(self)
+        words = memoryview(self._mm)[:8].cast("q")
+        words[0] = int.from_bytes(R.SEGMENT_MAGIC, sys.byteorder, signed=True)
+        words.release()
+
+    @classmethod
+    def from_fd(cls, fd: int, kind: str, version: int, *, name: str = "memfd") -> "Segment":
+        """Map a segment from a descriptor a client passed (``fd`` stays the caller's to close).
+
+        Refuses (SegmentError) anything that is not a memfd sealed against shrinking — a file the
+        client could truncate would turn our next access into a SIGBUS — or whose header does not
+        match the size ``fstat`` reports, its kind or layout version.
+        """
+        kb = _kind_bytes(name, kind)
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError:
+            raise SegmentError(name, "is not a sealable memfd") from None
+        if not seals & fcntl.F_SEAL_SHRINK:
+            raise SegmentError(name, "is not sealed against shrinking (F_SEAL_SHRINK)")
+        size = os.fstat(fd).st_size
+        if not R.SEGMENT_PAYLOAD_OFFSET <= size <= MAX_MEMFD_BYTES:
+            raise SegmentError(name, f"is {size} bytes (a segment has {R.SEGMENT_PAYLOAD_OFFSET} to "
+                                     f"{MAX_MEMFD_BYTES})")
+        try:
+            mm = mmap.mmap(fd, size)
+        except OSError as e:
+            raise SegmentError(name, f"cannot map it: {os.strerror(e.errno)}") from None
+        seg = cls(name, mm, owner=False)
+        try:
+            info = seg.info()
+            if info.kind.encode() != kb:
+                raise SegmentError(name, f"is a {info.kind!r} segment, expected {kind!r}")
+            if info.layout_version != version:
+                raise SegmentError(name, f"layout version {info.layout_version}, this code reads {version}")
+        except BaseException:
+            seg.close()
             raise
         return seg
 
@@ -222,8 +319,15 @@ class Segment:
     def closed(self) -> bool:
         return self._mm is None
 
+    def close_fd(self) -> None:
+        """Close a memfd segment's descriptor (the mapping stays)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def close(self) -> None:
         """Unmap (deferred while caller-held views live). Idempotent; never unlinks."""
+        self.close_fd()
         mm, self._mm = self._mm, None
         if mm is None:
             return
@@ -238,8 +342,9 @@ class Segment:
             log.debug("segment %s: views still alive; unmapped when they are collected", self.name)
 
     def unlink(self) -> None:
-        """Remove the name (mapped views stay valid). Idempotent."""
-        unlink_segment(self.name)
+        """Remove the name (mapped views stay valid). Idempotent; nothing to do for a memfd."""
+        if self.name.startswith("/"):
+            unlink_segment(self.name)
 
     def __enter__(self) -> "Segment":
         return self
@@ -272,7 +377,7 @@ def _decode_header(name: str, h, mapped_bytes: int) -> SegmentInfo:
     except UnicodeDecodeError:
         raise SegmentError(name, "kind tag is not ASCII") from None
     return SegmentInfo(name, kind, int(h["layout_version"]), int(h["owner_pid"]),
-                       float(h["owner_start_time_s"]), bytes(h["boot_id"]).ljust(16, b"\0"),
+                       int(h["owner_start_ticks"]), bytes(h["boot_id"]).ljust(16, b"\0"),
                        int(h["generation"]), int(h["size_bytes"]), int(h["created_ms"]))
 
 

@@ -1,32 +1,27 @@
-"""Wake-up signals between processes: named POSIX semaphores plus waiting flags (OS_NOTES 2, 7, 15-16).
+"""Wake-ups between processes: futex words plus waiting flags (OS_NOTES 2, 7, 15-16).
 
-A :class:`Signal` is a named ``posix_ipc.Semaphore`` used ONLY to wake a sleeping peer — never as
-a mutex, so a process killed at any point wedges nobody. The data itself is always found through
-cursors in shared memory; a post just says "look again".
+Data is always found through cursors in shared memory; a wake-up only says "look again", and is
+posted only when the peer says it is waiting. The wake-up itself is a :class:`~hostmq.shm.futex.FutexWord`
+in memory the *waiter* trusts (the broker state segment, a sealed memfd): a futex can be waited on
+and woken through a read-only mapping and cannot be truncated away under a server, unlike a named
+POSIX semaphore (a small ``/dev/shm`` file every poster maps read-write).
 
 Protocol (spin, then block, post only if the peer waits):
 
 * waiter — :func:`wait_for`: check the predicate; spin re-checking it for up to ``spin_s``; then
-  set its *waiting flag* (an aligned int64 in shared memory, :class:`Flag`), fence, re-check, and
-  block on the semaphore in slices of ``block_slice_s`` (~2 ms) until the predicate holds, the
-  deadline passes or ``stop`` is set; then clear the flag and drain stale posts.
+  set its *waiting flag* (an aligned int64 in shared memory, :class:`Flag`), fence, and loop:
+  arm the futex word(s), re-check, sleep until a word changes, the deadline passes or ``stop`` is
+  set; then clear the flag.
 * notifier — :func:`notify_if_waiting`: after publishing its cursor, fence, read the peer's flag
-  and post only if it is set. A busy peer therefore costs no system call at all.
+  and, only if it is set, change the futex word and wake. A busy peer costs no system call at all.
 
 Both sides execute :func:`fence` between their store (flag / cursor) and their load (cursor /
 flag): pure Python has no memory barrier, and x86 may otherwise let each side read the other's old
 value — the lost wake-up of OS_NOTES 16. ``fence`` acquires and releases a ``threading.Lock``,
-whose glibc implementation is an atomic read-modify-write (a full barrier on x86). The slice
-timeout remains as the backstop: a wait never sleeps more than ``block_slice_s`` without
-re-checking, and :class:`WaitStats` counts the slices that had to time out.
-
-Naming: a signal is named like the segment it belongs to (``root.shm_name``); POSIX keeps
-semaphores in a separate namespace (``/dev/shm/sem.<name>``), so an ingress ring and its
-producer's completion signal share one name, and ``segment.reclaim_stale`` removes both. The
-broker-wide writer wake-up signal is created by the broker (holder of the broker lock, which may
-replace it: OS_NOTES 3) and opened by every producer.
-
-Draining assumes one waiting thread per signal (the writer loop; a producer's completion reader).
+whose glibc implementation is an atomic read-modify-write (a full barrier on x86). Arming the word
+before the last re-check closes the remaining window (a post between the check and the sleep
+changes the word, and the kernel does not sleep); the slice timeout is only a backstop, and
+:class:`WaitStats` counts slices that timed out and waits they rescued.
 """
 from __future__ import annotations
 
@@ -35,14 +30,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-import posix_ipc
-
-from ..errors import SegmentError, SegmentExistsError, SegmentNotFoundError
-from .segment import DEFAULT_MODE
+from .futex import FutexWord, sleep_any
 
 DEFAULT_SPIN_S = 50e-6
-DEFAULT_BLOCK_SLICE_S = 0.002
-_MAX_DRAIN = 4096        # posts a burst can leave behind (one per frame while the waiter wakes)
+DEFAULT_BLOCK_SLICE_S = 0.05
 _FENCE_LOCK = threading.Lock()
 
 
@@ -75,88 +66,12 @@ class Flag:
     def is_set(self) -> bool:
         return self._words[self._index] != 0
 
+    def release(self) -> None:
+        """Drop the view of the shared words (before the mapping is closed)."""
+        self._words = None
+
     def __repr__(self) -> str:
         return f"Flag(word={self._index}, set={self.is_set()})"
-
-
-class Signal:
-    """A named POSIX semaphore used as a wake-up signal (never a mutex)."""
-
-    __slots__ = ("name", "sem", "is_owner")
-
-    def __init__(self, sem: posix_ipc.Semaphore, name: str, owner: bool) -> None:
-        self.sem = sem
-        self.name = name
-        self.is_owner = owner
-
-    @classmethod
-    def create(cls, name: str, *, replace: bool = False, mode: int = DEFAULT_MODE) -> "Signal":
-        """Create ``name`` with value 0. ``replace`` first unlinks an existing one (lock holders only)."""
-        if replace:
-            try:
-                posix_ipc.unlink_semaphore(name)
-            except posix_ipc.ExistentialError:
-                pass
-        try:
-            sem = posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=mode, initial_value=0)
-        except posix_ipc.ExistentialError:
-            raise SegmentExistsError(name, "semaphore already exists") from None
-        except (ValueError, posix_ipc.PermissionsError) as e:
-            raise SegmentError(name, str(e)) from None
-        return cls(sem, name, owner=True)
-
-    @classmethod
-    def open(cls, name: str) -> "Signal":
-        """Open an existing signal (SegmentNotFoundError if there is none)."""
-        try:
-            sem = posix_ipc.Semaphore(name)
-        except posix_ipc.ExistentialError:
-            raise SegmentNotFoundError(name, "semaphore does not exist") from None
-        except (ValueError, posix_ipc.PermissionsError) as e:
-            raise SegmentError(name, str(e)) from None
-        return cls(sem, name, owner=False)
-
-    def post(self) -> None:
-        self.sem.release()
-
-    def acquire(self, timeout_s: float) -> bool:
-        """Consume one post, waiting at most ``timeout_s`` (0 = poll). False on timeout or EINTR."""
-        try:
-            self.sem.acquire(timeout_s)
-            return True
-        except (posix_ipc.BusyError, posix_ipc.SignalError):
-            return False
-
-    def drain(self, limit: int = _MAX_DRAIN) -> int:
-        """Consume pending posts without blocking; returns how many."""
-        n = 0
-        while n < limit:
-            try:
-                self.sem.acquire(0)
-            except (posix_ipc.BusyError, posix_ipc.SignalError):
-                break
-            n += 1
-        return n
-
-    @property
-    def value(self) -> int:
-        return self.sem.value
-
-    def close(self) -> None:
-        try:
-            self.sem.close()
-        except posix_ipc.ExistentialError:
-            pass
-
-    def unlink(self) -> None:
-        """Remove the name (idempotent)."""
-        try:
-            posix_ipc.unlink_semaphore(self.name)
-        except posix_ipc.ExistentialError:
-            pass
-
-    def __repr__(self) -> str:
-        return f"Signal({self.name!r}, owner={self.is_owner})"
 
 
 @dataclass
@@ -166,10 +81,10 @@ class WaitStats:
     calls: int = 0            # wait_for invocations
     immediate: int = 0        # predicate already true on entry
     spin_hits: int = 0        # became true while spinning
-    blocked: int = 0          # waits that reached the semaphore
-    slices: int = 0           # semaphore waits (acquire calls with a timeout)
-    wakeups: int = 0          # acquire returned a post
-    slice_timeouts: int = 0   # acquire timed out
+    blocked: int = 0          # waits that reached the futex
+    slices: int = 0           # futex sleeps (each with a timeout)
+    wakeups: int = 0          # a sleep ended because a word changed
+    slice_timeouts: int = 0   # a sleep timed out
     rescued: int = 0          # predicate true right after a timed-out slice (a late or lost wake-up)
     timeouts: int = 0         # wait_for returned False
 
@@ -182,15 +97,16 @@ def _flags(flag) -> tuple:
     return tuple(flag)
 
 
-def wait_for(predicate: Callable[[], object], signal: Signal, deadline_s: float, *,
+def wait_for(predicate: Callable[[], object], wake: FutexWord | Iterable[FutexWord], deadline_s: float, *,
              flag: Flag | Iterable[Flag] | None = None, spin_s: float = DEFAULT_SPIN_S,
              block_slice_s: float = DEFAULT_BLOCK_SLICE_S, stop=None,
              stats: WaitStats | None = None) -> bool:
     """Wait until ``predicate()`` is true; False when ``deadline_s`` (``time.monotonic()``) passes
     or ``stop`` (anything with ``is_set()``) is set first.
 
-    ``flag`` is the waiter's waiting flag (or several: the writer sets its flag in every ring it
-    serves); it is set only while blocked and always cleared on return.
+    ``wake`` is the futex word (or words: a consumer of several brokers) whose change ends a sleep;
+    ``flag`` the waiter's waiting flag (or several: the writer sets its flag in every ring it
+    serves), set only while blocked and always cleared on return.
     """
     st = stats if stats is not None else _NO_STATS
     st.calls += 1
@@ -206,22 +122,21 @@ def wait_for(predicate: Callable[[], object], signal: Signal, deadline_s: float,
                 return True
             now = time.monotonic()
     flags = _flags(flag)
+    words = [wake] if isinstance(wake, FutexWord) else list(wake)
     st.blocked += 1
     for f in flags:
         f.set()
     try:
-        return _block(predicate, signal, deadline_s, block_slice_s, stop, st)
+        return _block(predicate, words, deadline_s, block_slice_s, stop, st)
     finally:
         for f in flags:
             f.clear()
-        # Posts that raced with our own re-check would wake the next wait for nothing.
-        signal.drain()
 
 
-def _block(predicate, signal: Signal, deadline_s: float, block_slice_s: float, stop, st) -> bool:
-    sem = signal.sem
+def _block(predicate, words: list[FutexWord], deadline_s: float, block_slice_s: float, stop, st) -> bool:
     fence()
     while True:
+        tokens = [w.arm() for w in words]
         if predicate():
             return True
         if stop is not None and stop.is_set():
@@ -232,31 +147,29 @@ def _block(predicate, signal: Signal, deadline_s: float, block_slice_s: float, s
             st.timeouts += 1
             return False
         st.slices += 1
-        try:
-            sem.acquire(min(block_slice_s, remaining))
+        if sleep_any(words, tokens, min(block_slice_s, remaining)):
             st.wakeups += 1
-            # A notifier posts once per publish while our flag is still set: collapse the burst
-            # so later slices do not return at once for posts that carry no news.
-            signal.drain()
-        except posix_ipc.BusyError:
+        else:
             st.slice_timeouts += 1
             if predicate():
                 st.rescued += 1
                 return True
-        except posix_ipc.SignalError:
-            pass
 
 
-def notify_if_waiting(flag_getter: Flag | Callable[[], object], signal: Signal) -> bool:
-    """Post ``signal`` if the peer's waiting flag is set (call after publishing a cursor).
+def notify_if_waiting(flag_getter: Flag | Callable[[], object], wake: FutexWord, *, bump: bool = True) -> bool:
+    """Wake the peer if its waiting flag is set (call after publishing a cursor).
 
-    ``flag_getter`` is the peer's :class:`Flag` or a callable returning its value. Returns whether
-    it posted.
+    ``flag_getter`` is the peer's :class:`Flag` or a callable returning its value. With ``bump`` the
+    word is changed first (a doorbell); without, the caller's publish already changed it (the word
+    *is* the cursor). Returns whether it woke.
     """
     fence()
     waiting = flag_getter.is_set() if isinstance(flag_getter, Flag) else flag_getter()
     if waiting:
-        signal.sem.release()
+        if bump:
+            wake.post()
+        else:
+            wake.wake()
         return True
     return False
 
