@@ -183,7 +183,7 @@ class LocalCluster:
         self.processes.clear()
 
     def _clean_after_crash(self, broker: str) -> None:
-        """What a broker killed with SIGKILL leaves (its socket file, state segment, semaphores) is
+        """What a broker killed with SIGKILL leaves (its socket files, state segment, pool segments) is
         reclaimed by its next start; a cluster that stops for good reclaims it now."""
         paths = RootPaths(self.root)
         lock = paths.broker_lock(broker)
@@ -199,9 +199,9 @@ class LocalCluster:
         try:
             prefix = shm_name(self.root, broker, "x").rsplit(".", 2)[0] + "."
             reclaim_stale(prefix, grace_s=0.0, orphan_semaphores=True)
-            sock = paths.broker_socket(broker)
-            if os.path.exists(sock):
-                os.unlink(sock)
+            for sock in (paths.broker_socket(broker), paths.broker_session_socket(broker)):
+                if os.path.exists(sock):
+                    os.unlink(sock)
         finally:
             os.close(fd)
 

@@ -238,7 +238,6 @@ class Writer:
             return
         try:
             ring = IngressRing.from_fd(own, name)
-            ring._check_journal()
         except (SegmentError, RingCorruptError) as e:
             log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
             st.attached[slot] = 0
@@ -250,7 +249,6 @@ class Writer:
             ring.close()
             st.attached[slot] = 0
             return
-        ring.writer_waiting.clear()     # a previous writer may have died while blocked
         a = _Attached(slot, gen, ring)
         self.rings[slot] = a
         st.attached[slot] = gen

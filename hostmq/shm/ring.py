@@ -405,8 +405,11 @@ class IngressRing:
         budget = self.completion_entries - cw_used - self._uncompleted
         mask, cap, unpack = self._mask, self.capacity, R.FRAME_HEADER.unpack_from
         max_fb, min_rec, append, new = self.max_frame_bytes, R.MIN_RECORD_BYTES, out.append, tuple.__new__
-        priv = self._copy(start, min(w, start + max_bytes))
-        view, copied = memoryview(priv), start + len(priv)
+        # The copy covers [base, copied); a frame that reaches past it gets a fresh copy from its own
+        # start (earlier frames keep their views of the earlier copy).
+        base, copied = start, min(w, start + max_bytes)
+        priv = self._copy(base, copied)
+        view = memoryview(priv)
         recopies = 0
         while pos < w and budget > 0 and (not out or pos - start < max_bytes):
             off = pos & mask
@@ -419,11 +422,10 @@ class IngressRing:
             if w - pos < HDR:
                 raise self._corrupt(pos, "write cursor cuts a frame header")
             if pos + HDR > copied:
-                if out:
-                    break
-                priv = self._copy(start, pos + HDR)
-                view, copied = memoryview(priv), start + len(priv)
-            fb, kind, seq, count, flags = unpack(priv, pos - start)
+                base, copied = pos, min(w, pos + max(HDR, max_bytes - (pos - start)))
+                priv = self._copy(base, copied)
+                view = memoryview(priv)
+            fb, kind, seq, count, flags = unpack(priv, pos - base)
             if kind == R.FRAME_SKIP:
                 if fb != to_end or count != 0 or w - pos < to_end:
                     raise self._corrupt(pos, f"skip frame of {fb} bytes with {to_end} to the end")
@@ -433,16 +435,16 @@ class IngressRing:
                     and (count == 1 if kind == R.FRAME_MESSAGE else kind == R.FRAME_BATCH and count >= 1)
                     and count * min_rec <= fb - HDR):
                 raise self._corrupt(pos, self._bad_header(fb, kind, count, to_end, w - pos))
-            if pos + fb > copied:       # the first frame is larger than the first copy: copy it whole
-                if out:
-                    break
+            if pos + fb > copied:       # the frame reaches past the copy: copy it whole, parse again
                 recopies += 1
                 if recopies > 2:        # its header keeps changing: the producer rewrites published bytes
                     raise self._corrupt(pos, "frame header changed while it was being copied")
-                priv = self._copy(start, pos + fb)
-                view, copied = memoryview(priv), start + len(priv)
-                continue                # parse the header again, from the new copy
-            rel = pos - start
+                base, copied = pos, min(w, pos + max(fb, max_bytes - (pos - start)))
+                priv = self._copy(base, copied)
+                view = memoryview(priv)
+                continue
+            recopies = 0
+            rel = pos - base
             append(new(Frame, (kind, seq, count, view[rel + HDR:rel + fb], flags)))
             pos += (fb + 7) & ~7
             budget -= 1

@@ -1,4 +1,4 @@
-"""The broker state segment: header, position words, and the session / waiter tables."""
+"""The broker state segment: header, position words, futex words and the session table."""
 from __future__ import annotations
 
 import os
@@ -24,11 +24,11 @@ def make(shm, sync_flush=False, **kw) -> BrokerState:  # noqa: F811
 
 
 def test_create_then_attach_sees_the_same_header_and_words(shm):  # noqa: F811
-    owner = make(shm, session_slots=4, waiter_slots=3)
+    owner = make(shm, session_slots=4, doorbell_fd=17)
     try:
         reader = BrokerState.attach(shm.name("state"), readonly=True)
         try:
-            assert (reader.session_slots, reader.waiter_slots) == (4, 3)
+            assert (reader.session_slots, reader.doorbell_fd, reader.broker_pid) == (4, 17, os.getpid())
             assert reader.store_host == b"\x01\x02\x03\x04\x00\x00\x00\x09"
             assert (reader.commitlog_file_bytes, reader.consume_queue_file_entries) == (1 << 20, 1000)
             assert (reader.index_slots, reader.index_entries) == (101, 400)
@@ -62,29 +62,52 @@ def test_under_sync_flush_readers_stop_at_the_flushed_position(shm):  # noqa: F8
 
 
 def test_slots_are_handed_out_reused_and_versioned(shm):  # noqa: F811
-    st = make(shm, session_slots=2, waiter_slots=2)
+    st = make(shm, session_slots=2)
     try:
         v0 = st.get("sessions_version")
-        a = st.open_slot("sessions", "ring-a", 7, 111)
-        b = st.open_slot("sessions", "ring-b", 8, 222)
+        a = st.open_slot("ring-a", 7, 111, 20)
+        b = st.open_slot("ring-b", 8, 222, 21)
         assert (a, b) == (0, 1) and st.get("sessions_version") == v0 + 2
-        assert st.slot("sessions", b) == (R.SLOT_ACTIVE, 8, 222, "ring-b")
-        with pytest.raises(BrokerBusyError, match="2 sessions slots"):
-            st.open_slot("sessions", "ring-c", 9, 333)
-        st.set_slot_state("sessions", a, R.SLOT_FREE)
+        assert st.slot(b) == (R.SLOT_ACTIVE, 8, 222, 21, "ring-b")
+        with pytest.raises(BrokerBusyError, match="2 producer session slots"):
+            st.open_slot("ring-c", 9, 333, 22)
+        st.set_slot_state(a, R.SLOT_FREE)
         st.attached[a] = 1                            # the writer has not detached yet: not reusable
         with pytest.raises(BrokerBusyError):
-            st.open_slot("sessions", "ring-c", 9, 333)
+            st.open_slot("ring-c", 9, 333, 22)
         st.attached[a] = 0
-        assert st.open_slot("sessions", "ring-c", 9, 333) == a
-        assert st.active_slots("sessions") == [0, 1] and st.active_slots("waiters") == []
-        w = st.open_slot("waiters", "wait-1", 1, 444)
-        assert st.slot("waiters", w)[3] == "wait-1" and st.get("waiters_version") == 1
-        with pytest.raises(SegmentError, match="longer than"):
-            st.open_slot("waiters", "w" * (R.STATE_SLOT_NAME_BYTES + 1), 1, 1)
+        assert st.open_slot("ring-c", 9, 333, 22) == a
+        assert st.active_slots() == [0, 1]
+        st.set_slot_state(a, R.SLOT_FREE)
+        long = "n" * (R.STATE_SLOT_NAME_BYTES + 10)
+        assert st.slot(st.open_slot(long, 1, 1, 1))[4] == long[:R.STATE_SLOT_NAME_BYTES]   # a label, cut
     finally:
         st.close()
         st.unlink()
+
+
+def test_futex_words_of_the_state_wake_a_read_only_attacher(shm):  # noqa: F811
+    """Consumers sleep on dispatch_seq through a read-only mapping; the dispatcher changes it and wakes."""
+    import threading
+    owner = make(shm)
+    reader = BrokerState.attach(owner.name, readonly=True)
+    try:
+        token = reader.dispatch_seq_word.arm()
+
+        def publish():
+            owner.w[R.STATE_WORD["dispatch_seq"]] += 1
+            owner.dispatch_seq_word.wake()
+        threading.Timer(0.05, publish).start()
+        t0 = time.monotonic()
+        assert reader.dispatch_seq_word.sleep(token, 10.0) and time.monotonic() - t0 < 5.0
+        before = owner.get("dispatch_wake"), owner.get("flush_wake")
+        owner.dispatch_wake.post()
+        owner.flush_wake.post()
+        assert (owner.get("dispatch_wake"), owner.get("flush_wake")) == (before[0] + 1, before[1] + 1)
+    finally:
+        reader.close()
+        owner.close()
+        owner.unlink()
 
 
 def test_attaching_something_that_is_not_a_state_segment_fails(shm):  # noqa: F811
@@ -99,14 +122,14 @@ def _word(st: BrokerState, byte_offset: int) -> int:
 
 def test_the_segment_has_the_documented_size_and_header(shm):  # noqa: F811
     before_ms = int(time.time() * 1000)
-    st = make(shm, sync_flush=True, session_slots=4, waiter_slots=3)
+    st = make(shm, sync_flush=True, session_slots=4, doorbell_fd=9)
     after_ms = int(time.time() * 1000)
     try:
-        # header, sessions, attach words, waiters, flush latency histogram
-        assert st.segment.size == 512 + 72 * 4 + 64 * 3 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
-        assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 512 + 72 * 4 + 64 * 3
+        # header, sessions, attach words, flush latency histogram
+        assert st.segment.size == 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
+        assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 512 + 72 * 4
         assert _word(st, 0) == 1                                 # flush_disk_type: SYNC
-        assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 3, os.getpid())
+        assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 9, os.getpid())
         assert bytes(st.segment.buf[32:40]) == b"\x01\x02\x03\x04\x00\x00\x00\x09"
         assert (_word(st, 40), _word(st, 56)) == (1 << 20, 1000)
         assert before_ms <= _word(st, 48) <= after_ms            # started_ms
@@ -205,49 +228,38 @@ def test_stored_pos_is_the_write_pos_capped_by_the_flushed_pos_only_under_sync_f
         st.unlink()
 
 
-def test_slot_rows_are_at_the_documented_offsets_and_names_use_all_40_bytes(shm):  # noqa: F811
-    st = make(shm, session_slots=2, waiter_slots=2)
+def test_slot_rows_are_at_the_documented_offsets_and_names_use_all_32_bytes(shm):  # noqa: F811
+    st = make(shm, session_slots=2)
     try:
-        name40 = "n" * 39 + "Z"
-        s = st.open_slot("sessions", name40, 2 ** 63 + 5, 777)        # generation is a u64
-        assert s == 0 and st.slot("sessions", 0) == (R.SLOT_ACTIVE, 2 ** 63 + 5, 777, name40)
+        name32 = "n" * 31 + "Z"
+        s = st.open_slot(name32, 2 ** 63 + 5, 777, 42)               # generation is a u64
+        assert s == 0 and st.slot(0) == (R.SLOT_ACTIVE, 2 ** 63 + 5, 777, 42, name32)
         row = 512 + 64 * 0
-        assert _word(st, row) == R.SLOT_ACTIVE and _word(st, row + 16) == 777
-        assert bytes(st.segment.buf[row + 24:row + 64]) == name40.encode()
+        assert _word(st, row) == R.SLOT_ACTIVE and _word(st, row + 16) == 777 and _word(st, row + 24) == 42
+        assert bytes(st.segment.buf[row + 32:row + 64]) == name32.encode()
         st.attached[1] = 99                                # the writer's attach table follows the sessions
         assert _word(st, 512 + 64 * 2 + 8) == 99
         st.attached[1] = 0
-        w = st.open_slot("waiters", "wait-x", 1, 2)
-        waiter_row = 512 + 72 * 2 + 64 * w
-        assert _word(st, waiter_row) == R.SLOT_ACTIVE and bytes(st.segment.buf[waiter_row + 24:waiter_row + 30]) \
-            == b"wait-x"
     finally:
         st.close()
         st.unlink()
 
 
 def test_closing_rows_are_still_active_and_state_changes_bump_the_version(shm):  # noqa: F811
-    st = make(shm, session_slots=3, waiter_slots=2)
+    st = make(shm, session_slots=3)
     try:
         for i in range(3):
-            st.open_slot("sessions", f"s{i}", i, i)
+            st.open_slot(f"s{i}", i, i, i)
         v = st.get("sessions_version")
-        st.set_slot_state("sessions", 1, R.SLOT_CLOSING)
+        st.set_slot_state(1, R.SLOT_CLOSING)
         assert st.get("sessions_version") == v + 1
-        assert st.active_slots("sessions") == [0, 1, 2]        # CLOSING is not free yet
+        assert st.active_slots() == [0, 1, 2]        # CLOSING is not free yet
         with pytest.raises(BrokerBusyError):
-            st.open_slot("sessions", "s3", 3, 3)
-        st.set_slot_state("sessions", 1, R.SLOT_FREE)
-        assert st.active_slots("sessions") == [0, 2] and st.get("sessions_version") == v + 2
-        assert st.open_slot("sessions", "s3", 3, 3) == 1
-        assert st.slot("sessions", 1) == (R.SLOT_ACTIVE, 3, 3, "s3")     # the old name is overwritten
-        # The waiter table has no attach gate and its own version word.
-        st.attached[:] = 1
-        a = st.open_slot("waiters", "w0", 0, 0)
-        st.set_slot_state("waiters", a, R.SLOT_FREE)
-        assert st.open_slot("waiters", "w1", 0, 0) == a and st.get("waiters_version") == 3
-        assert st.get("sessions_version") == v + 3
-        st.attached[:] = 0
+            st.open_slot("s3", 3, 3, 3)
+        st.set_slot_state(1, R.SLOT_FREE)
+        assert st.active_slots() == [0, 2] and st.get("sessions_version") == v + 2
+        assert st.open_slot("s3", 3, 3, 3) == 1
+        assert st.slot(1) == (R.SLOT_ACTIVE, 3, 3, 3, "s3")     # the old name is overwritten
     finally:
         st.close()
         st.unlink()
@@ -276,7 +288,7 @@ def test_owner_liveness_follows_the_recorded_pid_and_start_time(shm):  # noqa: F
     st = make(shm)
     try:
         assert st.owner_alive()
-        st.segment._hdr[0]["owner_start_time_s"] = 1.0       # same pid, other start time: a reused pid
+        st.segment._hdr[0]["owner_start_ticks"] = 1          # same pid, other start time: a reused pid
         assert not st.owner_alive()
     finally:
         st.close()
@@ -326,12 +338,12 @@ def test_segments_of_another_kind_or_version_are_refused(shm):  # noqa: F811
         old.unlink()
 
 
-@pytest.mark.parametrize("sessions,waiters,size", [(4, 4, 512), (4, 4, 512 + 72 * 4 + 64 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS - 1), (0, 4, 4096),
-                                                   (4, 0, 4096), (-1, 4, 4096)])
-def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, waiters, size):  # noqa: F811
+@pytest.mark.parametrize("sessions,size", [(4, 512), (4, 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS - 1),
+                                           (0, 4096), (-1, 4096)])
+def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, size):  # noqa: F811
     def init(seg):
         h = seg.array(R.BROKER_STATE, count=1)
-        h[0]["session_slots"], h[0]["waiter_slots"] = sessions, waiters
+        h[0]["session_slots"] = sessions
 
     seg = Segment.create(shm.name("state"), size, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init)
     try:
@@ -345,14 +357,13 @@ def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, wa
 def test_a_header_with_tables_that_exactly_fit_is_accepted(shm):  # noqa: F811
     def init(seg):
         h = seg.array(R.BROKER_STATE, count=1)
-        h[0]["session_slots"], h[0]["waiter_slots"] = 4, 4
+        h[0]["session_slots"] = 4
 
-    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 64 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS,
-                         R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION,
-                         init=init)
+    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS,
+                         R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init)
     try:
         st = BrokerState.attach(seg.name)
-        assert (st.session_slots, st.waiter_slots) == (4, 4) and len(st.waiters) == 4
+        assert st.session_slots == 4 and len(st.sessions) == 4
         st.close()
     finally:
         seg.close()

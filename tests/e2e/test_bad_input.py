@@ -13,7 +13,8 @@ from hostmq.errors import ConnectError, NoRouteError, ValidationError
 from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address, shm_name
-from hostmq.shm import IngressRing, Signal, notify_if_waiting
+from hostmq.client.session import ProducerSession
+from hostmq.shm import notify_if_waiting
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -110,14 +111,10 @@ def test_a_producer_writing_garbage_into_its_ring_harms_nobody_else(cluster):
     c = cluster()
     with hostmq.Producer(c.root) as good:
         good.send(Message("rogue", b"warm-up"))
-        inst = good.instance
-        name = shm_name(c.root, "broker-a", "ring", f"{os.getpid()}-rogue")
-        ring = IngressRing.create(name, 64 * 1024, 64)
-        done = Signal.create(name)
+        rogue = ProducerSession(good.instance, "broker-a", good.instance.broker_address("broker-a"),
+                                data_bytes=64 * 1024, completion_entries=64, spin_s=0.0)
+        ring, wake = rogue.ring, rogue.wake
         try:
-            addr = inst.broker_address("broker-a")
-            f = inst.broker_request(addr, RequestCode.OPEN_PRODUCER_SESSION, {"name": name, "pid": os.getpid()}).fields
-            wake = Signal.open(f["writer_signal"])
             rec = bytearray(R.encode_record(b"rogue", b"payload", b"", queue_id=0))
             rec[R.MSG_HEADER.size] ^= 0xFF                     # body no longer matches its CRC
             assert ring.try_write(R.FRAME_MESSAGE, 1, bytes(rec), 1)
@@ -134,13 +131,10 @@ def test_a_producer_writing_garbage_into_its_ring_harms_nobody_else(cluster):
             ring._q[R.RING_WORD["data_write_pos"]] = ring._wpos + 64
             notify_if_waiting(ring.writer_waiting, wake)
             wait_until(lambda: ring.dropped, 10, "the writer to drop the ring")
-            wake.close()
             assert good.send(Message("rogue", b"still served")).status == hostmq.SendStatus.SEND_OK
         finally:
-            ring.close()
-            ring.unlink()
-            done.close()
-            done.unlink()
+            rogue.broken = ConnectError("dropped")          # nothing is pending: close without waiting
+            rogue.close()
         with hostmq.Admin(c.root) as a:
             # Left: the good producer's session and the broker's own scheduler's.
             wait_until(lambda: a.brokers()[0]["sessions"] == 2, 10, "the dead session to be freed")

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 import pytest
 
+import numpy as np
+
 from hostmq import records as R
 from hostmq.root import shm_name
-from hostmq.shm import (IngressRing, Segment, Signal, WaitStats, list_segments, list_semaphores,
+from hostmq.shm import (FutexWord, IngressRing, Segment, WaitStats, list_segments, list_semaphores,
                         notify_if_waiting, unlink_semaphore, unlink_segment, wait_for)
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -104,22 +106,49 @@ def check_frame(frame) -> int:
     return pos
 
 
+# -- descriptors shared between processes -------------------------------------------------------
+def open_fd_of(pid: int, fd: int) -> int:
+    """Our own descriptor of what process ``pid`` holds as ``fd`` (how the broker's writer opens rings)."""
+    return os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+
+
+def make_doorbell() -> tuple[Segment, FutexWord]:
+    """A one-page sealed memfd with a futex word: the writer's wake-up, as the broker makes it."""
+    seg = Segment.create_memfd("doorbell", R.DOORBELL_BYTES, R.DOORBELL_KIND, R.DOORBELL_VERSION)
+    return seg, FutexWord(seg.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
+
+
+def open_doorbell_of(pid: int, fd: int) -> tuple[Segment, FutexWord]:
+    own = open_fd_of(pid, fd)
+    try:
+        seg = Segment.from_fd(own, R.DOORBELL_KIND, R.DOORBELL_VERSION)
+    finally:
+        os.close(own)
+    return seg, FutexWord(seg.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
+
+
+def open_ring_of(pid: int, fd: int) -> IngressRing:
+    own = open_fd_of(pid, fd)
+    try:
+        return IngressRing.from_fd(own)
+    finally:
+        os.close(own)
+
+
 # -- spawned targets ---------------------------------------------------------------------------
 def owner_child(seg_name: str, conn) -> None:
-    """Create a segment and its same-name semaphore, report, then live until killed."""
+    """Create a segment, report, then live until killed."""
     Segment.create(seg_name, 4096, "probe", 1)
-    Signal.create(seg_name)
     conn.send("ready")
     time.sleep(120)
 
 
-def stream_producer(ring_name: str, writer_sig: str, nframes: int, data_bytes: int, entries: int,
+def stream_producer(doorbell_ref: tuple[int, int], nframes: int, data_bytes: int, entries: int,
                     conn) -> None:
     """Producer session: write ``nframes`` frames, check every completion, report a checksum."""
-    ring = IngressRing.create(ring_name, data_bytes, entries)
-    done = Signal.create(ring_name)
-    wake = Signal.open(writer_sig)
-    conn.send("ready")
+    ring = IngressRing.create("ring.stream", data_bytes, entries)
+    _, wake = open_doorbell_of(*doorbell_ref)
+    conn.send(("ready", os.getpid(), ring.segment.fd))
     crc = seq = got = records = phys = 0
     stats = WaitStats()
     pending = None
@@ -146,22 +175,19 @@ def stream_producer(ring_name: str, writer_sig: str, nframes: int, data_bytes: i
         if len(comps) == 0:
             need = len(pending[2]) if pending else 0
             ok = wait_for(lambda: ring.has_completions() or (pending is not None and ring.can_reserve(need)),
-                          done, time.monotonic() + 20, flag=ring.producer_waiting, stats=stats)
+                          ring.completion_word, time.monotonic() + 20, flag=ring.producer_waiting, stats=stats)
             assert ok, "producer waited 20 s for the writer"
     conn.send(("done", crc, records, stats.__dict__))
     conn.recv()                     # parent is finished with the ring
     ring.mark_closed()
     ring.close()
-    done.unlink()
-    ring.unlink()
 
 
-def endless_producer(ring_name: str, writer_sig: str, data_bytes: int, conn) -> None:
+def endless_producer(doorbell_ref: tuple[int, int], data_bytes: int, conn) -> None:
     """Write frames forever (reading completions as needed) until SIGKILLed."""
-    ring = IngressRing.create(ring_name, data_bytes, 1024)
-    done = Signal.create(ring_name)
-    wake = Signal.open(writer_sig)
-    conn.send("ready")
+    ring = IngressRing.create("ring.endless", data_bytes, 1024)
+    _, wake = open_doorbell_of(*doorbell_ref)
+    conn.send(("ready", os.getpid(), ring.segment.fd))
     seq = 0
     while True:
         kind, count, payload = frame_payload(seq)
@@ -172,21 +198,21 @@ def endless_producer(ring_name: str, writer_sig: str, data_bytes: int, conn) -> 
             notify_if_waiting(ring.writer_waiting, wake)
         else:
             ring.completions()
-            wait_for(lambda: ring.has_completions() or ring.can_reserve(len(payload)), done,
+            wait_for(lambda: ring.has_completions() or ring.can_reserve(len(payload)), ring.completion_word,
                      time.monotonic() + 1, flag=ring.producer_waiting)
 
 
-def half_written_producer(ring_name: str, conn) -> None:
+def half_written_producer(conn) -> None:
     """Publish 3 frames, then reserve a 4th that wraps (a SKIP header is written) and fill half of
-    it without committing; report and wait to be killed."""
-    ring = IngressRing.create(ring_name, 4096, 16)
+    it without committing; report (with the ring's descriptor) and wait to be killed."""
+    ring = IngressRing.create("ring.half", 4096, 16)
     for seq in range(3):
         kind, count, payload = frame_payload(seq)
         assert ring.try_write(kind, seq, payload, count)
     view = ring.reserve(ring.max_payload_bytes - 8)       # does not fit before the end: wraps
     assert view is not None
     view[:len(view) // 2] = b"\xAB" * (len(view) // 2)
-    conn.send("mid-write")
+    conn.send(("mid-write", os.getpid(), ring.segment.fd))
     time.sleep(120)
 
 
@@ -194,23 +220,27 @@ PP_PING, PP_PONG, PP_PARENT_WAITING, PP_CHILD_WAITING = 0, 8, 16, 24     # int64
 
 
 def pingpong_child(seg_name: str, n: int, spin_s: float, conn) -> None:
-    """Answer ``n`` pings: wait for ping >= i, store pong = i, wake the parent if it waits."""
+    """Answer ``n`` pings: wait for ping >= i, store pong = i, wake the parent if it waits. Each side
+    sleeps on the futex of the word the other one publishes."""
     from hostmq.shm import Flag
     seg = Segment.attach(seg_name, "pingpong", 1)
     words = seg.buf[:256].cast("q")
+    arr = seg.array(np.int64, 32)
+    ping, pong = FutexWord(arr, PP_PING), FutexWord(arr, PP_PONG)
     mine = Flag(words, PP_CHILD_WAITING)
     parent = Flag(words, PP_PARENT_WAITING)
-    to_me, to_parent = Signal.open(seg_name + "-c"), Signal.open(seg_name + "-p")
     stats = WaitStats()
     failures = 0
     conn.send("ready")
     for i in range(1, n + 1):
-        if not wait_for(lambda: words[PP_PING] >= i, to_me, time.monotonic() + 5, flag=mine,
+        if not wait_for(lambda: words[PP_PING] >= i, ping, time.monotonic() + 5, flag=mine,
                         spin_s=spin_s, stats=stats):
             failures += 1
         words[PP_PONG] = i
-        notify_if_waiting(parent, to_parent)
+        notify_if_waiting(parent, pong, bump=False)
     conn.send((failures, stats.__dict__))
+    mine.release()
+    parent.release()
     words.release()
     seg.close()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import zlib
 from collections import deque
@@ -14,10 +15,10 @@ from hypothesis import strategies as st
 
 from hostmq import records as R
 from hostmq.errors import RingCorruptError, ValidationError
-from hostmq.shm import IngressRing, Signal, notify_if_waiting, reclaim_stale, wait_for
+from hostmq.shm import IngressRing, notify_if_waiting, wait_for
 from hostmq.shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
-from tests.shm import (SPAWN, check_frame, endless_producer, half_written_producer, kill, shm,  # noqa: F401
-                       spawn, stream_producer)  # noqa: F401  (shm, spawn: fixtures)
+from tests.shm import (SPAWN, check_frame, endless_producer, half_written_producer, kill, make_doorbell,  # noqa: F401
+                       open_ring_of, shm, spawn, stream_producer)  # noqa: F401  (shm, spawn: fixtures)
 
 pytestmark = pytest.mark.timeout(60)
 HDR = R.FRAME_HEADER.size
@@ -34,12 +35,12 @@ def pattern(seq: int, n: int) -> bytes:
 
 @pytest.fixture
 def ring_pair(shm):
-    """Factory ``ring_pair(data_bytes, entries) -> (producer, writer)``; closed and unlinked after."""
+    """Factory ``ring_pair(data_bytes, entries) -> (producer, writer)``; closed after."""
     made = []
 
     def _make(data_bytes=4096, entries=8):
         p = IngressRing.create(shm.name("ingress", next(_names)), data_bytes, entries)
-        w = IngressRing.attach(p.name)
+        w = IngressRing.from_fd(p.segment.fd)
         made.append((p, w))
         return p, w
 
@@ -47,7 +48,6 @@ def ring_pair(shm):
     for p, w in made:
         w.close()
         p.close()
-        p.unlink()
 
 
 def header_words(ring: IngressRing) -> np.ndarray:
@@ -212,7 +212,7 @@ OPS = st.one_of(
 @given(ops=st.lists(OPS, max_size=120), entries=st.sampled_from([4, 8, 64]))
 def test_ring_matches_reference_model(shm, ops, entries):
     p = IngressRing.create(shm.name("ingress", next(_names)), 4096, entries)
-    w = IngressRing.attach(p.name)
+    w = IngressRing.from_fd(p.segment.fd)
     m = Model(4096, entries)
     hdr = header_words(w)
     try:
@@ -230,7 +230,6 @@ def test_ring_matches_reference_model(shm, ops, entries):
         del hdr
         w.close()
         p.close()
-        p.unlink()
 
 
 def _apply(p, w, m: Model, hdr, op, arg, batch=False):
@@ -365,7 +364,7 @@ class WriterState:
     crc: int = 0
 
 
-def writer_pass(ring: IngressRing, done: Signal, state: WriterState) -> int:
+def writer_pass(ring: IngressRing, state: WriterState) -> int:
     """One writer wake-up: take every visible frame, verify, complete, release, notify."""
     batch = ring.frames()
     n = len(batch)
@@ -383,31 +382,32 @@ def writer_pass(ring: IngressRing, done: Signal, state: WriterState) -> int:
     del batch, f
     ring.complete(rows)
     ring.release()
-    notify_if_waiting(ring.producer_waiting, done)
+    notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)
     return n
 
 
-def _start_producer(shm, spawn, target, *args):
-    wake = Signal.create(shm.name("writer"))
-    ring_name = shm.name("ingress", 1)
+def _start_producer(spawn, target, *args):
+    """A producer process with its ring; the ring opened here through /proc as the broker's writer
+    does, and the doorbell (ours) it rings."""
+    doorbell, wake = make_doorbell()
     parent_conn, child_conn = SPAWN.Pipe()
-    child = spawn(target, ring_name, wake.name, *args, child_conn)
+    child = spawn(target, (os.getpid(), doorbell.fd), *args, child_conn)
     assert parent_conn.poll(30), "producer did not start"
-    assert parent_conn.recv() == "ready"
-    ring = IngressRing.attach(ring_name)
-    done = Signal.open(ring_name)
-    return wake, ring, done, child, parent_conn
+    tag, pid, fd = parent_conn.recv()
+    assert tag == "ready"
+    ring = open_ring_of(pid, fd)
+    return doorbell, wake, ring, child, parent_conn
 
 
 def test_two_processes_stream_200k_frames_with_completions(shm, spawn):
     n = 200_000
-    wake, ring, done, child, conn = _start_producer(shm, spawn, stream_producer, n, 256 * 1024, 1024)
+    doorbell, wake, ring, child, conn = _start_producer(spawn, stream_producer, n, 256 * 1024, 1024)
     state = WriterState()
     wakeups = 0
     try:
         t0 = time.monotonic()
         while state.frames < n:
-            if writer_pass(ring, done, state) == 0:
+            if writer_pass(ring, state) == 0:
                 wakeups += 1
                 assert wait_for(ring.has_frames, wake, time.monotonic() + 20, flag=ring.writer_waiting)
         elapsed = time.monotonic() - t0
@@ -423,40 +423,36 @@ def test_two_processes_stream_200k_frames_with_completions(shm, spawn):
         assert child.exitcode == 0
     finally:
         ring.close()
-        done.close()
-        wake.close()
-        wake.unlink()
+        doorbell.close()
 
 
 def test_producer_killed_while_writing_leaves_a_readable_ring(shm, spawn):
-    wake, ring, done, child, conn = _start_producer(shm, spawn, endless_producer, 64 * 1024)
+    doorbell, wake, ring, child, conn = _start_producer(spawn, endless_producer, 64 * 1024)
     state = WriterState()
     try:
         deadline = time.monotonic() + 30
         while not conn.poll(0):
             assert time.monotonic() < deadline
-            if writer_pass(ring, done, state) == 0:
+            if writer_pass(ring, state) == 0:
                 wait_for(ring.has_frames, wake, time.monotonic() + 0.05, flag=ring.writer_waiting)
         kill(child)
-        while writer_pass(ring, done, state):       # everything committed, nothing else, no error
+        while writer_pass(ring, state):             # everything committed, nothing else, no error
             pass
         assert state.frames >= 1000 and not ring.has_frames()
         assert not ring.segment.owner_alive()
-        assert reclaim_stale(shm.prefix) == [ring.name]      # segment and its completion signal
     finally:
         ring.close()
-        done.close()
-        wake.close()
-        wake.unlink()
+        doorbell.close()
 
 
 def test_producer_killed_mid_frame_exposes_only_committed_frames(shm, spawn):
-    ring_name = shm.name("ingress", 1)
     parent_conn, child_conn = SPAWN.Pipe()
-    child = spawn(half_written_producer, ring_name, child_conn)
-    assert parent_conn.poll(30) and parent_conn.recv() == "mid-write"
+    child = spawn(half_written_producer, child_conn)
+    assert parent_conn.poll(30)
+    tag, pid, fd = parent_conn.recv()
+    assert tag == "mid-write"
+    ring = open_ring_of(pid, fd)          # held before the kill, as the broker holds a session's ring
     kill(child)
-    ring = IngressRing.attach(ring_name)
     try:
         got = ring.frames()
         assert [f.seq for f in got] == [0, 1, 2]
@@ -466,7 +462,6 @@ def test_producer_killed_mid_frame_exposes_only_committed_frames(shm, spawn):
         assert len(ring.frames()) == 0 and not ring.segment.owner_alive()
     finally:
         ring.close()
-        ring.unlink()
 
 
 def test_writer_restart_between_complete_and_release_duplicates_but_corrupts_nothing(ring_pair):
@@ -477,7 +472,7 @@ def test_writer_restart_between_complete_and_release_duplicates_but_corrupts_not
     w.complete([(f.seq, 0, 1, f.seq, 0, 0) for f in got])
     del got
     w.close()                                          # killed before release()
-    w2 = IngressRing.attach(p.name)
+    w2 = IngressRing.from_fd(p.segment.fd)
     try:
         again = w2.frames()
         assert [f.seq for f in again] == [0, 1, 2]         # re-read from the released position
@@ -513,7 +508,7 @@ def test_writer_waits_while_the_completion_ring_is_full(ring_pair):
 def _restart(p: IngressRing, w: IngressRing) -> IngressRing:
     """The writer dies (its views go with it) and a successor attaches to the same ring."""
     w.close()
-    return IngressRing.attach(p.name)
+    return IngressRing.from_fd(p.segment.fd)
 
 
 def _write(p: IngressRing, seqs, n: int = 100) -> None:
@@ -664,7 +659,7 @@ def test_an_impossible_journal_refuses_the_attach(ring_pair, appended, staged, w
     w.journal(appended, staged)
     w.close()
     with pytest.raises(RingCorruptError, match=f"impossible cursors.*{why}"):
-        IngressRing.attach(p.name)
+        IngressRing.from_fd(p.segment.fd)
 
 
 def test_release_to_gives_room_back_frame_by_frame(ring_pair):
@@ -776,7 +771,7 @@ def test_a_writer_killed_anywhere_appends_and_completes_every_frame_exactly_once
     published reaches the "commitlog" exactly once, in order, and the producer reads exactly one
     completion per frame, carrying the commitlog position it was appended at."""
     p = IngressRing.create(shm.name("ingress", next(_names)), 4096, entries)
-    w = IngressRing.attach(p.name)
+    w = IngressRing.from_fd(p.segment.fd)
     log: list[int] = []                 # seqs in the commitlog (durable once journalled)
     seen: list[tuple] = []              # completions the producer read
     next_seq = 0
@@ -821,7 +816,7 @@ def test_a_writer_killed_anywhere_appends_and_completes_every_frame_exactly_once
             elif op == "writer":
                 if writer_pass(a, b):
                     w.close()
-                    w = IngressRing.attach(p.name)
+                    w = IngressRing.from_fd(p.segment.fd)
                     resume(w)
             else:
                 read(a)
@@ -837,4 +832,3 @@ def test_a_writer_killed_anywhere_appends_and_completes_every_frame_exactly_once
     finally:
         w.close()
         p.close()
-        p.unlink()

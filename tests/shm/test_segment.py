@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import posix_ipc
@@ -10,8 +11,8 @@ import pytest
 
 from hostmq import records as R
 from hostmq.errors import HostMQError, SegmentError, SegmentExistsError, SegmentNotFoundError
-from hostmq.shm import (Segment, Signal, list_segments, list_semaphores, read_info, reclaim_stale)
-from hostmq.shm.segment import boot_id
+from hostmq.shm import (Segment, list_segments, list_semaphores, read_info, reclaim_stale)
+from hostmq.shm.segment import boot_id, process_alive, process_start_ticks
 from tests.shm import SPAWN, kill, owner_child, shm, spawn  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,7 +48,7 @@ def test_create_attach_round_trip(shm):
         info = other.info()
         assert (info.kind, info.layout_version, info.owner_pid) == ("probe", 3, os.getpid())
         assert info.boot_id == boot_id()
-        assert abs(info.owner_start_time_s - psutil.Process().create_time()) < 0.05
+        assert info.owner_start_ticks == process_start_ticks() > 0
         assert info.size_bytes == R.SEGMENT_PAYLOAD_OFFSET + 10_000
         assert info.generation == seg.generation == other.generation
         assert seg.is_owner and not other.is_owner and other.owner_alive()
@@ -143,13 +144,13 @@ def test_close_with_live_views_defers_unmap(shm):
     del view, arr
 
 
-def test_owner_alive_checks_start_time_and_boot_id(shm):
+def test_owner_alive_checks_start_ticks_and_boot_id(shm):
     seg = Segment.create(shm.name("probe"), 64, "probe", 1)
     try:
         assert seg.owner_alive()
-        seg._hdr[0]["owner_start_time_s"] -= 100.0        # same pid, other process (pid reuse)
+        seg._hdr[0]["owner_start_ticks"] -= 100           # same pid, other process (pid reuse)
         assert not seg.owner_alive()
-        seg._hdr[0]["owner_start_time_s"] += 100.0
+        seg._hdr[0]["owner_start_ticks"] += 100
         seg._hdr[0]["boot_id"] = b"\x01" * 16              # left over from another boot
         assert not seg.owner_alive()
         seg._hdr[0]["boot_id"] = boot_id()
@@ -166,7 +167,8 @@ def test_killed_owner_is_stale_and_reclaimed_live_one_kept(shm, spawn):
     child = spawn(owner_child, dead_name, child_conn)
     assert parent_conn.poll(30) and parent_conn.recv() == "ready"
     live = Segment.create(live_name, 64, "probe", 1)
-    live_signal = Signal.create(live_name)
+    stale_sem = posix_ipc.Semaphore(dead_name, posix_ipc.O_CREX)     # as an older version left them
+    stale_sem.close()
     try:
         seg = Segment.attach(dead_name, "probe", 1)
         assert seg.owner_alive() and seg.info().owner_pid == child.pid
@@ -175,27 +177,96 @@ def test_killed_owner_is_stale_and_reclaimed_live_one_kept(shm, spawn):
         assert not seg.owner_alive()
         assert reclaim_stale(shm.prefix) == [dead_name]
         assert list_segments(shm.prefix) == [live_name]
-        assert list_semaphores(shm.prefix) == [live_name]      # the dead one's signal went with it
+        assert list_semaphores(shm.prefix) == []               # the dead one's semaphore went with it
         assert seg.buf[0] == 0                                 # our mapping outlives the name
         seg.close()
     finally:
         live.close()
         live.unlink()
-        live_signal.close()
-        live_signal.unlink()
 
 
 def test_orphan_semaphores_only_on_request(shm):
     seg_name, orphan = shm.name("probe"), shm.name("writer")
     seg = Segment.create(seg_name, 64, "probe", 1)
-    sigs = [Signal.create(seg_name), Signal.create(orphan)]
+    for n in (seg_name, orphan):                             # semaphores of an older version
+        posix_ipc.Semaphore(n, posix_ipc.O_CREX).close()
     try:
         assert reclaim_stale(shm.prefix) == []
         assert reclaim_stale(shm.prefix, orphan_semaphores=True) == [orphan]
         assert list_semaphores(shm.prefix) == [seg_name]
     finally:
-        for s in sigs:
-            s.close()
-            s.unlink()
+        for n in (seg_name, orphan):
+            try:
+                posix_ipc.unlink_semaphore(n)
+            except posix_ipc.ExistentialError:
+                pass
         seg.close()
         seg.unlink()
+
+
+def test_liveness_uses_boot_relative_ticks(shm):
+    me = process_start_ticks()
+    assert me > 0 and process_alive(os.getpid(), me)
+    assert not process_alive(os.getpid(), me + 1)
+    with open(f"/proc/{os.getpid()}/stat", "rb") as f:
+        assert int(f.read().rsplit(b")", 1)[1].split()[19]) == me
+    assert process_start_ticks(2 ** 22 + 12345) == 0 and not process_alive(2 ** 22 + 12345, me)
+
+
+def test_a_wall_clock_step_does_not_make_live_owners_look_dead(shm):
+    """Stepping the clock (NTP, an operator) moved psutil's create_time and made every live process
+    look dead; the recorded start ticks are boot-relative. A real step of 30 s, and back."""
+    seg = Segment.create(shm.name("probe"), 64, "probe", 1)
+    before = psutil.Process().create_time()
+    t0 = time.clock_gettime(time.CLOCK_REALTIME)
+    try:
+        time.clock_settime(time.CLOCK_REALTIME, t0 + 30.0)
+    except PermissionError:
+        seg.close()
+        seg.unlink()
+        pytest.skip("stepping the clock needs CAP_SYS_TIME")
+    try:
+        moved = psutil.Process().create_time() - before     # what the old liveness check compared
+        with Segment.attach(seg.name, "probe", 1) as other:
+            alive = seg.owner_alive(), other.owner_alive()
+    finally:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - 30.0)
+        seg.close()
+        seg.unlink()
+    assert moved > 25.0, "the step did not take"
+    assert alive == (True, True)
+
+
+def test_memfd_segment_is_sealed_and_checked(shm):
+    seg = Segment.create_memfd("ring.test", 8192, "probe", 1)
+    try:
+        with pytest.raises(OSError):
+            os.ftruncate(seg.fd, 4096)                          # sealed: nobody can shrink it
+        other = Segment.from_fd(seg.fd, "probe", 1)
+        assert other.generation == seg.generation and other.size == 8192
+        other.close()
+        with pytest.raises(SegmentError, match="expected"):
+            Segment.from_fd(seg.fd, "other", 1)
+        with pytest.raises(SegmentError, match="layout version"):
+            Segment.from_fd(seg.fd, "probe", 2)
+    finally:
+        seg.close()
+    assert list_segments(shm.prefix) == []                     # a memfd has no name to leave behind
+
+
+def test_an_unsealed_or_foreign_descriptor_is_refused(tmp_path):
+    path = tmp_path / "plain"
+    path.write_bytes(b"\0" * 8192)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with pytest.raises(SegmentError, match="sealable"):
+            Segment.from_fd(fd, "probe", 1)
+    finally:
+        os.close(fd)
+    fd = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 8192)
+        with pytest.raises(SegmentError, match="F_SEAL_SHRINK"):
+            Segment.from_fd(fd, "probe", 1)
+    finally:
+        os.close(fd)
