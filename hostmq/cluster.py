@@ -26,6 +26,7 @@ from .client.instance import ClientInstance
 from .client.remoting import RemotingClient
 from .config import Config
 from .errors import ConfigError, ConnectError, HostMQError
+from .fsutil import ensure_dir, open_file
 from .namesrv.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
 from .shm.segment import reclaim_stale
@@ -72,7 +73,7 @@ class LocalCluster:
                 not 1 <= namesrvs <= 16:
             raise ConfigError("LocalCluster needs 1..64 brokers and 1..16 NameServers")
         self.root = resolve_root(root)
-        os.makedirs(self.root, exist_ok=True)
+        ensure_dir(self.root)
         self.config = merged_config(self.root, config)
         self.brokers = broker_names(brokers)
         self.namesrvs = namesrvs
@@ -83,9 +84,9 @@ class LocalCluster:
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self) -> "LocalCluster":
-        os.makedirs(os.path.dirname(self.config_file), exist_ok=True)
-        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
-        with open(self.config_file, "w") as f:
+        ensure_dir(os.path.dirname(self.config_file))
+        ensure_dir(os.path.join(self.root, "logs"))
+        with os.fdopen(open_file(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
             f.write(dump_toml(self.config))
         try:
             for i in range(self.namesrvs):
@@ -100,7 +101,8 @@ class LocalCluster:
         return self
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(os.path.join(self.root, "logs", f"{name}.log"), "ab")
+        log = os.fdopen(open_file(os.path.join(self.root, "logs", f"{name}.log"),
+                                  os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         self._logs[name] = log
         env = {**os.environ, DIE_WITH_PARENT_ENV: "1"}
         self.processes[name] = subprocess.Popen(

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from .errors import ConfigError
+from .fsutil import FILE_MODE, ensure_dir, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -22,20 +23,17 @@ log = logging.getLogger(__name__)
 def write_json(path: str, data: Any) -> None:
     """Replace ``path`` with ``data`` as JSON, atomically and durably; the previous file becomes ``.bak``."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    ensure_dir(directory)
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    with os.fdopen(fd, "wb") as f:
         f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         f.flush()
         os.fsync(f.fileno())
     if os.path.exists(path):
         os.replace(path, path + ".bak")
     os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(directory)
 
 
 def read_json(path: str, default: Any = None) -> Any:

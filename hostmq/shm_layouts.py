@@ -116,6 +116,7 @@ COMPLETION_BAD_RECORD = -1           # a record failed validation (check_record)
 COMPLETION_STORE_FULL = -2           # disk above the refuse-writes ratio
 COMPLETION_NOT_AVAILABLE = -3        # the broker cannot accept writes (shutting down, slave, …)
 COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, or the queue id is too big
+COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or made durable (EIO): restart needed
 
 # Broker state — one segment per running broker (``/hostmq.<hash12>.state.0``), created by the broker
 # process before it starts its children and unlinked when it stops; clients map it read-only. Positions

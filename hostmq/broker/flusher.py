@@ -12,7 +12,14 @@ the flusher line of the broker state. It never writes commitlog bytes: ``fdatasy
 descriptor writes back the pages the writer dirtied through its mapping.
 
 Crash policy: ``flushed_pos`` only moves after the sync returned; a restarted flusher starts from
-the published value (re-flushing is harmless). The checkpoint's ``confirm_phys_offset`` is written
+the published value (re-flushing is harmless).
+
+A failed ``fdatasync`` (EIO, ENOSPC on a thin disk) is never retried into a success: the kernel may
+already have dropped the dirty pages, and a second sync — even on a new descriptor — would report
+nothing (PostgreSQL's "fsyncgate"). The flusher publishes the errno in ``flush_error`` and from then on
+this broker run never moves ``flushed_pos`` again (a restarted flusher reads the word too); the writer
+answers waiting SYNC_FLUSH sends with FLUSH_DISK_TIMEOUT and refuses new writes. A restart of the
+broker (abnormal recovery, which re-reads and re-checks the files) is what clears it. The checkpoint's ``confirm_phys_offset`` is written
 only at a clean stop, when writer and dispatcher have already stopped.
 """
 from __future__ import annotations
@@ -28,6 +35,8 @@ from ..store.flush import AsyncFlushState, async_flush_pages
 from ..store.mapped_file import PAGE_BYTES, file_name
 from .runtime import BrokerRuntime
 from .state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, open_doorbell
+
+W_FLUSH_ERROR = R.STATE_WORD["flush_error"]
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +80,18 @@ class Flusher:
         flushed = w[W_FLUSHED_POS]
         if end <= flushed:
             return flushed
+        if w[W_FLUSH_ERROR]:
+            return flushed                                       # fsyncgate: never again this run
         t0 = time.perf_counter()
         fb = self.file_bytes
-        for start in range(flushed - flushed % fb, end, fb):
-            fd = self._fd(start)
-            if fd is not None:
-                os.fdatasync(fd)
+        try:
+            for start in range(flushed - flushed % fb, end, fb):
+                fd = self._fd(start)
+                if fd is not None:
+                    os.fdatasync(fd)
+        except OSError as e:
+            self._failed(e)
+            return flushed
         for start in [s for s in self._fds if s + fb <= end]:     # full and flushed: done with it
             os.close(self._fds.pop(start))
         w[W_FLUSHED_POS] = end                                   # publish
@@ -88,13 +103,23 @@ class Flusher:
         notify_if_waiting(self.state.writer_waiting, self.doorbell)
         return end
 
+    def _failed(self, e: OSError) -> None:
+        w = self.state.w
+        w[W_FLUSH_ERROR] = e.errno or -1
+        log.critical("flusher: fdatasync of the commitlog failed (%s): nothing written after position %d "
+                     "is known to be on disk; writes are refused until the broker is restarted",
+                     os.strerror(e.errno or 0), w[W_FLUSHED_POS])
+        notify_if_waiting(self.state.writer_waiting, self.doorbell)
+
     def run_once(self, now_s: float) -> bool:
         """Flush if the policy says so; True if it flushed."""
         w = self.state.w
         end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])      # what is in the files
         flushed = w[W_FLUSHED_POS]
         did = False
-        if self.sync:
+        if w[W_FLUSH_ERROR]:
+            pass                    # nothing more is ever flushed in this run (see the module doc)
+        elif self.sync:
             if w[W_FLUSH_REQUEST_POS] > flushed:
                 self.flush_to(end)
                 did = True
@@ -122,13 +147,17 @@ class Flusher:
         if confirm is not None:
             fields["confirm_phys_offset"] = confirm
         self.checkpoint.update(**fields)
-        self.checkpoint.flush()
+        try:
+            self.checkpoint.flush()
+        except OSError as e:            # the checkpoint only lets recovery start later: an old one is safe
+            log.error("flusher: cannot write the checkpoint: %s", os.strerror(e.errno or 0))
+            return
         st.set("checkpoint_ms", int(time.time() * 1000))
 
     def wait(self, stop) -> bool:
         w = self.state.w
         if self.sync:
-            ready = lambda: w[W_FLUSH_REQUEST_POS] > w[W_FLUSHED_POS]      # noqa: E731
+            ready = lambda: w[W_FLUSH_REQUEST_POS] > w[W_FLUSHED_POS] and not w[W_FLUSH_ERROR]  # noqa: E731
             spin = self.rt.config.broker.writer_spin_s
         else:
             ready = lambda: False                                          # noqa: E731 - a timer
@@ -157,8 +186,8 @@ def run(rt: BrokerRuntime, stop) -> int:
                 f.wait(stop)
         # Writer and dispatcher stopped first: everything is final now.
         end = f.state.committed_end()
-        f.flush_to(end)
-        f.write_checkpoint(confirm=end)
+        # Confirm the end for a normal recovery only if it is on disk (not after a failed sync).
+        f.write_checkpoint(confirm=end if f.flush_to(end) >= end else None)
     finally:
         f.close()
     return 0

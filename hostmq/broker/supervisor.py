@@ -23,6 +23,7 @@ producer sessions, unlink the state segment, close the sockets.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -32,13 +33,15 @@ import time
 import numpy as np
 
 from .. import records as R
-from ..errors import ConnectError, StoreLockedError
+from ..errors import ConnectError, SegmentError, StoreLockedError
+from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import Child, Supervisor, sd_notify
 from ..root import shm_name
 from ..shm.futex import FutexWord
-from ..shm.segment import Segment, reclaim_stale, shm_free_bytes, unlink_segment
-from ..store.transient_pool import TransientStorePool
+from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
+from ..store.mapped_file_queue import MappedFileQueue
 from ..store.message_store import MessageStore
+from ..store.transient_pool import TransientStorePool, salvage
 from ..transport import Server
 from .registration import NamesrvLink
 from .runtime import BrokerRuntime
@@ -60,7 +63,7 @@ MIN_SHM_FREE_BYTES = 64 << 20
 
 def take_lock(path: str, what: str) -> int:
     """An exclusive ``flock`` on ``path`` (StoreLockedError naming ``what`` if it is held)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -103,6 +106,7 @@ class Broker:
 
     def start(self) -> None:
         rt = self.rt
+        salvage_pool(rt)                    # before the stale segments it reads are reclaimed
         gone = reclaim_stale(rt.shm_prefix, grace_s=5.0, orphan_semaphores=True)
         gone += reclaim_stale(shm_name(rt.root, "", "x").rsplit(".", 2)[0] + ".", grace_s=5.0)   # consumers
         if gone:
@@ -112,10 +116,13 @@ class Broker:
             log.warning("/dev/shm has only %d MiB free; producer sessions may fail", shm_free_bytes() >> 20)
         store_host = R.host_bytes(os.getpid())
         end, last_ts = self._recover(store_host)
+        rt = self.rt                        # now with the store's own file sizes (store.json)
         self._store_lock_fd = take_lock(os.path.join(rt.store_dir, "lock"), "this broker")
         abort = os.path.join(rt.store_dir, "abort")
-        with open(abort, "wb") as f:
-            os.fsync(f.fileno())
+        fd = open_file(abort, os.O_WRONLY | os.O_CREAT)
+        os.fsync(fd)
+        os.close(fd)
+        fsync_dir(rt.store_dir)
         b = rt.config.broker
         self.doorbell = Segment.create_memfd("doorbell", R.DOORBELL_BYTES, R.DOORBELL_KIND, R.DOORBELL_VERSION)
         doorbell_word = FutexWord(self.doorbell.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
@@ -154,9 +161,11 @@ class Broker:
 
     def _recover(self, store_host: bytes) -> tuple[int, int]:
         """Open the store (recovering it) and close it cleanly; its end and last store time."""
-        os.makedirs(self.rt.store_dir, exist_ok=True)
+        ensure_dir(self.rt.store_dir)
         store = MessageStore(self.rt.store_dir, self.rt.config, broker=self.rt.name, store_host=store_host)
         try:
+            # Children get the sizes the store was created with, whatever the configuration says.
+            self.rt = dataclasses.replace(self.rt, config=dataclasses.replace(self.rt.config, store=store.config))
             self.recovery = store.recovery
             end, ts = store.commitlog.max_offset(), store.commitlog.last_store_ts_ms
         finally:
@@ -210,6 +219,7 @@ class Broker:
             clean = w["write_pos"] == w["dispatched_pos"] == w["flushed_pos"]
             if clean:
                 os.unlink(os.path.join(self.rt.store_dir, "abort"))
+                fsync_dir(self.rt.store_dir)
             else:
                 log.warning("broker %s: positions disagree at stop (%s); next start recovers", self.rt.name, w)
         elif codes:
@@ -231,10 +241,48 @@ class Broker:
         return clean
 
 
+def salvage_pool(rt: BrokerRuntime) -> int:
+    """After the whole broker was killed: commit what its writer had appended to the transient store
+    pool and published (acknowledged) but not yet committed to the file. The pool's segments and the
+    dead broker's state segment outlive the processes in /dev/shm; the state says the range
+    ``[committed_pos, write_pos)``. Returns the bytes salvaged. The caller holds the broker lock."""
+    try:
+        old = BrokerState.attach(rt.state_name, readonly=True)
+    except SegmentError:
+        return 0
+    pool = mfq = None
+    try:
+        committed, write = old.get("committed_pos"), old.get("write_pos")
+        names = []
+        while write > committed and _segment_exists(rt.shm("pool", len(names))):
+            names.append(rt.shm("pool", len(names)))
+        if write <= committed or not names or old.owner_alive():
+            return 0
+        pool = TransientStorePool(old.commitlog_file_bytes, len(names), segment_names=names, lock=False)
+        mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), old.commitlog_file_bytes)
+        mfq.load()
+        end = salvage(pool, mfq, committed, write)
+        mfq.flush()
+        if end > committed:
+            log.warning("broker %s: committed %d acknowledged bytes the killed broker had left in its "
+                        "transient store pool", rt.name, end - committed)
+        return end - committed
+    finally:
+        if mfq is not None:
+            mfq.close()
+        if pool is not None:
+            pool.close()
+        old.close()
+
+
+def _segment_exists(name: str) -> bool:
+    return os.path.exists(os.path.join(SHM_DIR, name.lstrip("/")))
+
+
 def run(rt: BrokerRuntime, stop: threading.Event) -> int:
     """The broker process's entry point; returns its exit code."""
-    os.makedirs(rt.broker_dir, exist_ok=True)
-    os.makedirs(rt.config_dir, exist_ok=True)
+    ensure_dir(rt.broker_dir)
+    ensure_dir(rt.config_dir)
     lock_fd = take_lock(rt.lock_path, f"another broker named {rt.name}")
     try:
         broker = Broker(rt)

@@ -30,6 +30,7 @@ acknowledged message is lost or duplicated, and an unacknowledged one is stored 
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -60,7 +61,10 @@ I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_gener
 I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
 W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
+W_FLUSH_ERROR = _W["flush_error"]
 DISK_CHECK_INTERVAL_S = 10.0
+IO_RETRY_S = 1.0                    # after ENOSPC / EIO, writes are refused this long before a retry
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
 
@@ -128,6 +132,8 @@ class Writer:
         self._flags: list = []
         self.pending: deque[_Pending] = deque()
         self._refusal = 0
+        self._io_refusal = 0                # COMPLETION_* while appends fail with an OS error
+        self._io_retry_s = 0.0
         self._next_disk_check_s = 0.0
         self._recover()
         st.set("writer_pid", os.getpid())
@@ -351,8 +357,14 @@ class Writer:
         return n
 
     def _append_frames(self, frames) -> tuple[list[tuple], int]:
-        """Validate and append each frame's records; a completion row per frame and the records appended."""
-        cl, queues, refusal = self.cl, self._queues, self._refusal
+        """Validate and append each frame's records; a completion row per frame and the records appended.
+
+        The payloads are the writer's private copies (``IngressRing.frames``). An OS error while
+        appending (ENOSPC or EIO creating the next commitlog file) rolls the log back to the frame's
+        start and refuses it and, for ``IO_RETRY_S``, every frame after it (``_io_failed``)."""
+        cl, queues = self.cl, self._queues
+        refusal = self._refusal or (self._io_refusal if time.monotonic() < self._io_retry_s else 0) or \
+            (R.COMPLETION_DISK_ERROR if self.state.w[W_FLUSH_ERROR] else 0)
         max_body, max_props = self.max_body, self.max_props
         now_ms = int(time.time() * 1000)
         appended = 0
@@ -361,6 +373,7 @@ class Writer:
             if refusal:
                 rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
                 continue
+            frame_start = cl.max_offset()
             try:
                 if f.record_count == 1:
                     topic_b, qid, size = single_record(f.payload, max_body, max_props)
@@ -382,8 +395,26 @@ class Writer:
                 log.debug("writer: refused frame %d: %s", f.seq, e)
                 rows.append((f.seq, R.COMPLETION_BAD_RECORD, f.record_count, 0, 0, 0))
                 continue
+            except OSError as e:
+                refusal = self._io_failed(e, frame_start)
+                rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
+                continue
             appended += f.record_count
+        if self._io_refusal and not refusal:
+            log.warning("writer: appends succeed again; writes accepted")
+            self._io_refusal = 0
         return rows, appended
+
+    def _io_failed(self, e: OSError, frame_start: int) -> int:
+        """An append failed in the OS: undo its partial bytes, refuse writes for a while; the status."""
+        self.cl.rollback(frame_start)
+        status = R.COMPLETION_STORE_FULL if e.errno in _FULL_ERRNOS else R.COMPLETION_NOT_AVAILABLE
+        if not self._io_refusal:
+            log.error("writer: cannot append to the commitlog (%s); writes refused, retried every %.0f s",
+                      os.strerror(e.errno or 0), IO_RETRY_S)
+        self._io_refusal = status
+        self._io_retry_s = time.monotonic() + IO_RETRY_S
+        return status
 
     def _complete(self, a: _Attached, cw_end: int, data_end: int) -> None:
         ring = a.ring
@@ -400,9 +431,10 @@ class Writer:
 
     def _publish_synced(self, now_s: float) -> None:
         flushed = self.state.w[W_FLUSHED_POS]
+        failed = self.state.w[W_FLUSH_ERROR] != 0       # the flusher will never get there (fsyncgate)
         while self.pending:
             p = self.pending[0]
-            late = now_s - p.since_s >= self.sync_timeout_s
+            late = failed or now_s - p.since_s >= self.sync_timeout_s
             if p.phys_end > flushed and not late:
                 break
             self.pending.popleft()
@@ -418,7 +450,7 @@ class Writer:
         w = self.state.w
         if w[W_SESSIONS_VERSION] != self._sessions_seen or w[W_TOPICS_VERSION] != self._topics_seen:
             return True
-        if self.pending and w[W_FLUSHED_POS] >= self.pending[0].phys_end:
+        if self.pending and (w[W_FLUSHED_POS] >= self.pending[0].phys_end or w[W_FLUSH_ERROR]):
             return True
         for a in self._serving:
             if a.ring.has_frames():

@@ -60,6 +60,9 @@ def completion_error(status: int, broker: str) -> HostMQError:
         return NoRouteError(f"broker {broker} does not serve this topic or queue")
     if status == R.COMPLETION_BAD_RECORD:
         return ValidationError(f"broker {broker} refused a malformed record")
+    if status == R.COMPLETION_DISK_ERROR:
+        return BrokerBusyError(f"broker {broker}: its disk failed (I/O error); writes are refused until "
+                               f"it is restarted")
     return BrokerBusyError(f"broker {broker} cannot accept messages now (status {status})")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..config import NamesrvConfig
 from ..jsonfile import read_json, write_json
 from ..errors import NoRouteError, StoreLockedError, ValidationError
+from ..fsutil import ensure_dir, open_file
 from ..process import sd_notify
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
@@ -146,7 +147,7 @@ class NamesrvService:
 
 
 def _lock(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -158,7 +159,7 @@ def _lock(path: str) -> int:
 def run(config: NamesrvProcessConfig, stop: threading.Event) -> int:
     """Serve until ``stop`` is set; returns the exit code."""
     paths = RootPaths.of(config.root)
-    os.makedirs(paths.root, exist_ok=True)
+    ensure_dir(paths.root)
     sock = paths.namesrv_socket(config.index)
     base = sock[:-len(".sock")]
     lock_fd = _lock(base + ".lock")

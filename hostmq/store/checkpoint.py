@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from .. import records as R
+from ..fsutil import open_file
 from ..errors import CorruptRecordError
 
 EMPTY = R.Checkpoint(0, 0, 0, 0, 0, 0, 0, 0)
@@ -35,7 +36,7 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         data = R.encode_checkpoint(self.value).ljust(R.CHECKPOINT_FILE_BYTES, b"\0")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_file(self.path)
         try:
             os.pwrite(fd, data, 0)
             os.fsync(fd)

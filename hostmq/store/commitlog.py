@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import records as R
 from ..errors import CorruptRecordError, ValidationError
+from ..fsutil import ensure_dir
 from .dispatch import DispatchRequest
 from .mapped_file_queue import MappedFileQueue
 
@@ -77,7 +78,7 @@ class CommitLog:
                  lock_head: bool = False, pool=None) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
-            os.makedirs(self.directory, exist_ok=True)
+            ensure_dir(self.directory)
         self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable, advice=advice)
         self.mfq.preallocate_at = preallocate_at if writable else None
         self.mfq.lock_head = lock_head and writable
@@ -143,9 +144,10 @@ class CommitLog:
         mf = self.mfq.last_for_write()
         pos = mf.wrote_pos
         if pos + total + R.MIN_BLANK_BYTES > self.file_bytes:
+            # The next file first: if the disk is full (ENOSPC) this raises with nothing changed.
+            nxt = self.mfq.create(mf.file_end_offset)
             self._pad(mf)
-            mf = self.mfq.last_for_write()
-            pos = mf.wrote_pos
+            mf, pos = nxt, nxt.wrote_pos
         if self.pool is not None and mf.wbuf is None:
             mf.use_buffer(*self.pool.buffer_for(mf.file_from_offset))
         self._cur = mf
@@ -289,6 +291,24 @@ class CommitLog:
             mf.store_ts_ms = ts
             i = j
         return phys
+
+    def rollback(self, phys: int) -> None:
+        """Forget everything appended at and after ``phys`` (a record boundary not yet published):
+        an append that failed midway (ENOSPC creating the next file after part of a batch was
+        copied). Files made since are deleted, the rest of the file holding ``phys`` is zeroed (a
+        blank record included) and appends continue there."""
+        mf = self.mfq.find(phys) or self.mfq.last()
+        if mf is None:
+            return
+        for later in self.mfq.files[self.mfq.files.index(mf) + 1:]:
+            self.mfq.files.remove(later)
+            later.destroy()
+        rel = phys - mf.file_from_offset
+        end = mf.file_bytes if mf.wrote_pos >= mf.file_bytes else mf.wrote_pos
+        if rel < end:
+            mf.wu8[rel:end] = 0
+        mf.wrote_pos = rel          # (with a pool buffer, commits never pass an unpublished frame)
+        self._cur = mf
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, phys_offset: int, size: int) -> memoryview | None:

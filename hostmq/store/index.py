@@ -44,6 +44,7 @@ import numpy as np
 
 from ..config import StoreConfig
 from ..errors import ConfigError, ValidationError
+from ..fsutil import FILE_MODE, ensure_dir, fsync_dir
 from ..records import (INDEX_ENTRY, INDEX_ENTRY_STRUCT, INDEX_HEADER, INDEX_SLOT, IndexHeader,
                        index_file_bytes)
 from .dispatch import DispatchRequest
@@ -120,7 +121,7 @@ class IndexFile:
                prev_end_ts_ms: int = 0) -> "IndexFile":
         """Allocate (posix_fallocate) and map a new file; its range starts where the previous ended."""
         size = index_file_bytes(slots, entries)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
             os.posix_fallocate(fd, 0, size)
             mm = mmap.mmap(fd, size)
@@ -129,6 +130,7 @@ class IndexFile:
             raise
         finally:
             os.close(fd)
+        fsync_dir(os.path.dirname(path))
         f = cls(path, slots, entries, mm)
         f._set_header(IndexHeader(prev_end_ts_ms, prev_end_ts_ms, prev_end_phys_offset,
                                   prev_end_phys_offset, 0, 1))
@@ -389,7 +391,7 @@ class IndexService:
         if self._files and not self._files[-1].is_write_full():
             return self._files[-1]
         newest = self._files[-1] if self._files else None
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(str(self.dir))
         name = next_index_file_name(self._clock_ms(), newest.path.name if newest else None)
         f = IndexFile.create(self.dir / name, self.slots, self.entries,
                              newest.header.end_phys_offset if newest else 0,
@@ -443,6 +445,8 @@ class IndexService:
         for f in doomed:
             self._files.remove(f)
             f.destroy()
+        if doomed:
+            fsync_dir(str(self.dir))
         return len(doomed)
 
     def flush(self) -> None:

@@ -21,6 +21,8 @@ import os
 
 import numpy as np
 
+from ..fsutil import FILE_MODE, fsync_dir
+
 log = logging.getLogger(__name__)
 PAGE_BYTES = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -29,7 +31,7 @@ _libc.mlock.argtypes = _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_
 _mlock_warned = False
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; not exported by the mmap module
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE = 0x01, 0x10
 
 
 def file_name(start_offset: int) -> str:
@@ -56,12 +58,19 @@ class MappedFile:
         flags = os.O_RDWR if writable else os.O_RDONLY
         if create:
             flags |= os.O_CREAT
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
         try:
             size = os.fstat(fd).st_size
             if create and size < file_bytes:
-                # Reserve the blocks now: ENOSPC here, never a SIGBUS on a later write.
-                os.posix_fallocate(fd, 0, file_bytes)
+                # Reserve the blocks now: ENOSPC here, never a SIGBUS on a later write. A file we could
+                # not reserve is removed again: a short file must never look like a store file.
+                try:
+                    os.posix_fallocate(fd, 0, file_bytes)
+                except OSError:
+                    if size == 0:
+                        os.unlink(path)
+                    raise
+                fsync_dir(os.path.dirname(path))        # the new name survives a crash
             elif size != file_bytes:
                 raise ValueError(f"{path} is {size} bytes, expected {file_bytes}")
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
@@ -156,21 +165,21 @@ class MappedFile:
 
     def zero_range(self, pos: int, end: int) -> None:
         """Zero ``[pos, end)`` without pulling the range into the page cache: the first partial page
-        through the map, whole pages by punching a hole and reserving the blocks again (they read as
-        zeros; every process's mapping of them is dropped). Writing zeros through the map instead
-        would dirty up to a whole file of pages (a writer restart zeroes the torn-tail window)."""
+        through the map, whole pages with ``FALLOC_FL_ZERO_RANGE`` (they read as zeros; every
+        process's mapping of them is dropped). Writing zeros through the map instead would dirty up to
+        a whole file of pages (a writer restart zeroes the torn-tail window)."""
         end = min(end, self.file_bytes)
         page_end = min(end, -(-pos // PAGE_BYTES) * PAGE_BYTES)
         if pos < page_end:
             self.u8[pos:page_end] = 0
         if page_end >= end:
             return
-        fd = os.open(self.path, os.O_RDWR)
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, page_end, end - page_end) == 0:
-                os.posix_fallocate(fd, page_end, end - page_end)    # ENOSPC now, never SIGBUS later
-            else:                                                  # no hole punching on this filesystem
-                self.u8[page_end:end] = 0
+            # ZERO_RANGE keeps the blocks allocated (no ENOSPC, no SIGBUS later: a punched hole would
+            # need blocks again, and a full disk could not give them back).
+            if _libc.fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, page_end, end - page_end) != 0:
+                self.u8[page_end:end] = 0                          # tmpfs and others: through the map
         finally:
             os.close(fd)
 
@@ -275,7 +284,8 @@ class MappedFile:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
-            pass
+            return
+        fsync_dir(os.path.dirname(self.path))           # a crash must not bring the file back
 
     def __repr__(self) -> str:
         return (f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_pos}, "

@@ -13,6 +13,8 @@ import os
 import threading
 import time
 
+from ..errors import ConfigError
+from ..fsutil import ensure_dir, fsync_dir
 from .mapped_file import MappedFile, file_name, offset_of
 
 PREALLOC_SUFFIX = ".prealloc"          # a next file being made ahead of need
@@ -68,8 +70,10 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map the existing files in offset order, all positions at their end (recovery sets them).
 
-        A file of the wrong size (a crash while creating it) or with a misaligned name is removed when
-        it is the last one, else reported: the log cannot be trusted past it.
+        A file of the wrong size or with a misaligned name is never deleted (it may hold data written
+        with another file size): a writer refuses to open the store (ConfigError naming the file),
+        a reader stops before it. Only an empty last file, left by a crash between creating and
+        reserving it, is removed.
         """
         self.files = []
         if not os.path.isdir(self.directory):
@@ -87,14 +91,18 @@ class MappedFileQueue:
                     os.unlink(os.path.join(self.directory, n))
         for i, (start, n) in enumerate(names):
             path = os.path.join(self.directory, n)
-            if os.path.getsize(path) != self.file_bytes or start % self.file_bytes:
-                if i == len(names) - 1:
+            size = os.path.getsize(path)
+            if size != self.file_bytes or start % self.file_bytes:
+                if i == len(names) - 1 and size == 0:
                     if self.writable:   # a crash while creating it: it holds nothing
                         os.unlink(path)
-                    break               # a reader: the writer is still creating it
-
-                raise ValueError(f"{path}: size {os.path.getsize(path)} or name does not match "
-                                 f"file size {self.file_bytes}")
+                        fsync_dir(self.directory)
+                    break
+                if not self.writable and i == len(names) - 1:
+                    break               # a reader: the writer may be creating it right now
+                raise ConfigError(f"{path} is {size} bytes and starts at {start}, which does not fit "
+                                  f"files of {self.file_bytes} bytes; the store was written with another "
+                                  f"file size (see store.json) — nothing was changed")
             mf = MappedFile(path, self.file_bytes, writable=self.writable)
             mf.set_positions(self.file_bytes)
             self.files.append(mf)
@@ -171,11 +179,12 @@ class MappedFileQueue:
         return self.create(start)
 
     def create(self, start: int) -> MappedFile:
-        os.makedirs(self.directory, exist_ok=True)
+        ensure_dir(self.directory)
         path = os.path.join(self.directory, file_name(start))
         mf = self._take_preallocated(start)
         if mf is not None:
             os.rename(mf.path, path)        # the mapping stays valid; readers see it only now
+            fsync_dir(self.directory)
             mf.path = path
         else:
             mf = MappedFile(path, self.file_bytes, create=True, warm=self.warm)

@@ -28,8 +28,10 @@ from ..config import ASYNC_FLUSH, Config, StoreConfig, store_config
 from ..client.filter import parse_tag_expression
 from ..errors import (CorruptRecordError, MessageNotFoundError, StoreFullError, StoreLockedError,
                       ValidationError)
+from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..message import Message, MessageExt, MessageQueue
 from . import cleanup, recovery
+from .meta import effective_config
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueue
@@ -107,7 +109,7 @@ class MessageStore:
         self.config = store_config(config)
         levels = config.broker.message_delay_level if isinstance(config, Config) else None
         self.broker = broker
-        os.makedirs(self.path, exist_ok=True)
+        ensure_dir(self.path)
         self._lock_fd = _take_lock(os.path.join(self.path, "lock"))
         self.closed = False
         try:
@@ -117,7 +119,8 @@ class MessageStore:
             raise
 
     def _open(self, store_host: bytes | None, levels: tuple[int, ...]) -> None:
-        cfg = self.config
+        # The file sizes are the store's own (store.json): another configuration never misreads it.
+        cfg = self.config = effective_config(self.path, self.config)
         # RocketMQ uses the pool only with ASYNC_FLUSH (isTransientStorePoolEnable)
         self.pool = TransientStorePool(cfg.commitlog_file_bytes, cfg.transient_store_pool_size) \
             if cfg.transient_store_pool_enable and cfg.flush_disk_type == ASYNC_FLUSH else None
@@ -133,9 +136,10 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
         self.recovery = recovery.run(self)
         self.cq_store.dispatched_phys = self.recovery.commitlog_max_offset
-        with open(self.abort_path, "wb") as f:
-            f.flush()
-            os.fsync(f.fileno())
+        fd = open_file(self.abort_path, os.O_WRONLY | os.O_CREAT)
+        os.fsync(fd)
+        os.close(fd)
+        fsync_dir(self.path)
         self._flush_state = AsyncFlushState(time.time() * 1000, time.time() * 1000)
         self._next_disk_check_ms = 0.0
         self._refuse_writes = False
@@ -388,6 +392,7 @@ class MessageStore:
         if self.pool is not None:
             self.pool.close()
         os.unlink(self.abort_path)
+        fsync_dir(self.path)                # a crash now must not find the abort file again
         self.closed = True
         os.close(self._lock_fd)
 
@@ -411,7 +416,7 @@ def _tag_filter(expression):
 
 
 def _take_lock(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

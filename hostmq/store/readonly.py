@@ -30,6 +30,7 @@ from ..message import MessageExt, MessageQueue
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from ..records import CQ_ENTRY_STRUCT
+from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
 from .reader import GetResult, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
@@ -42,19 +43,7 @@ def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfi
     """``base`` with the file sizes the store at ``path`` was written with (its commitlog and
     consume-queue files are all of one size), for reading a store whose broker is not running."""
     cfg = base or StoreConfig()
-    over = {}
-    cl = os.path.join(path, "commitlog")
-    names = sorted(n for n in os.listdir(cl) if n.isdecimal()) if os.path.isdir(cl) else []
-    if names:
-        over["commitlog_file_bytes"] = os.path.getsize(os.path.join(cl, names[0]))
-    cq_root = os.path.join(path, "consumequeue")
-    for d, _, files in os.walk(cq_root) if os.path.isdir(cq_root) else ():
-        sized = [f for f in files if f.isdecimal()]
-        if sized:
-            size = os.path.getsize(os.path.join(d, sized[0]))
-            if size and size % ENTRY_BYTES == 0:
-                over["consume_queue_file_entries"] = size // ENTRY_BYTES
-            break
+    over = read_sizes(path) or infer_sizes(path)
     return StoreConfig(**{**cfg.__dict__, **over}) if over else cfg
 
 
