@@ -15,6 +15,7 @@ queues and the index, flushing follows the configured policy.
 from __future__ import annotations
 
 import enum
+import errno
 import fcntl
 import functools
 import os
@@ -212,7 +213,10 @@ class MessageStore:
         if flag.__class__ is not int:
             raise ValidationError(f"flag must be an int, got {flag!r}")
         cl = self.commitlog
-        r = cl.append(topic, topic_b, queue_id, body, props, flag=flag, now_ms=now_ms)
+        try:
+            r = cl.append(topic, topic_b, queue_id, body, props, flag=flag, now_ms=now_ms)
+        except OSError as e:
+            raise self._append_failed(e, cl.max_offset()) from None
         if self.pool is not None:
             self._commit_step(now_ms)
         if cfg.flush_disk_type != ASYNC_FLUSH or now_ms - self._flush_state.last_flush_ms >= cfg.flush_interval_ms:
@@ -254,7 +258,11 @@ class MessageStore:
             self._check_writable(queue_id, now_ms)
         if topic.__class__ is not str or topic not in self._topics:
             self._topic_bytes(topic)
-        r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+        start = self.commitlog.max_offset()
+        try:
+            r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+        except OSError as e:
+            raise self._append_failed(e, start) from None
         if self.pool is not None:
             self._commit_step(now_ms)
         cfg = self.config
@@ -263,6 +271,12 @@ class MessageStore:
         else:
             status = PutStatus.PUT_OK
         return PutBatchResult(status, queue_id, r.queue_offset, r.phys_offsets, self.commitlog.host_hex)
+
+    def _append_failed(self, e: OSError, start: int) -> StoreFullError:
+        """ENOSPC / EIO creating the next commitlog file: undo what the append copied, say why."""
+        self.commitlog.rollback(start)
+        why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else os.strerror(e.errno or 0)
+        return StoreFullError(f"cannot append to {self.path}: {why}; nothing was stored")
 
     def _commit_step(self, now_ms: float) -> None:
         """Transient store pool: commit what waits once ``commit_least_pages`` pages do, and all of it

@@ -51,9 +51,12 @@ def infer_sizes(path: str) -> dict[str, int]:
     over = {}
     cl = os.path.join(path, "commitlog")
     names = sorted(n for n in os.listdir(cl) if len(n) == 20 and n.isdecimal()) if os.path.isdir(cl) else []
-    sizes = [os.path.getsize(os.path.join(cl, n)) for n in names]
-    if sizes and sizes[0] > 0:
-        over["commitlog_file_bytes"] = sizes[0]
+    sizes = {n: os.path.getsize(os.path.join(cl, n)) for n in names}
+    if len(set(sizes.values())) > 1:
+        raise ConfigError(f"the commitlog files in {cl} have different sizes ({sorted(set(sizes.values()))}); "
+                          f"cannot tell which size the store was written with — nothing was changed")
+    if sizes and next(iter(sizes.values())) > 0:
+        over["commitlog_file_bytes"] = next(iter(sizes.values()))
     cq_root = os.path.join(path, "consumequeue")
     for d, _, files in os.walk(cq_root) if os.path.isdir(cq_root) else ():
         sized = [f for f in files if len(f) == 20 and f.isdecimal()]

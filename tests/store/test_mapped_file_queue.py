@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from hostmq.errors import ConfigError
+
 from hostmq.store.mapped_file import PAGE_BYTES, MappedFile, file_name, offset_of
 from hostmq.store.mapped_file_queue import MappedFileQueue
 
@@ -120,16 +122,31 @@ def test_load_maps_files_in_order_and_reads_them_back(tmp_path):
     q.close()
 
 
-def test_load_ignores_foreign_names_and_drops_a_short_last_file(tmp_path):
+def test_load_ignores_foreign_names_and_drops_an_empty_last_file(tmp_path):
     fill_queue(tmp_path / "q", 2).close()
     (tmp_path / "q" / "README").write_text("not a store file")
-    with open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb") as f:
-        f.write(b"\0" * 100)      # a crash while creating the file
+    open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb").close()     # a crash before fallocate
     q = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES)
     q.load()
     assert [mf.file_from_offset for mf in q.files] == [0, FILE_BYTES]
     assert not os.path.exists(tmp_path / "q" / file_name(2 * FILE_BYTES))
     q.close()
+
+
+def test_load_never_deletes_a_last_file_of_another_size(tmp_path):
+    """It may hold data written with another file size: refuse, with the file's name, change nothing."""
+    fill_queue(tmp_path / "q", 2).close()
+    with open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb") as f:
+        f.write(b"\1" * 100)
+    q = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES)
+    with pytest.raises(ConfigError, match=file_name(2 * FILE_BYTES)):
+        q.load()
+    q.close()
+    assert os.path.getsize(tmp_path / "q" / file_name(2 * FILE_BYTES)) == 100
+    reader = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES, writable=False)
+    reader.load()                   # a reader stops before it (the writer may be creating it)
+    assert [mf.file_from_offset for mf in reader.files] == [0, FILE_BYTES]
+    reader.close()
 
 
 def test_load_refuses_a_wrong_size_file_in_the_middle(tmp_path):
