@@ -30,7 +30,6 @@ acknowledged message is lost or duplicated, and an unacknowledged one is stored 
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
@@ -48,6 +47,7 @@ from ..store.commitlog import CommitLog
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import queue_offsets_table
 from ..store.transient_pool import TransientStorePool, salvage
+from .refusals import WriteRefusals
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
                     BrokerState, open_broker_fd, open_doorbell)
@@ -63,8 +63,6 @@ W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
 W_FLUSH_ERROR = _W["flush_error"]
 DISK_CHECK_INTERVAL_S = 10.0
-IO_RETRY_S = 1.0                    # after ENOSPC / EIO, writes are refused this long before a retry
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
 
@@ -131,9 +129,7 @@ class Writer:
         self._serving: list[_Attached] = []
         self._flags: list = []
         self.pending: deque[_Pending] = deque()
-        self._refusal = 0
-        self._io_refusal = 0                # COMPLETION_* while appends fail with an OS error
-        self._io_retry_s = 0.0
+        self.refusals = WriteRefusals()
         self._next_disk_check_s = 0.0
         self._recover()
         st.set("writer_pid", os.getpid())
@@ -361,10 +357,9 @@ class Writer:
 
         The payloads are the writer's private copies (``IngressRing.frames``). An OS error while
         appending (ENOSPC or EIO creating the next commitlog file) rolls the log back to the frame's
-        start and refuses it and, for ``IO_RETRY_S``, every frame after it (``_io_failed``)."""
+        start and refuses it and, for a while, every frame after it (``refusals``)."""
         cl, queues = self.cl, self._queues
-        refusal = self._refusal or (self._io_refusal if time.monotonic() < self._io_retry_s else 0) or \
-            (R.COMPLETION_DISK_ERROR if self.state.w[W_FLUSH_ERROR] else 0)
+        refusal = self.refusals.status(time.monotonic(), self.state.w[W_FLUSH_ERROR])
         max_body, max_props = self.max_body, self.max_props
         now_ms = int(time.time() * 1000)
         appended = 0
@@ -400,20 +395,17 @@ class Writer:
                 rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
                 continue
             appended += f.record_count
-        if self._io_refusal and not refusal:
+        if appended and self.refusals.io_succeeded():
             log.warning("writer: appends succeed again; writes accepted")
-            self._io_refusal = 0
         return rows, appended
 
     def _io_failed(self, e: OSError, frame_start: int) -> int:
         """An append failed in the OS: undo its partial bytes, refuse writes for a while; the status."""
         self.cl.rollback(frame_start)
-        status = R.COMPLETION_STORE_FULL if e.errno in _FULL_ERRNOS else R.COMPLETION_NOT_AVAILABLE
-        if not self._io_refusal:
+        status, first = self.refusals.io_failed(e.errno, time.monotonic())
+        if first:
             log.error("writer: cannot append to the commitlog (%s); writes refused, retried every %.0f s",
-                      os.strerror(e.errno or 0), IO_RETRY_S)
-        self._io_refusal = status
-        self._io_retry_s = time.monotonic() + IO_RETRY_S
+                      os.strerror(e.errno or 0), self.refusals.retry_s)
         return status
 
     def _complete(self, a: _Attached, cw_end: int, data_end: int) -> None:
@@ -493,9 +485,8 @@ class Writer:
             if gone:
                 log.info("writer: deleted expired commitlog files %s", gone)
         refuse = ratio > cfg.disk_refuse_ratio
-        if refuse != bool(self._refusal):
+        if self.refusals.disk_ratio(refuse):
             log.warning("writer: disk %.0f%% full: writes %s", ratio * 100, "refused" if refuse else "accepted again")
-        self._refusal = R.COMPLETION_STORE_FULL if refuse else 0
 
     def drain_all(self, timeout_s: float) -> None:
         """At stop: append everything producers published, wait for pending group commits."""
