@@ -222,7 +222,10 @@ class SessionServer:
         try:
             if ring.capacity > MAX_RING_DATA_BYTES:
                 raise ProtocolError(f"ring of {ring.capacity} bytes; at most {MAX_RING_DATA_BYTES}")
-            return ring.segment.generation, (st.st_dev, st.st_ino)
+            generation = ring.segment.generation
+            if not 0 < generation < 1 << 63:     # the client wrote it: it must fit the int64 tables
+                raise ProtocolError(f"ring generation {generation} is not within 1..2**63-1")
+            return generation, (st.st_dev, st.st_ino)
         finally:
             ring.close()
 
@@ -245,7 +248,9 @@ class SessionServer:
         st = self.state
         for slot, h in list(self.held.items()):
             state, gen, *_ = st.slot(slot)
-            if state == R.SLOT_CLOSING and st.attached[slot] != h.generation:
+            # Free a closed session only once the writer has appended what it published (it marks
+            # the slot with ~generation then): a ring is never let go with frames still in it.
+            if state == R.SLOT_CLOSING and st.attached[slot] == ~h.generation:
                 st.set_slot_state(slot, R.SLOT_FREE)
                 os.close(h.fd)
                 del self.held[slot]

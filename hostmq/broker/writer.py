@@ -210,26 +210,34 @@ class Writer:
         self._queues = {n.encode(): self.topics.writable_queues(n) for n in self.topics.topics}
 
     def _sync_sessions(self) -> None:
+        """Follow the session table: attach ACTIVE rings; append what a CLOSING ring published (even
+        one never attached: a producer killed right after its first frame), then mark the slot
+        drained (``attached = ~generation``) so the broker may free it; forget FREE slots."""
         st = self.state
         self._sessions_seen = st.w[W_SESSIONS_VERSION]
         slots = set(st.active_slots()) | set(self.rings) | set(np.flatnonzero(st.attached).tolist())
         for slot in sorted(slots):
             state, gen, *_ = st.slot(slot)
             a = self.rings.get(slot)
+            if a is not None and (a.generation != gen or state == R.SLOT_FREE):
+                self._detach(a)
+                a = None
             if state == R.SLOT_ACTIVE:
-                if a is not None and a.generation != gen:
-                    self._detach(a)
-                    a = None
                 if a is None:
                     self._attach(slot, gen)
-            elif a is not None:
-                if state == R.SLOT_CLOSING:
+            elif state == R.SLOT_CLOSING:
+                if st.attached[slot] == ~gen:
+                    continue                        # drained already
+                if a is None:
+                    a = self._attach(slot, gen)
+                if a is not None:
                     self._drain(a)
-                self._detach(a)
+                    self._detach(a)
+                st.attached[slot] = ~gen            # nothing of it is left to append
             else:
                 st.attached[slot] = 0
 
-    def _attach(self, slot: int, gen: int) -> None:
+    def _attach(self, slot: int, gen: int) -> _Attached | None:
         st = self.state
         _, _, _, fd, name = st.slot(slot)
         try:
@@ -237,24 +245,25 @@ class Writer:
         except OSError as e:                # the session ended meanwhile (the broker closed fd)
             log.debug("writer: session %d (%s) is gone: %s", slot, name, e)
             st.attached[slot] = 0
-            return
+            return None
         try:
             ring = IngressRing.from_fd(own, name)
         except (SegmentError, RingCorruptError) as e:
             log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
             st.attached[slot] = 0
-            return
+            return None
         finally:
             os.close(own)
         if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES:
             log.warning("writer: session %d: ring %s is not the one registered", slot, name)
             ring.close()
             st.attached[slot] = 0
-            return
+            return None
         a = _Attached(slot, gen, ring)
         self.rings[slot] = a
         st.attached[slot] = gen
         self._rebuild_lists()
+        return a
 
     def _resume_staged(self, a: _Attached) -> None:
         """Completions a predecessor staged but did not publish: now (ASYNC) or after a flush (SYNC)."""

@@ -9,6 +9,7 @@ well-behaved producer is served all along.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from hostmq import records as R
 from hostmq.client.session import ProducerSession
 from hostmq.errors import BrokerBusyError, ConnectError, ValidationError
 from hostmq.protocol import session as P
-from hostmq.root import RootPaths
+from hostmq.broker.state import BrokerState
+from hostmq.root import RootPaths, shm_name
 from hostmq.shm import FutexWord, IngressRing, Segment, notify_if_waiting
 from hostmq.store import MessageStore
 from tests.e2e.conftest import wait_until
@@ -276,5 +278,43 @@ def test_records_with_properties_no_decoder_accepts_are_refused(cluster, props, 
         while len(got) < 2 and time.monotonic() < deadline:
             got += pc.poll(timeout=1.0)
         assert sorted(m.body for m in got) == [b"fine", b"warm-up"]
+    finally:
+        pc.close()
+
+
+def test_a_session_closed_before_the_writer_saw_it_still_has_its_frames_appended(cluster):
+    """A producer killed right after publishing its first frame: the broker sees the connection close
+    before the writer ever attached the ring. The slot is freed only once the writer has drained it."""
+    c = cluster()
+    root = c.root
+    with hostmq.Admin(root) as a:
+        a.create_topic("early", queues=1)
+        writer = a.brokers()[0]["pids"]["writer"]
+        base = a.brokers()[0]["sessions"]
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            ring = IngressRing.create("ring.early", 1 << 16, 64)
+            s, reply = _raw_open(root, ring)
+            assert reply["ok"]
+            assert ring.try_write(R.FRAME_MESSAGE, 1, R.encode_record(b"early", b"published, then gone", b""), 1)
+            s.close()                                       # the session ends; nobody has read the ring
+            ring.close()
+            st = BrokerState.attach(shm_name(root, "broker-a", "state"), readonly=True)
+            try:
+                slot = reply["slot"]
+                wait_until(lambda: st.slot(slot)[0] == R.SLOT_CLOSING, 10, "the broker to see the close")
+                end = time.monotonic() + 0.5                # several of the session server's 0.1 s turns
+                while time.monotonic() < end:               # held until the writer has drained it
+                    assert st.slot(slot)[0] == R.SLOT_CLOSING and a.brokers()[0]["sessions"] == base + 1
+            finally:
+                st.close()
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        wait_until(lambda: a.brokers()[0]["sessions"] == base, 10, "the drained session to be freed")
+    pc = hostmq.PullConsumer(root, group="g-early", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
+    try:
+        pc.subscribe("early", "*")
+        got = wait_until(lambda: pc.poll(timeout=0.5), 20, "the message")
+        assert [m.body for m in got] == [b"published, then gone"]
     finally:
         pc.close()
