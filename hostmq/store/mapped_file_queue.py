@@ -70,10 +70,11 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map the existing files in offset order, all positions at their end (recovery sets them).
 
-        A file of the wrong size or with a misaligned name is never deleted (it may hold data written
-        with another file size): a writer refuses to open the store (ConfigError naming the file),
-        a reader stops before it. Only an empty last file, left by a crash between creating and
-        reserving it, is removed.
+        A last file *shorter* than ``file_bytes`` is what a crash while creating it leaves (nothing is
+        written into a file before it has its full size), and is removed by a writer. Any other file
+        of the wrong size or with a misaligned name is never deleted — it may hold data written with
+        another file size (the store's own size is in ``store.json``): a writer refuses to open the
+        store (ConfigError naming the file), a reader stops before it.
         """
         self.files = []
         if not os.path.isdir(self.directory):
@@ -93,7 +94,7 @@ class MappedFileQueue:
             path = os.path.join(self.directory, n)
             size = os.path.getsize(path)
             if size != self.file_bytes or start % self.file_bytes:
-                if i == len(names) - 1 and size == 0:
+                if i == len(names) - 1 and size < self.file_bytes and start % self.file_bytes == 0:
                     if self.writable:   # a crash while creating it: it holds nothing
                         os.unlink(path)
                         fsync_dir(self.directory)

@@ -122,10 +122,11 @@ def test_load_maps_files_in_order_and_reads_them_back(tmp_path):
     q.close()
 
 
-def test_load_ignores_foreign_names_and_drops_an_empty_last_file(tmp_path):
+def test_load_ignores_foreign_names_and_drops_a_short_last_file(tmp_path):
     fill_queue(tmp_path / "q", 2).close()
     (tmp_path / "q" / "README").write_text("not a store file")
-    open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb").close()     # a crash before fallocate
+    with open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb") as f:
+        f.write(b"\0" * 100)      # a crash while creating the file
     q = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES)
     q.load()
     assert [mf.file_from_offset for mf in q.files] == [0, FILE_BYTES]
@@ -133,16 +134,16 @@ def test_load_ignores_foreign_names_and_drops_an_empty_last_file(tmp_path):
     q.close()
 
 
-def test_load_never_deletes_a_last_file_of_another_size(tmp_path):
+def test_load_never_deletes_a_last_file_larger_than_the_file_size(tmp_path):
     """It may hold data written with another file size: refuse, with the file's name, change nothing."""
     fill_queue(tmp_path / "q", 2).close()
     with open(tmp_path / "q" / file_name(2 * FILE_BYTES), "wb") as f:
-        f.write(b"\1" * 100)
+        f.write(b"\1" * (FILE_BYTES + 100))
     q = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES)
     with pytest.raises(ConfigError, match=file_name(2 * FILE_BYTES)):
         q.load()
     q.close()
-    assert os.path.getsize(tmp_path / "q" / file_name(2 * FILE_BYTES)) == 100
+    assert os.path.getsize(tmp_path / "q" / file_name(2 * FILE_BYTES)) == FILE_BYTES + 100
     reader = MappedFileQueue(str(tmp_path / "q"), FILE_BYTES, writable=False)
     reader.load()                   # a reader stops before it (the writer may be creating it)
     assert [mf.file_from_offset for mf in reader.files] == [0, FILE_BYTES]
