@@ -11,8 +11,10 @@ Windows, as the words show them (``records.BROKER_STATE``), for the writer unles
 * ``mid-append``   an intent is recorded (``intent_valid``) and ``write_pos`` is still at its start:
   records are being copied and patched but not yet published; without the transient store pool the
   commitlog file must already hold bytes at ``write_pos`` (something copied; past ``write_pos`` the
-  file is zero until the writer copies there). Whether the record
-  there still lacks its PHYSICALOFFSET (copied, not yet patched) is reported as ``unpatched``;
+  file is zero until the writer copies there). Whether the record there is still incomplete
+  (no magic yet, or PHYSICALOFFSET not yet patched) is reported as ``unpatched``;
+* ``mid-patch``    mid-append, and the record at ``write_pos`` is copied but incomplete: the
+  copy-then-patch window of a batch append;
 * ``mid-journal``  the batch is published (``write_pos`` > ``intent_phys_start``) and the intent not
   yet cleared: the ring journal is being written;
 * ``mid-roll``     an intent is recorded and a commitlog file newer than the one holding
@@ -35,9 +37,9 @@ from typing import Callable
 
 from .. import records as R
 
-WINDOWS = ("mid-append", "mid-journal", "mid-roll", "mid-commit", "mid-flush", "mid-dispatch")
+WINDOWS = ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "mid-flush", "mid-dispatch")
 # Which broker child runs the code of each window (a whole-broker aim stops the group instead).
-WINDOW_PROCESS = {"mid-append": "writer", "mid-journal": "writer", "mid-roll": "writer", "mid-commit": "writer",
+WINDOW_PROCESS = {"mid-append": "writer", "mid-patch": "writer", "mid-journal": "writer", "mid-roll": "writer", "mid-commit": "writer",
                   "mid-flush": "flusher", "mid-dispatch": "dispatcher"}
 ROLL_APPROACH_BYTES = 64 << 10      # step toward a roll only once write_pos is this close to a file end
 STEP_MAX_S = 0.0008                 # the target runs up to this long between two looks
@@ -74,6 +76,8 @@ def in_window(window: str, f: Facts) -> bool:
     w = f.words
     if window == "mid-append":
         return w["intent_valid"] == 1 and w["write_pos"] == w["intent_phys_start"] and (f.pool or f.copied)
+    if window == "mid-patch":
+        return in_window("mid-append", f) and f.unpatched
     if window == "mid-journal":
         return w["intent_valid"] == 1 and w["write_pos"] > w["intent_phys_start"]
     if window == "mid-roll":
@@ -116,7 +120,7 @@ def file_facts(commitlog_dir: str, words: dict, file_bytes: int) -> tuple[int, b
         return newest, False, False
     h = R.RecordHeader._make(R.MSG_HEADER.unpack(head))
     copied = h.total_size != 0          # past write_pos the file is zero until the writer copies
-    return newest, copied, copied and h.magic == R.MAGIC_CODE and h.phys_offset != pos
+    return newest, copied, copied and (h.magic != R.MAGIC_CODE or h.phys_offset != pos)
 
 
 # -- signals ------------------------------------------------------------------------------------------------

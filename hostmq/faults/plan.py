@@ -23,9 +23,10 @@ from .aim import WINDOWS
 
 TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", "producer", "consumer")
 CHILDREN = ("writer", "dispatcher", "flusher", "scheduler")
-AIMS = {"writer": ("mid-append", "mid-journal", "mid-roll", "mid-commit"),
+AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),
         "dispatcher": ("mid-dispatch",), "flusher": ("mid-flush",),
-        "broker": ("mid-append", "mid-journal", "mid-roll", "mid-commit", "mid-flush", "mid-dispatch")}
+        "broker": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "mid-flush",
+                   "mid-dispatch")}
 assert all(w in WINDOWS for ws in AIMS.values() for w in ws)
 
 # Every configuration starts from BASE_CONFIG: small files, so trials roll commitlog, consume-queue
@@ -57,8 +58,11 @@ class FaultKind:
         return self.target if self.action == "kill" else f"{self.target}:{self.action}"
 
     def applies(self, config: str) -> bool:
-        """mid-commit exists only with the transient store pool."""
-        return self.window != "mid-commit" or config == "pool"
+        """mid-commit exists only with the transient store pool, and mid-patch only without it (the
+        pool's writer copies into its buffer, not the file the harness looks at)."""
+        if self.window == "mid-commit":
+            return config == "pool"
+        return self.window != "mid-patch" or config != "pool"
 
 
 def all_kinds() -> list[FaultKind]:

@@ -86,9 +86,9 @@ def scan_commitlog(commitlog_dir: str, file_bytes: int, start: int, end: int,
         rel, nxt = 0, stop
         while rel < len(data):
             rec, size, why = _one_record(data, rel, pos + rel, real_topic)
-            if why or size == 0:                # a bad record (reported) or the blank tail: next file
-                if why:
-                    problems.append(f"record at {pos + rel}: {why}")
+            if why:
+                problems.append(f"record at {pos + rel}: {why}")
+            if size == 0:                       # the blank tail, or no structure to go on: next file
                 nxt = base + file_bytes
                 break
             if rec is not None:
@@ -99,23 +99,25 @@ def scan_commitlog(commitlog_dir: str, file_bytes: int, start: int, end: int,
 
 
 def _one_record(buf: bytes, rel: int, phys: int, real_topic: str) -> tuple[Stored | None, int, str]:
-    """``(record or None, size, problem)``; size 0 for a blank record."""
+    """``(record or None, size, problem)``. Size 0: a blank record, or one whose structure is broken
+    (nothing after it in the file can be found). A well-formed record with a wrong PHYSICALOFFSET is
+    a problem but still counted: recovery keeps it (its CRC is fine) and readers reach it."""
     if len(buf) - rel >= R.SIZE_MAGIC.size and R.SIZE_MAGIC.unpack_from(buf, rel)[1] == R.BLANK_MAGIC_CODE:
         return None, 0, ""
     try:
         h, topic, body, props = R.decode_record(buf, rel, len(buf))
     except CorruptRecordError as e:
         return None, 0, e.why
-    if h.phys_offset != phys:
-        return None, 0, f"PHYSICALOFFSET {h.phys_offset} is not its position (topic {topic}, queue " \
-                        f"{h.queue_id}, QUEUEOFFSET {h.queue_offset}): an append not finished"
+    why = "" if h.phys_offset == phys else \
+        f"PHYSICALOFFSET {h.phys_offset} is not its position (topic {topic}, queue {h.queue_id}, QUEUEOFFSET " \
+        f"{h.queue_offset}): an append that never finished, kept"
     kind = _record_kind(topic, real_topic)
     parsed = parse_body(body) if kind else None
     if parsed is None:
-        return None, h.total_size, ""
+        return None, h.total_size, why
     trial, producer, mode, seq, okey, oseq = parsed
     return Stored(phys, h.total_size, kind, h.queue_id, h.queue_offset, h.store_ts_ms,
-                  R.encode_msg_id(h.store_host, phys), trial, producer, mode, seq, okey, oseq), h.total_size, ""
+                  R.encode_msg_id(h.store_host, phys), trial, producer, mode, seq, okey, oseq), h.total_size, why
 
 
 # -- the ledger (pure) ------------------------------------------------------------------------------------
