@@ -38,11 +38,11 @@ from ..broker.state import BrokerState
 from ..client.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
-from ..root import RootPaths, shm_name
+from ..root import RootPaths, ipc_address, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import WINDOW_PROCESS, Facts, file_facts, signal_all, step_into
 from . import FUZZERS, FuzzResult
-from .plan import CHILDREN, FaultKind, RunOptions, all_kinds, cluster_config, make_plan
+from .plan import CHILDREN, CONFIGS, FaultKind, RunOptions, all_kinds, cluster_config, make_plan
 from .report import COUNTS, RunSummary, TrialRow
 from .verify import Ledger, TrialVerdict, check_queues, check_reachable, scan_commitlog
 from .workers import WorkerHandle
@@ -442,6 +442,8 @@ def _work_dir(path: str | None) -> tuple[str, bool]:
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise FaultHarnessError(f"{path} is not empty: the fault harness needs a fresh directory")
+    longest = os.path.join(path, max(CONFIGS, key=len), "fence", "root")
+    ipc_address(RootPaths(longest).broker_socket(BROKER))     # a clear error now, not a broker that fails
     os.makedirs(path, exist_ok=True)
     return path, False
 
@@ -470,10 +472,11 @@ def run_fuzzers(work: str, cases: int, seed: int, progress=lambda line: None
         try:
             fn = getattr(importlib.import_module(module), func or "run")
         except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            skipped[name] = f"{module} does not exist yet"
-            progress(f"fuzz {name}: skipped ({module} does not exist yet)")
+            if e.name == module:
+                skipped[name] = f"{module} does not exist yet"
+                progress(f"fuzz {name}: skipped ({module} does not exist yet)")
+            else:                       # the module exists but cannot be imported: a failure
+                results.append(FuzzResult(name, 0, [f"cannot import {module}: {e}"]))
             continue
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)

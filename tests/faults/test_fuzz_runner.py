@@ -1,0 +1,43 @@
+"""The harness runs every registered fuzzer; one that does not exist yet is skipped, one that raises
+is reported as a failure."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hostmq import faults
+from hostmq.faults.harness import run_fuzzers
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_registered_fuzzers_run_skip_or_fail(tmp_path, monkeypatch):
+    monkeypatch.setattr(faults, "FUZZERS", {
+        "later": "hostmq.faults.not_written_yet:run",
+        "ok": "tests.faults.fuzz_examples:ok",
+        "boom": "tests.faults.fuzz_examples:boom",
+    })
+    import hostmq.faults.harness as h
+    monkeypatch.setattr(h, "FUZZERS", faults.FUZZERS)
+    lines = []
+    results, skipped = run_fuzzers(str(tmp_path), 25, 7, lines.append)
+    assert skipped == {"later": "hostmq.faults.not_written_yet does not exist yet"}
+    assert [(r.kind, r.cases, len(r.failures)) for r in results] == [("example:a", 25, 0), ("example:b", 25, 1),
+                                                                    ("boom", 0, 1)]
+    assert "RuntimeError: the fuzzer itself is broken" in results[2].failures[0]
+    assert open(os.path.join(tmp_path, "ok", "ran")).read() == "25 7"
+    assert any("skipped" in line for line in lines)
+
+
+def test_a_fuzzer_whose_own_import_fails_is_a_failure_not_a_skip(tmp_path, monkeypatch):
+    import hostmq.faults.harness as h
+    p = tmp_path / "pkg"
+    p.mkdir()
+    (p / "fuzz_broken_import.py").write_text("import hostmq_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(p))
+    monkeypatch.setattr(h, "FUZZERS", {"bad": "fuzz_broken_import:run"})
+    results, skipped = run_fuzzers(str(tmp_path / "w"), 1, 0)
+    assert skipped == {}
+    assert [(r.kind, r.failures) for r in results] == [
+        ("bad", ["cannot import fuzz_broken_import: No module named 'hostmq_no_such_dependency'"])]
