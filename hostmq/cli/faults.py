@@ -35,8 +35,8 @@ def add_parser(sub) -> None:
     p.add_argument("--trials", type=int, default=16, help="kill/stop trials in all (default 16)")
     p.add_argument("--kinds", default=None,
                    help="fault kinds, comma-separated: targets (writer, dispatcher, flusher, scheduler, broker, "
-                        "namesrv, producer, consumer: every kind of that target) or kinds such as writer:stop, "
-                        "broker@mid-append (default: all)")
+                        "namesrv, producer, consumer: every kind of that target) or kinds such as writer:kill, "
+                        "writer:stop, broker@mid-append (default: all)")
     p.add_argument("--configs", default="async",
                    help="cluster configurations, comma-separated: async, sync (SYNC_FLUSH), pool (transient store "
                         "pool); trials are shared among them (default async)")
@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..errors import FaultHarnessError
-    from ..faults.harness import run
+    from ..faults.runner import run
     from ..faults.plan import RunOptions, parse_configs, parse_kinds
     from ..faults.report import fuzz_table, kinds_table, write_report
     if args.trials < 0 or args.fuzz_cases < 0:

@@ -17,20 +17,19 @@ configuration; producers and the consumer are long-lived worker processes (``wor
    whether a server process died that the harness did not kill (the broker log names every child
    the supervisor restarted, with its pid).
 
-At the end of each configuration every acknowledged message of the run is verified once more from
-a full scan (``final``), the cluster is stopped, and /dev/shm is checked for names of the root.
+At the end of each configuration every acknowledged message of the run is checked once more from a
+full scan (``final``), the cluster is stopped, and /dev/shm is checked for names of the root. A whole
+run (configurations, fuzzers, the run directory) is ``runner.run``.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import random
 import re
-import shutil
 import signal
-import tempfile
 import time
 
+import numpy as np
 import orjson
 import psutil
 
@@ -38,13 +37,13 @@ from ..broker.state import BrokerState
 from ..client.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
-from ..root import RootPaths, ipc_address, shm_name
+from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import WINDOW_PROCESS, Facts, file_facts, signal_all, step_into
-from . import FUZZERS, FuzzResult
-from .plan import CHILDREN, CONFIGS, FaultKind, RunOptions, all_kinds, cluster_config, make_plan
-from .report import COUNTS, RunSummary, TrialRow
-from .verify import Ledger, TrialVerdict, check_queues, check_reachable, scan_commitlog
+from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
+from .report import TrialRow
+from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_reachable, queue_mismatches, recheck,
+                     scan_commitlog)
 from .workers import WorkerHandle
 from .workload import DEFAULT_PRODUCERS, read_events
 
@@ -53,6 +52,7 @@ QUEUES = 4
 BROKER = "broker-a"
 NAMESRV = "namesrv-0"
 FINAL_SAMPLE = 2000             # messages looked up by key and id in the end-of-run check (all by queue)
+SCAN_FILES = 16                 # commitlog files per read of the end-of-run scan
 _RESTARTED = re.compile(r"(\w+) \(pid (\d+)\) exited with (\S+); restarting")
 
 
@@ -344,36 +344,50 @@ class ClusterUnderTest:
 
     # -- the end of a configuration ------------------------------------------------------------------------------
     def final(self) -> TrialRow:
-        """Every acknowledged message of this configuration's trials, verified again from a full scan
-        of the commitlog (damage a later fault did to an earlier trial's messages shows here)."""
+        """Every acknowledged message of this configuration's trials, checked again where its trial
+        found it, from a full scan of the commitlog: still there, stored once, its consume-queue
+        entry pointing at it; a sample also by key and id (damage a later fault did shows here)."""
         t0 = time.monotonic()
-        ledger = Ledger()
-        for no in self.trials:
-            ledger.open_trial(no)
-        for w in self.producers + [self.consumer]:
-            for path in w.log_paths():
-                ledger.add_events(read_events(path)[0])
-        cl = os.path.join(self.store_dir, "commitlog")
-        first = min((int(n) for n in os.listdir(cl) if n.isdecimal()), default=0)
-        recs, problems, _ = scan_commitlog(cl, self.state.commitlog_file_bytes, first, self.state.stored_pos(), TOPIC)
-        ledger.add_stored(recs, problems)
-        mine = [r for no in self.trials for r in ledger.records(no)]
-        sample = random.Random(len(mine)).sample(mine, min(FINAL_SAMPLE, len(mine)))
+        exp = np.concatenate(self.ledger.verified) if self.ledger.verified else np.zeros(0, EXPECTED)
+        pick = np.random.default_rng(len(exp)).choice(len(exp), min(FINAL_SAMPLE, len(exp)), replace=False)
+        keys, phys, sampled, problems = self._full_scan(set(exp["key"][pick].tolist()))
+        v = recheck(exp, keys, phys, self.ledger.allowed_copies, self.ledger.name)
+        for p in problems:
+            v.add("corrupt", p)
         cfg = self.cluster.config.store
-        unreachable = check_queues(self.store_dir, cfg.consume_queue_file_entries, TOPIC, mine) + \
-            [p for p in check_reachable(self.store_dir, cfg, sample, TOPIC, self.state.stored_pos())
-             if "consume-queue" not in p]
+        bad, found = queue_mismatches(self.store_dir, cfg.consume_queue_file_entries, TOPIC, exp["queue_id"],
+                                      exp["queue_offset"], exp["phys"], exp["size"])
+        for i in np.flatnonzero(bad):
+            e = exp[i]
+            v.add("unreachable", f"{self.ledger.name(int(e['key']))}: consume-queue entry {int(e['queue_id'])}/"
+                                 f"{int(e['queue_offset'])} points at {int(found[i][0])}, the record is at {int(e['phys'])}")
+        for p in check_reachable(self.store_dir, cfg, sampled, TOPIC, self.state.stored_pos(), queues=False):
+            v.add("unreachable", p)
         row = TrialRow(0, self.config, "final", "all", "verify")
-        total = TrialVerdict(0)
-        for i, no in enumerate(self.trials):
-            v = ledger.verdict(no, unreachable if i == 0 else [])
-            for c in ("acked",) + TrialVerdict.COUNTS:
-                setattr(total, c, getattr(total, c) + getattr(v, c))
-            total.details += v.details[:max(0, 12 - len(total.details))]
-        _fill(row, total)
-        row.details = "; ".join(total.details)
+        _fill(row, v)
+        row.details = "; ".join(v.details)
         row.seconds = time.monotonic() - t0
         return row
+
+    def _full_scan(self, sample: set) -> tuple[np.ndarray, np.ndarray, list, list[str]]:
+        """Keys and positions of every real-topic record, the records of the ``sample`` keys, problems."""
+        cl, fb = os.path.join(self.store_dir, "commitlog"), self.state.commitlog_file_bytes
+        pos = min((int(n) for n in os.listdir(cl) if n.isdecimal()), default=0)
+        end = self.state.stored_pos()
+        keys, phys, sampled, problems = [], [], [], []
+        while pos < end:
+            recs, probs, nxt = scan_commitlog(cl, fb, pos, min(end, pos - pos % fb + SCAN_FILES * fb), TOPIC)
+            problems += probs
+            real = [r for r in recs if r.kind == REAL]
+            ks = [self.ledger.key(r.producer, r.seq) for r in real]
+            keys.append(np.array(ks, np.int64))
+            phys.append(np.array([r.phys for r in real], np.int64))
+            sampled += [r for r, k in zip(real, ks) if k in sample]
+            if nxt <= pos:
+                break
+            pos = nxt
+        cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
+        return cat(keys), cat(phys), sampled, problems
 
 
 def _fill(row: TrialRow, v: TrialVerdict) -> None:
@@ -387,105 +401,3 @@ def _proc(pid: int):
         return psutil.Process(pid)
     except psutil.NoSuchProcess:
         return None
-
-
-# -- a run -----------------------------------------------------------------------------------------------------
-def run(opts: RunOptions, progress=lambda line: None) -> RunSummary:
-    """Every trial of ``opts`` (configuration by configuration), then the fuzzers; the summary."""
-    t0 = time.monotonic()
-    summary = RunSummary()
-    work, created = _work_dir(opts.work_dir)
-    plan = make_plan(opts.trials, list(opts.kinds) or all_kinds(), list(opts.configs), opts.seed)
-    rng = random.Random(opts.seed)
-    try:
-        no = 0
-        for config in opts.configs:
-            kinds = [k for c, k in plan if c == config]
-            if not kinds:
-                continue
-            cut = ClusterUnderTest(os.path.join(work, config), config, opts, rng, progress)
-            progress(f"{config}: starting a cluster under {cut.root}")
-            with cut:
-                for kind in kinds:
-                    no += 1
-                    row = cut.trial(no, kind)
-                    summary.rows.append(row)
-                    progress(progress_line(row, len(plan)))
-                summary.finals.append(cut.final())
-                progress(progress_line(summary.finals[-1], len(plan)))
-            summary.leftovers += cut.leftovers
-        summary.outside = stray_files(work, list(opts.configs))
-        if opts.fuzz_cases:
-            summary.fuzz, summary.skipped_fuzzers = run_fuzzers(os.path.join(work, "fuzz"), opts.fuzz_cases,
-                                                                opts.seed, progress)
-    finally:
-        summary.seconds = time.monotonic() - t0
-        if created and not summary.failed:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            summary.notes.append(f"Cluster roots, worker logs and server logs are kept in {work}.")
-    return summary
-
-
-def progress_line(row: TrialRow, total: int) -> str:
-    counts = " ".join(f"{c} {getattr(row, c)}" for c in COUNTS if getattr(row, c))
-    hit = f" hit={row.hit}" if row.window else ""
-    rec = "" if row.recovery_s != row.recovery_s else f" recovery {row.recovery_s:.2f}s"
-    head = f"[{row.trial}/{total}] {row.config:5} {row.kind:22} acked {row.acked:5}{hit}{rec} ({row.seconds:.1f}s)"
-    return head + (f"  FAILED: {counts}: {row.details[:300]}" if row.failed else "")
-
-
-def _work_dir(path: str | None) -> tuple[str, bool]:
-    """The run's directory: ``path`` if it is new or empty (a fresh root), else a new temp dir."""
-    if path is None:
-        return tempfile.mkdtemp(prefix="hmqf-"), True
-    path = os.path.abspath(path)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-        raise FaultHarnessError(f"{path} is not empty: the fault harness needs a fresh directory")
-    longest = os.path.join(path, max(CONFIGS, key=len), "fence", "root")
-    ipc_address(RootPaths(longest).broker_socket(BROKER))     # a clear error now, not a broker that fails
-    os.makedirs(path, exist_ok=True)
-    return path, False
-
-
-def stray_files(work: str, configs: list[str]) -> list[str]:
-    """Anything in the run's directory outside the expected layout ``CONFIG/{fence/root,logs}`` and
-    ``fuzz``: a file a server made outside its root (two levels of ``..`` land here)."""
-    out = [os.path.join(work, n) for n in os.listdir(work) if n not in set(configs) | {"fuzz"}]
-    for c in configs:
-        d = os.path.join(work, c)
-        if os.path.isdir(d):
-            out += [os.path.join(d, n) for n in os.listdir(d) if n not in ("fence", "logs")]
-            fence = os.path.join(d, "fence")
-            if os.path.isdir(fence):
-                out += [os.path.join(fence, n) for n in os.listdir(fence) if n != "root"]
-    return sorted(out)
-
-
-def run_fuzzers(work: str, cases: int, seed: int, progress=lambda line: None
-                ) -> tuple[list[FuzzResult], dict[str, str]]:
-    """Every registered fuzzer (``FUZZERS``) with ``cases`` cases; a module not written yet is skipped."""
-    results: list[FuzzResult] = []
-    skipped: dict[str, str] = {}
-    for name, target in FUZZERS.items():
-        module, _, func = target.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), func or "run")
-        except ModuleNotFoundError as e:
-            if e.name == module:
-                skipped[name] = f"{module} does not exist yet"
-                progress(f"fuzz {name}: skipped ({module} does not exist yet)")
-            else:                       # the module exists but cannot be imported: a failure
-                results.append(FuzzResult(name, 0, [f"cannot import {module}: {e}"]))
-            continue
-        d = os.path.join(work, name)
-        os.makedirs(d, exist_ok=True)
-        t0 = time.monotonic()
-        try:
-            got = list(fn(d, cases, seed))
-        except Exception as e:          # a fuzzer that breaks is a finding, not the end of the run
-            got = [FuzzResult(name, 0, [f"the fuzzer raised {type(e).__name__}: {e}"], time.monotonic() - t0)]
-        results += got
-        for r in got:
-            progress(f"fuzz {r.kind}: {r.cases} cases, {len(r.failures)} failures ({r.seconds:.1f}s)")
-    return results, skipped

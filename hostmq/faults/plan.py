@@ -7,8 +7,9 @@ A fault kind is a target, an action and, for aimed kills, a window (``aim``):
   supervisor restarts it); ``broker`` — the broker's whole process group (restarted with
   ``LocalCluster.start_broker``); ``namesrv`` (``LocalCluster.start_namesrv``); ``producer`` — one of the
   producer processes, ``consumer`` — the consumer process (restarted by the harness);
-* action ``kill`` (SIGKILL) at a random moment — named after the target (``writer``); ``stop``
-  (SIGSTOP for a while, then SIGCONT) — ``writer:stop``; an aimed kill — ``writer@mid-append``.
+* action ``kill`` (SIGKILL) at a random moment — ``writer:kill``; ``stop`` (SIGSTOP for a while, then
+  SIGCONT) — ``writer:stop``; an aimed kill — ``writer@mid-append``. A bare target (``writer``) in
+  ``--kinds`` means every kind of that target.
 
 Configurations are separate clusters (a store never changes its file sizes or flush mode): ``async``
 (the default store), ``sync`` (SYNC_FLUSH) and ``pool`` (the transient store pool).
@@ -53,9 +54,7 @@ class FaultKind:
 
     @property
     def name(self) -> str:
-        if self.window:
-            return f"{self.target}@{self.window}"
-        return self.target if self.action == "kill" else f"{self.target}:{self.action}"
+        return f"{self.target}@{self.window}" if self.window else f"{self.target}:{self.action}"
 
     def applies(self, config: str) -> bool:
         """mid-commit exists only with the transient store pool, and mid-patch only without it (the
@@ -73,7 +72,7 @@ def all_kinds() -> list[FaultKind]:
 
 
 def parse_kinds(spec: str | None) -> list[FaultKind]:
-    """``writer,broker@mid-append,consumer:stop``: a target name means every kind of that target."""
+    """``writer,broker@mid-append,consumer:kill``: a target name means every kind of that target."""
     kinds = all_kinds()
     if not spec:
         return kinds

@@ -21,7 +21,7 @@ class TrialRow:
 
     trial: int
     config: str                 # async, sync or pool (the cluster's store configuration)
-    kind: str                   # e.g. writer, writer:stop, broker@mid-append
+    kind: str                   # e.g. writer:kill, writer:stop, broker@mid-append
     target: str
     action: str                 # kill or stop
     window: str = ""            # aimed window, "" for a random moment

@@ -34,6 +34,9 @@ from .workload import parse_body
 
 REAL, SCHEDULE, HALF = "real", "schedule", "half"
 MAX_DETAILS = 12                # failure descriptions kept per trial
+# Where a verified trial found each acknowledged message (kept compactly for the end-of-run recheck).
+EXPECTED = np.dtype([("key", "i8"), ("phys", "i8"), ("size", "i8"), ("queue_id", "i8"), ("queue_offset", "i8"),
+                     ("store_ts_ms", "i8")])
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,8 @@ class Ledger:
         self._order: dict[tuple[str, str], tuple[int, set]] = {}
         self._store_order: dict[str, int] = {}
         self.pending = TrialVerdict(-1)                      # findings not charged to a trial yet
+        self.verified: list[np.ndarray] = []                 # EXPECTED rows of every closed trial
+        self._names: dict[int, str] = {}
 
     def key(self, producer: str, seq: int) -> int:
         i = self._ids.setdefault(producer, len(self._ids))
@@ -284,7 +289,20 @@ class Ledger:
             if key in book.real and not self.commits.get(key):
                 r = book.real[key]
                 v.add("phantom", f"rolled-back {r.producer}.{r.seq} stored at {r.phys}")
+        found = [(k, r.phys, r.size, r.queue_id, r.queue_offset, r.store_ts_ms)
+                 for k, r in ((k, book.real.get(k)) for k in book.acks) if r is not None]
+        self.verified.append(np.array(found, dtype=EXPECTED))
         return v
+
+    def name(self, key: int) -> str:
+        """``producer.seq`` of a key."""
+        if len(self._names) != len(self._ids):
+            self._names = {i: p for p, i in self._ids.items()}
+        return f"{self._names[key >> 32]}.{key & 0xFFFFFFFF}"
+
+    def allowed_copies(self, keys: np.ndarray) -> np.ndarray:
+        """Real-topic copies each key may have: 1, or a transaction's COMMIT decisions."""
+        return np.array([max(1, self.commits.get(int(k), 0)) for k in keys], dtype=np.int64)
 
 
 def _mismatch(ack: dict, rec: Stored, book: _Book, key: int) -> str:
@@ -308,14 +326,15 @@ def _mismatch(ack: dict, rec: Stored, book: _Book, key: int) -> str:
 INDEX_WINDOW_MS = 5000          # index entries keep store time in seconds: look a little around it
 
 
-def check_reachable(store_dir: str, config, records: list[Stored], topic: str, limit_phys: int) -> list[str]:
-    """One line per way a stored copy cannot be reached: its consume-queue entry, its key in the
-    index, its message id. ``config`` is the store's ``StoreConfig`` (file sizes); ``limit_phys``
-    how far the broker says records are stored."""
+def check_reachable(store_dir: str, config, records: list[Stored], topic: str, limit_phys: int,
+                    queues: bool = True) -> list[str]:
+    """One line per way a stored copy cannot be reached: its consume-queue entry (unless ``queues`` is
+    False), its key in the index, its message id. ``config`` is the store's ``StoreConfig`` (file
+    sizes); ``limit_phys`` how far the broker says records are stored."""
     from ..store.index import IndexReader
     from ..store.readonly import StoreReader
     from .workload import message_key
-    problems = check_queues(store_dir, config.consume_queue_file_entries, topic, records)
+    problems = check_queues(store_dir, config.consume_queue_file_entries, topic, records) if queues else []
     index = IndexReader(store_dir, config.index_slots, config.index_entries)
     try:
         for r in records:
@@ -330,8 +349,8 @@ def check_reachable(store_dir: str, config, records: list[Stored], topic: str, l
         for r in records:
             try:
                 m = reader.view(r.msg_id)
-                ok = m.commitlog_offset == r.phys and parse_body(m.body) is not None and \
-                    parse_body(m.body)[1:4:2] == (r.producer, r.seq)
+                parsed = parse_body(m.body)
+                ok = m.commitlog_offset == r.phys and parsed is not None and (parsed[1], parsed[3]) == (r.producer, r.seq)
             except HostMQError as e:
                 ok, m = False, e
             if not ok:
@@ -342,22 +361,53 @@ def check_reachable(store_dir: str, config, records: list[Stored], topic: str, l
 
 
 def check_queues(store_dir: str, per_file: int, topic: str, records: list[Stored]) -> list[str]:
-    problems = []
-    by_queue: dict[int, list[Stored]] = defaultdict(list)
-    for r in records:
-        by_queue[r.queue_id].append(r)
-    for qid, rs in sorted(by_queue.items()):
-        files: dict[int, np.ndarray | None] = {}
-        for r in rs:
-            first = r.queue_offset - r.queue_offset % per_file
-            if first not in files:
-                path = os.path.join(store_dir, "consumequeue", topic, str(qid), f"{first * R.CQ_ENTRY.itemsize:020d}")
-                files[first] = np.fromfile(path, dtype=R.CQ_ENTRY) if os.path.exists(path) else None
-            ents = files[first]
-            i = r.queue_offset - first
-            if ents is None or i >= len(ents):
-                problems.append(f"{r.producer}.{r.seq}: no consume-queue entry {qid}/{r.queue_offset}")
-            elif int(ents[i]["phys_offset"]) != r.phys or int(ents[i]["size"]) != r.size:
-                problems.append(f"{r.producer}.{r.seq}: consume-queue entry {qid}/{r.queue_offset} points at "
-                                f"{int(ents[i]['phys_offset'])} ({int(ents[i]['size'])} B), the record is at {r.phys}")
-    return problems
+    """One line per record whose consume-queue entry does not point at it."""
+    if not records:
+        return []
+    bad, found = queue_mismatches(store_dir, per_file, topic, np.array([r.queue_id for r in records]),
+                                  np.array([r.queue_offset for r in records]), np.array([r.phys for r in records]),
+                                  np.array([r.size for r in records]))
+    out = []
+    for i in np.flatnonzero(bad):
+        r, (phys, size) = records[i], found[i]
+        out.append(f"{r.producer}.{r.seq}: no consume-queue entry {r.queue_id}/{r.queue_offset}" if phys < 0 else
+                   f"{r.producer}.{r.seq}: consume-queue entry {r.queue_id}/{r.queue_offset} points at {phys} "
+                   f"({size} B), the record is at {r.phys}")
+    return out
+
+
+def queue_mismatches(store_dir: str, per_file: int, topic: str, queue_ids: np.ndarray, queue_offsets: np.ndarray,
+                     phys: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised consume-queue lookup: ``(bad mask, (phys, size) found per row; -1 where no entry)``.
+    Each consume-queue file is read once (``records.CQ_ENTRY``)."""
+    found = np.full((len(phys), 2), -1, dtype=np.int64)
+    first = queue_offsets - queue_offsets % per_file
+    for qid in np.unique(queue_ids):
+        for start in np.unique(first[queue_ids == qid]):
+            rows = np.flatnonzero((queue_ids == qid) & (first == start))
+            path = os.path.join(store_dir, "consumequeue", topic, str(int(qid)), f"{int(start) * R.CQ_ENTRY.itemsize:020d}")
+            ents = np.fromfile(path, dtype=R.CQ_ENTRY) if os.path.exists(path) else np.zeros(0, R.CQ_ENTRY)
+            i = queue_offsets[rows] - start
+            have = i < len(ents)
+            found[rows[have], 0] = ents["phys_offset"][i[have]]
+            found[rows[have], 1] = ents["size"][i[have]]
+    return (found[:, 0] != phys) | (found[:, 1] != sizes), found
+
+
+def recheck(expected: np.ndarray, scanned_keys: np.ndarray, scanned_phys: np.ndarray, allowed, name) -> TrialVerdict:
+    """The end-of-run check: every ``expected`` row (``EXPECTED``, where a trial found an acknowledged
+    message) is still at its position in a new full scan (``scanned_*``: the real-topic records), and
+    no key has more copies than ``allowed(keys)``. ``name(key)`` spells a key for the details."""
+    v = TrialVerdict(0)
+    v.acked = len(expected)
+    order = np.argsort(scanned_phys, kind="stable")
+    sp, sk = scanned_phys[order], scanned_keys[order]
+    at = np.minimum(np.searchsorted(sp, expected["phys"]), max(len(sp) - 1, 0))
+    ok = (sp[at] == expected["phys"]) & (sk[at] == expected["key"]) if len(sp) else np.zeros(len(expected), bool)
+    for row in expected[~ok]:
+        v.add("lost", f"{name(int(row['key']))} is no longer at {int(row['phys'])}")
+    keys, counts = np.unique(scanned_keys, return_counts=True)
+    over = counts > allowed(keys)
+    for k, c in zip(keys[over], counts[over]):
+        v.add("duplicated", f"{name(int(k))} is stored {int(c)} times")
+    return v

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hostmq import faults
-from hostmq.faults.harness import run_fuzzers
+from hostmq.faults.runner import run_fuzzers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -18,7 +18,7 @@ def test_registered_fuzzers_run_skip_or_fail(tmp_path, monkeypatch):
         "ok": "tests.faults.fuzz_examples:ok",
         "boom": "tests.faults.fuzz_examples:boom",
     })
-    import hostmq.faults.harness as h
+    import hostmq.faults.runner as h
     monkeypatch.setattr(h, "FUZZERS", faults.FUZZERS)
     lines = []
     results, skipped = run_fuzzers(str(tmp_path), 25, 7, lines.append)
@@ -31,7 +31,7 @@ def test_registered_fuzzers_run_skip_or_fail(tmp_path, monkeypatch):
 
 
 def test_a_fuzzer_whose_own_import_fails_is_a_failure_not_a_skip(tmp_path, monkeypatch):
-    import hostmq.faults.harness as h
+    import hostmq.faults.runner as h
     p = tmp_path / "pkg"
     p.mkdir()
     (p / "fuzz_broken_import.py").write_text("import hostmq_no_such_dependency\n")
@@ -41,3 +41,15 @@ def test_a_fuzzer_whose_own_import_fails_is_a_failure_not_a_skip(tmp_path, monke
     assert skipped == {}
     assert [(r.kind, r.failures) for r in results] == [
         ("bad", ["cannot import fuzz_broken_import: No module named 'hostmq_no_such_dependency'"])]
+
+
+def test_stray_files_are_anything_outside_the_expected_layout(tmp_path):
+    from hostmq.faults.runner import stray_files
+    for d in ("async/fence/root/brokers", "async/logs", "fuzz/ring", "pool/fence/root"):
+        (tmp_path / d).mkdir(parents=True)
+    assert stray_files(str(tmp_path), ["async", "pool"]) == []
+    (tmp_path / "async" / "fence" / "PWNED").write_text("")
+    (tmp_path / "async" / "x").mkdir()
+    (tmp_path / "top").write_text("")
+    assert stray_files(str(tmp_path), ["async", "pool"]) == sorted(
+        str(p) for p in (tmp_path / "async" / "fence" / "PWNED", tmp_path / "async" / "x", tmp_path / "top"))

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_kind_names():
-    assert FaultKind("writer").name == "writer"
+    assert FaultKind("writer").name == "writer:kill"
     assert FaultKind("broker", "stop").name == "broker:stop"
     assert FaultKind("broker", "kill", "mid-patch").name == "broker@mid-patch"
     names = [k.name for k in all_kinds()]
@@ -23,10 +23,10 @@ def test_kind_names():
 
 def test_parse_kinds_expands_targets_and_accepts_names():
     assert parse_kinds(None) == all_kinds()
-    ks = parse_kinds("writer, consumer:stop,broker@mid-append,writer")
-    assert [k.name for k in ks] == ["writer", "writer:stop", "writer@mid-append", "writer@mid-patch",
+    ks = parse_kinds("writer, consumer:stop,broker@mid-append,writer,broker:kill")
+    assert [k.name for k in ks] == ["writer:kill", "writer:stop", "writer@mid-append", "writer@mid-patch",
                                     "writer@mid-journal", "writer@mid-roll", "writer@mid-commit", "consumer:stop",
-                                    "broker@mid-append"]
+                                    "broker@mid-append", "broker:kill"]
     for bad in ("kernel", "writer@mid-nothing", "consumer@mid-append"):
         with pytest.raises(FaultHarnessError, match="unknown fault kind"):
             parse_kinds(bad)

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.timeout(60)
 
 def rows() -> list[TrialRow]:
     return [
-        TrialRow(1, "async", "writer", "writer", "kill", acked=100, recovery_s=0.5, restart_s=0.6),
-        TrialRow(2, "async", "writer", "writer", "kill", acked=50, lost=2, recovery_s=1.5, restart_s=0.4,
+        TrialRow(1, "async", "writer:kill", "writer", "kill", acked=100, recovery_s=0.5, restart_s=0.6),
+        TrialRow(2, "async", "writer:kill", "writer", "kill", acked=50, lost=2, recovery_s=1.5, restart_s=0.4,
                  details="lost: p0.1.7"),
         TrialRow(3, "async", "broker@mid-patch", "broker", "kill", "mid-patch", "yes", acked=10, crashes=1),
         TrialRow(4, "pool", "broker@mid-patch", "broker", "kill", "mid-patch", "no", acked=5),
@@ -27,7 +27,7 @@ def rows() -> list[TrialRow]:
 def test_aggregate_sums_per_config_and_kind():
     agg = aggregate(rows())
     assert [(a["config"], a["kind"], a["trials"]) for a in agg] == [
-        ("async", "writer", 2), ("async", "broker@mid-patch", 1), ("pool", "broker@mid-patch", 1)]
+        ("async", "writer:kill", 2), ("async", "broker@mid-patch", 1), ("pool", "broker@mid-patch", 1)]
     w = agg[0]
     assert (w["acked"], w["lost"], w["failed trials"], w["aimed hits"]) == (150, 2, 1, "-")
     assert w["recovery s (p50 / max)"] == "1.00 / 1.50" and w["restart s (p50 / max)"] == "0.50 / 0.60"
@@ -57,7 +57,7 @@ def test_failures_text_names_failed_trials_fuzz_failures_and_leftovers():
     s = RunSummary(rows=rows(), fuzz=[FuzzResult("ring", 100, ["case 7: writer died"])],
                    leftovers=["/hostmq.abc.ring.1"], outside=["/tmp/x/PWNED"])
     text = failures_text(s)
-    assert "trial 2 [async] writer: lost 2 of 50 acked — lost: p0.1.7" in text
+    assert "trial 2 [async] writer:kill: lost 2 of 50 acked — lost: p0.1.7" in text
     assert "trial 3 [async] broker@mid-patch aimed mid-patch (hit: yes): crashes 1" in text
     assert "fuzz ring: case 7: writer died" in text and "/hostmq.abc.ring.1" in text and "PWNED" in text
     assert "trial 1 " not in text and "trial 4 " not in text

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from hostmq import records as R
-from hostmq.faults.verify import HALF, REAL, SCHEDULE, Ledger, Stored, check_queues, scan_commitlog
+from hostmq.faults.verify import (EXPECTED, HALF, REAL, SCHEDULE, Ledger, Stored, check_queues, queue_mismatches,
+                                  recheck, scan_commitlog)
 from hostmq.faults.workload import encode_body
 
 pytestmark = pytest.mark.timeout(60)
@@ -258,3 +259,45 @@ def test_check_queues_reads_the_entries_from_the_files(tmp_path):
     problems = check_queues(str(tmp_path), per_file, TOPIC, bad)
     assert len(problems) == 3
     assert "points at 200" in problems[0] and "no consume-queue entry 1/9" in problems[1]
+
+
+# -- the end-of-run recheck -------------------------------------------------------------------------------------
+def expected(*rows) -> np.ndarray:
+    return np.array([(k, p, 90, 0, i, 1000) for i, (k, p) in enumerate(rows)], dtype=EXPECTED)
+
+
+def test_recheck_finds_moved_and_vanished_messages_and_extra_copies():
+    exp = expected((1, 100), (2, 200), (3, 300), (4, 400))
+    keys = np.array([2, 1, 3, 9, 9, 5], np.int64)           # 4 vanished; 9 twice; 3 moved to 350
+    phys = np.array([200, 100, 350, 500, 600, 700], np.int64)
+    v = recheck(exp, keys, phys, lambda ks: np.ones(len(ks), np.int64), str)
+    assert (v.acked, v.lost, v.duplicated) == (4, 2, 1)
+    assert v.details == ["lost: 3 is no longer at 300", "lost: 4 is no longer at 400",
+                         "duplicated: 9 is stored 2 times"]
+    allow_two = recheck(exp[:2], keys, phys, lambda ks: np.where(ks == 9, 2, 1), str)
+    assert not allow_two.failed
+    empty = recheck(exp, np.zeros(0, np.int64), np.zeros(0, np.int64), lambda ks: np.ones(len(ks)), str)
+    assert empty.lost == 4
+
+
+def test_ledger_keeps_where_each_acknowledged_message_was_found():
+    led = ledger_with([ack(1), ack(2), recv(1), recv(2)], [stored(1), stored(2, qo=7)])
+    led.verdict(1)
+    rows = np.concatenate(led.verified)
+    assert [(led.name(int(r["key"])), int(r["phys"]), int(r["queue_offset"])) for r in rows] == [
+        ("p0.1.1", 100, 1), ("p0.1.2", 200, 7)]
+    assert list(led.allowed_copies(rows["key"])) == [1, 1]
+
+
+def test_queue_mismatches_vectorised(tmp_path):
+    per_file = 4
+    qdir = tmp_path / "consumequeue" / TOPIC / "0"
+    qdir.mkdir(parents=True)
+    ents = np.zeros(per_file, dtype=R.CQ_ENTRY)
+    ents["phys_offset"], ents["size"] = [0, 100, 200, 300], 90
+    ents[:3].tofile(str(qdir / f"{0:020d}"))                # entry 3 not written yet
+    bad, found = queue_mismatches(str(tmp_path), per_file, TOPIC, np.array([0, 0, 0, 0, 1]),
+                                  np.array([0, 2, 3, 9, 0]), np.array([0, 250, 300, 900, 0]),
+                                  np.array([90, 90, 90, 90, 90]))
+    assert list(bad) == [False, True, True, True, True]
+    assert list(found[1]) == [200, 90] and list(found[2]) == [-1, -1]
