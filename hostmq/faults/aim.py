@@ -17,8 +17,8 @@ Windows, as the words show them (``records.BROKER_STATE``), for the writer unles
   copy-then-patch window of a batch append;
 * ``mid-journal``  the batch is published (``write_pos`` > ``intent_phys_start``) and the intent not
   yet cleared: the ring journal is being written;
-* ``mid-roll``     an intent is recorded and a commitlog file newer than the one holding
-  ``write_pos`` exists: the writer created the next file and has not published into it;
+* ``mid-roll``     an intent is recorded and a commitlog file newer than the one the batch started
+  in exists: the writer created the next file for this batch and has not finished it;
 * ``mid-commit``   (transient store pool) ``committed_pos`` < ``write_pos``: acknowledged bytes sit in
   the pool's buffer, not yet in the file;
 * ``mid-flush``    (flusher) awake (``flusher_waiting`` 0) with unflushed bytes (SYNC_FLUSH: a group
@@ -42,7 +42,9 @@ WINDOWS = ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "
 WINDOW_PROCESS = {"mid-append": "writer", "mid-patch": "writer", "mid-journal": "writer", "mid-roll": "writer", "mid-commit": "writer",
                   "mid-flush": "flusher", "mid-dispatch": "dispatcher"}
 ROLL_APPROACH_BYTES = 64 << 10      # step toward a roll only once write_pos is this close to a file end
+ROLL_NEAR_BYTES = 8 << 10           # ... and in the shortest steps this close to it
 STEP_MAX_S = 0.0008                 # the target runs up to this long between two looks
+STEP_NEAR_S = 0.0002
 STOPPED_WAIT_S = 0.5                # a process in a system call stops when the call returns
 
 
@@ -81,7 +83,8 @@ def in_window(window: str, f: Facts) -> bool:
     if window == "mid-journal":
         return w["intent_valid"] == 1 and w["write_pos"] > w["intent_phys_start"]
     if window == "mid-roll":
-        return w["intent_valid"] == 1 and f.newest_file_start > w["write_pos"] - w["write_pos"] % f.file_bytes
+        start = w["intent_phys_start"]
+        return w["intent_valid"] == 1 and f.newest_file_start > start - start % f.file_bytes
     if window == "mid-commit":
         return f.pool and w["committed_pos"] < w["write_pos"]
     if window == "mid-flush":
@@ -100,6 +103,13 @@ def approaching(window: str, f: Facts) -> bool:
     if window == "mid-commit":
         return f.pool
     return True
+
+
+def step_s(window: str, f: Facts) -> float:
+    """Longest run between two looks: short right before a roll (its window opens once per file)."""
+    if window == "mid-roll" and f.file_bytes - f.words["write_pos"] % f.file_bytes <= ROLL_NEAR_BYTES:
+        return STEP_NEAR_S
+    return STEP_MAX_S
 
 
 def file_facts(commitlog_dir: str, words: dict, file_bytes: int) -> tuple[int, bool, bool]:
@@ -183,7 +193,7 @@ def step_into(window: str, pids: list[int], look: Callable[[], Facts], timeout_s
         if in_window(window, facts):
             return AimResult(True, steps, time.monotonic() - t0, facts.describe())
         signal_all(pids, signal.SIGCONT)
-        time.sleep(uniform(0.0, STEP_MAX_S))
+        time.sleep(uniform(0.0, step_s(window, facts)))
     signal_all(pids, signal.SIGSTOP)
     wait_stopped(pids)
     return AimResult(False, steps, time.monotonic() - t0, look().describe())

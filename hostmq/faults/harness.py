@@ -39,7 +39,7 @@ from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
-from .aim import WINDOW_PROCESS, Facts, file_facts, signal_all, step_into
+from .aim import Facts, file_facts, signal_all, step_into
 from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_reachable, queue_mismatches, recheck,
@@ -79,8 +79,8 @@ class Fault:
 class ClusterUnderTest:
     """One configuration's cluster, workers and ledger; :meth:`trial` runs one trial."""
 
-    def __init__(self, base_dir: str, config: str, opts: RunOptions, rng: random.Random, progress) -> None:
-        self.config, self.opts, self.rng, self.progress = config, opts, rng, progress
+    def __init__(self, base_dir: str, config: str, opts: RunOptions, rng: random.Random) -> None:
+        self.config, self.opts, self.rng = config, opts, rng
         self.root = os.path.join(base_dir, "fence", "root")
         self.log_dir = os.path.join(base_dir, "logs")
         os.makedirs(self.root)
@@ -218,10 +218,7 @@ class ClusterUnderTest:
 
     def _aimed(self, kind: FaultKind) -> Fault:
         time.sleep(self.rng.uniform(0.1, 0.3))          # let the load start
-        if kind.target == "broker":
-            pids = self._group_pids()
-        else:
-            pids = [int(self.state.get(f"{WINDOW_PROCESS[kind.window]}_pid"))]
+        pids = self._group_pids() if kind.target == "broker" else [int(self.state.get(f"{kind.target}_pid"))]
         res = step_into(kind.window, pids, self._look, self.opts.aim_timeout_s, self.rng.uniform)
         fault = Fault(kind, pids)
         fault.aim = res
@@ -245,8 +242,7 @@ class ClusterUnderTest:
         if kind.action == "stop":
             return 0.0
         t0 = time.monotonic()
-        target = kind.target if not kind.window else ("broker" if kind.target == "broker"
-                                                      else WINDOW_PROCESS[kind.window])
+        target = kind.target
         if target in CHILDREN:
             old = fault.pids[0]
             wait_for(lambda: self.state.get(f"{target}_pid") not in (old, 0) and

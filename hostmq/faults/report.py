@@ -163,7 +163,7 @@ def report_markdown(summary: RunSummary, title: str = "hostmq fault-injection ru
     parts += [f"{n}\n" for n in summary.notes]
     parts += ["\n## Trials per fault kind\n", kinds_table(summary.rows)]
     if summary.finals:
-        parts += ["\n## End-of-run re-verification (every acknowledged message of the run)\n",
+        parts += ["\n## End-of-run recheck (every acknowledged message a trial found, checked again)\n",
                   kinds_table(summary.finals)]
     parts += ["\n## Fuzzers\n", fuzz_table(summary.fuzz, summary.skipped_fuzzers),
               "\n## Failures\n", failures_text(summary)]

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 
-from ..errors import FaultHarnessError
+from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, ipc_address
 from . import FUZZERS, FuzzResult
 from .harness import BROKER, ClusterUnderTest
@@ -36,15 +36,15 @@ def run(opts: RunOptions, progress=lambda line: None) -> RunSummary:
             kinds = [k for c, k in plan if c == config]
             if not kinds:
                 continue
-            cut = ClusterUnderTest(os.path.join(work, config), config, opts, rng, progress)
+            cut = ClusterUnderTest(os.path.join(work, config), config, opts, rng)
             progress(f"{config}: starting a cluster under {cut.root}")
             with cut:
-                for kind in kinds:
-                    no += 1
-                    row = cut.trial(no, kind)
-                    summary.rows.append(row)
-                    progress(progress_line(row, len(plan)))
-                summary.finals.append(cut.final())
+                no = _trials(cut, kinds, no, len(plan), summary, progress)
+                try:
+                    summary.finals.append(cut.final())
+                except (HostMQError, OSError) as e:
+                    summary.finals.append(TrialRow(0, config, "final", "all", "verify", crashes=1,
+                                                   details=f"the end-of-run check failed: {type(e).__name__}: {e}"))
                 progress(progress_line(summary.finals[-1], len(plan)))
             summary.leftovers += cut.leftovers
         summary.outside = stray_files(work, list(opts.configs))
@@ -58,6 +58,24 @@ def run(opts: RunOptions, progress=lambda line: None) -> RunSummary:
         else:
             summary.notes.append(f"Cluster roots, worker logs and server logs are kept in {work}.")
     return summary
+
+
+def _trials(cut: ClusterUnderTest, kinds: list, no: int, total: int, summary: RunSummary, progress) -> int:
+    """Run ``kinds`` as trials ``no + 1`` …; the last trial number. A trial that cannot finish (a
+    process that never came back) is a failed trial and ends this configuration's trials."""
+    for kind in kinds:
+        no += 1
+        try:
+            row, broken = cut.trial(no, kind), False
+        except (HostMQError, OSError) as e:
+            row, broken = TrialRow(no, cut.config, kind.name, kind.target, kind.action, kind.window, crashes=1,
+                                   details=f"the trial could not finish: {type(e).__name__}: {e}"), True
+            summary.notes.append(f"{cut.config}: no more trials after trial {no} ({kind.name}) could not finish.")
+        summary.rows.append(row)
+        progress(progress_line(row, total))
+        if broken:
+            break
+    return no
 
 
 def progress_line(row: TrialRow, total: int) -> str:

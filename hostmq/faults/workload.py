@@ -297,11 +297,11 @@ class ProducerProcess:
 
     def _decision(self, producer: str, seq: int) -> str | None:
         if producer != self.name and producer not in self._loaded and _safe_name(producer):
-            self._loaded.add(producer)
-            for e, _ in [read_events(os.path.join(self.log_dir, f"{producer}.log"))]:
-                for ev in e:
-                    if ev.get("e") == "local":
-                        self._decisions[(producer, ev["s"])] = ev["a"]
+            self._loaded.add(producer)          # a dead incarnation's log is complete: read it once
+            events, _ = read_events(os.path.join(self.log_dir, f"{producer}.log"))
+            for ev in events:
+                if ev.get("e") == "local":
+                    self._decisions[(producer, ev["s"])] = ev["a"]
         return self._decisions.get((producer, seq))
 
     # -- running ------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hostmq import records as R
-from hostmq.faults.aim import (WINDOWS, Facts, approaching, file_facts, in_window, proc_state, step_into,
+from hostmq.faults.aim import (WINDOWS, Facts, approaching, file_facts, in_window, proc_state, step_into, step_s,
                                wait_stopped)
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,9 +48,12 @@ def test_append_and_patch_windows():
 def test_journal_roll_and_commit_windows():
     assert in_window("mid-journal", facts(intent_valid=1, intent_phys_start=4000))
     assert not in_window("mid-journal", facts(intent_valid=0, intent_phys_start=4000))
-    assert in_window("mid-roll", facts(newest=FB, intent_valid=1, write_pos=FB - 300, committed_pos=FB - 300))
-    assert not in_window("mid-roll", facts(newest=0, intent_valid=1, write_pos=FB - 300))
-    assert not in_window("mid-roll", facts(newest=FB, intent_valid=1, write_pos=FB + 10))
+    roll = dict(intent_valid=1, intent_phys_start=FB - 300, write_pos=FB - 300, committed_pos=FB - 300)
+    assert in_window("mid-roll", facts(newest=FB, **roll))
+    assert in_window("mid-roll", facts(newest=FB, **{**roll, "write_pos": FB + 500}))    # published, journaling
+    assert not in_window("mid-roll", facts(newest=0, **roll))
+    assert not in_window("mid-roll", facts(newest=FB, **{**roll, "intent_valid": 0}))
+    assert not in_window("mid-roll", facts(newest=FB, intent_valid=1, intent_phys_start=FB + 10, write_pos=FB + 10))
     assert in_window("mid-commit", facts(pool=True, committed_pos=4000))
     assert not in_window("mid-commit", facts(pool=False, committed_pos=4000))
 
@@ -69,6 +72,8 @@ def test_a_roll_is_approached_only_near_a_file_end():
     assert not approaching("mid-roll", facts(write_pos=1000))
     assert approaching("mid-roll", facts(write_pos=FB - 100))
     assert approaching("mid-append", facts()) and not approaching("mid-commit", facts())
+    assert step_s("mid-roll", facts(write_pos=FB - 100)) < step_s("mid-roll", facts(write_pos=FB - 20000)) \
+        == step_s("mid-append", facts(write_pos=FB - 100))
 
 
 def test_file_facts_look_at_the_record_at_write_pos(tmp_path):
