@@ -322,8 +322,8 @@ class ClusterUnderTest:
                 f.seek(self._server_log_pos[name])
                 text = f.read().decode("utf-8", "replace")
                 self._server_log_pos[name] = f.tell()
-            for child, pid, code in _RESTARTED.findall(text):
-                if int(pid) not in fault.pids:
+            for child, pid, code in restarted_children(text):
+                if pid not in fault.pids:
                     out.append(f"crash: {name} {child} (pid {pid}) exited with {code}")
             if "Traceback" in text:
                 out.append(f"{text.count('Traceback')} traceback(s) in {name}.log")
@@ -384,6 +384,12 @@ class ClusterUnderTest:
             pos = nxt
         cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
         return cat(keys), cat(phys), sampled, problems
+
+
+def restarted_children(log_text: str) -> list[tuple[str, int, str]]:
+    """``(child, pid, exit code)`` of every child a broker's supervisor restarted, from its log
+    (``process.Supervisor.check`` logs each one)."""
+    return [(child, int(pid), code) for child, pid, code in _RESTARTED.findall(log_text)]
 
 
 def _fill(row: TrialRow, v: TrialVerdict) -> None:

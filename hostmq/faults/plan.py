@@ -37,7 +37,7 @@ assert all(w in WINDOWS and t in ("broker", WINDOW_PROCESS[w]) for t, ws in AIMS
 BASE_CONFIG = {
     "namesrv": {"scan_interval_s": 1.0, "broker_expiry_s": 30.0},
     "broker": {"register_interval_s": 1.0, "transaction_check_interval_s": 1.0, "transaction_timeout_s": 2.0},
-    "store": {"commitlog_file_bytes": 1 << 20, "consume_queue_file_entries": 4000, "index_slots": 4000,
+    "store": {"commitlog_file_bytes": 512 << 10, "consume_queue_file_entries": 4000, "index_slots": 4000,
               "index_entries": 16000},
 }
 CONFIGS = {

@@ -53,3 +53,27 @@ def test_stray_files_are_anything_outside_the_expected_layout(tmp_path):
     (tmp_path / "top").write_text("")
     assert stray_files(str(tmp_path), ["async", "pool"]) == sorted(
         str(p) for p in (tmp_path / "async" / "fence" / "PWNED", tmp_path / "async" / "x", tmp_path / "top"))
+
+
+def test_restarted_children_are_read_from_the_supervisors_own_log_line(tmp_path, caplog):
+    """A real supervised child killed with SIGKILL: the line the supervisor logs names it and its pid."""
+    import logging
+    import signal
+    import time
+
+    from hostmq.faults.harness import restarted_children
+    from hostmq.process import Child, Supervisor
+    c = Child("writer", "tests.procs.targets:until_stopped", {"pidfile": str(tmp_path / "pids")})
+    sup = Supervisor([c])
+    sup.start()
+    try:
+        pid = c.pid
+        os.kill(pid, signal.SIGKILL)
+        c.process.join(10)
+        with caplog.at_level(logging.WARNING, logger="hostmq.process"):
+            sup.check(now=time.monotonic())
+        text = "\n".join(f"2026-01-01 00:00:00,000 hostmq.process WARNING {r.getMessage()}" for r in caplog.records)
+        assert restarted_children(text) == [("writer", pid, "-9")]
+    finally:
+        sup.stop(10)
+    assert restarted_children("broker-a running\nwriter (pid x) exited with 1; restarting") == []
