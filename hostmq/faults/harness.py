@@ -42,8 +42,8 @@ from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segme
 from .aim import Facts, file_facts, signal_all, step_into
 from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
-from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_reachable, queue_mismatches, recheck,
-                     scan_commitlog)
+from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
+                     recheck, scan_commitlog)
 from .workers import WorkerHandle
 from .workload import DEFAULT_PRODUCERS, read_events
 
@@ -53,6 +53,7 @@ BROKER = "broker-a"
 NAMESRV = "namesrv-0"
 FINAL_SAMPLE = 2000             # messages looked up by key and id in the end-of-run check (all by queue)
 SCAN_FILES = 16                 # commitlog files per read of the end-of-run scan
+PUBLIC_SAMPLE = 3               # messages per trial also looked up through Admin (the rest: store readers)
 _RESTARTED = re.compile(r"(\w+) \(pid (\d+)\) exited with (\S+); restarting")
 
 
@@ -88,6 +89,7 @@ class ClusterUnderTest:
         self.cluster = LocalCluster(self.root, config=cluster_config(config))
         self.store_dir = RootPaths(self.cluster.root).store_dir(BROKER)
         self.state: BrokerState | None = None
+        self.admin: Admin | None = None
         self.producers: list[WorkerHandle] = []
         self.consumer: WorkerHandle | None = None
         self.ledger = Ledger()
@@ -102,8 +104,8 @@ class ClusterUnderTest:
     # -- life ---------------------------------------------------------------------------------------------
     def start(self) -> "ClusterUnderTest":
         self.cluster.start()
-        with Admin(self.cluster.root) as a:
-            a.create_topic(TOPIC, queues=QUEUES)
+        self.admin = Admin(self.cluster.root)
+        self.admin.create_topic(TOPIC, queues=QUEUES)
         self._attach()
         self.scan_pos = self.state.stored_pos()
         rates = orjson.dumps(self.opts.rates).decode()
@@ -123,6 +125,9 @@ class ClusterUnderTest:
     def stop(self) -> None:
         for w in self.producers + ([self.consumer] if self.consumer else []):
             w.quit()
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
         if self.state is not None:
             self.state.close()
             self.state = None
@@ -310,6 +315,7 @@ class ClusterUnderTest:
         except FaultHarnessError as e:
             self.ledger.pending.add("unreachable", f"{e} (dispatched {self.state.readable_pos()}, need {need})")
         unreachable = check_reachable(self.store_dir, self.cluster.config.store, recs, TOPIC, self.state.stored_pos())
+        unreachable += check_public(self.admin, self.rng.sample(recs, min(PUBLIC_SAMPLE, len(recs))), TOPIC)
         return self.ledger.verdict(no, unreachable)
 
     def _crashes(self, fault: Fault) -> list[str]:

@@ -360,6 +360,27 @@ def check_reachable(store_dir: str, config, records: list[Stored], topic: str, l
     return problems
 
 
+def check_public(admin, records: list[Stored], topic: str) -> list[str]:
+    """The same lookups through the public API (``Admin.view_message``, ``Admin.query_by_key``)."""
+    from .workload import message_key
+    out = []
+    for r in records:
+        what = f"{r.producer}.{r.seq} at {r.phys}"
+        try:
+            if admin.view_message(r.msg_id).commitlog_offset != r.phys:
+                out.append(f"{what}: Admin.view_message({r.msg_id}) returned another message")
+        except HostMQError as e:
+            out.append(f"{what}: Admin.view_message({r.msg_id}): {e}")
+        try:
+            found = admin.query_by_key(topic, message_key(r.producer, r.seq), r.store_ts_ms - INDEX_WINDOW_MS,
+                                       r.store_ts_ms + INDEX_WINDOW_MS)
+            if r.phys not in [m.commitlog_offset for m in found]:
+                out.append(f"{what}: Admin.query_by_key did not find it")
+        except HostMQError as e:
+            out.append(f"{what}: Admin.query_by_key: {e}")
+    return out
+
+
 def check_queues(store_dir: str, per_file: int, topic: str, records: list[Stored]) -> list[str]:
     """One line per record whose consume-queue entry does not point at it."""
     if not records:

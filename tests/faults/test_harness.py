@@ -76,16 +76,16 @@ def test_short_run_with_the_pool_and_sync_flush(short_tmp):
 def test_the_command_line_writes_its_results(short_tmp, tmp_path):
     out = tmp_path / "out"
     work = os.path.join(short_tmp, "w")
-    p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "faults", work, "--trials", "2",
-                        "--kinds", "producer:stop,consumer:stop", "--out", str(out), "--seed", "3"],
+    p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "faults", work, "--trials", "1",
+                        "--kinds", "consumer:stop", "--out", str(out), "--seed", "3"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 3), p.stderr
     with open(out / "trials.csv") as f:
         rows = list(csv.DictReader(f))
-    assert sorted(r["kind"] for r in rows) == ["consumer:stop", "final", "producer:stop"]
+    assert [r["kind"] for r in rows] == ["consumer:stop", "final"]
     assert all(int(r["acked"]) > 0 for r in rows)
     report = (out / "report.md").read_text()
-    assert "## Trials per fault kind" in report and "| async | producer:stop | 1 |" in report
+    assert "## Trials per fault kind" in report and "| async | consumer:stop | 1 |" in report
     assert p.returncode == 0, report
     assert os.listdir(work) == ["async"]          # a given root is kept, with nothing stray
 
