@@ -15,8 +15,6 @@ import sys
 import threading
 import time
 
-from .workload import STOP_WAIT_S
-
 
 class WorkerHandle:
     """One worker slot (``p0``, ``c0``, …) across its incarnations: start, command, kill, restart."""
@@ -90,11 +88,6 @@ class WorkerHandle:
 
     def go(self, trial: int) -> bool:
         return self.command(f"go {trial}")
-
-    def stop(self, trial: int, timeout_s: float = STOP_WAIT_S + 5) -> bool:
-        """Ask the worker to finish trial ``trial``; True once it said it has nothing in flight."""
-        line = self.expect(f"done {trial}", timeout_s) if self.command(f"stop {trial}") else None
-        return line is not None and line.split()[-1] == "0"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
