@@ -6,7 +6,7 @@
 Same options and code as ``hostmq faults`` (``hostmq/cli/faults.py``, ``hostmq.faults``); the results
 go to ``bench/results/faults`` unless ``--out`` says otherwise. The full run the README quotes is
 
-    .venv/bin/python bench/faults.py --trials 1000 --configs async,pool,sync --fuzz-cases 33400
+    .venv/bin/python bench/faults.py --trials 1000 --fuzz-cases 33400      # every kind, async + pool + sync
 """
 from __future__ import annotations
 

@@ -37,9 +37,9 @@ def add_parser(sub) -> None:
                    help="fault kinds, comma-separated: targets (writer, dispatcher, flusher, scheduler, broker, "
                         "namesrv, producer, consumer: every kind of that target) or kinds such as writer:kill, "
                         "writer:stop, broker@mid-append (default: all)")
-    p.add_argument("--configs", default="async",
-                   help="cluster configurations, comma-separated: async, sync (SYNC_FLUSH), pool (transient store "
-                        "pool); trials are shared among them (default async)")
+    p.add_argument("--configs", default="async,pool,sync",
+                   help="cluster configurations, comma-separated: async (the default store), pool (transient store "
+                        "pool), sync (SYNC_FLUSH); one cluster each, trials shared among them (default all three)")
     p.add_argument("--out", default="hostmq-faults", help="directory for the results (default ./hostmq-faults)")
     p.add_argument("--fuzz-cases", type=int, default=0, help="cases per registered fuzzer (default 0: no fuzzing)")
     p.add_argument("--seed", type=int, default=0, help="seed of the plan, the moments and the fuzzers (default 0)")

@@ -112,7 +112,7 @@ def cluster_config(name: str) -> dict:
 class RunOptions:
     trials: int = 16
     kinds: tuple[FaultKind, ...] = ()           # empty: every kind
-    configs: tuple[str, ...] = ("async",)
+    configs: tuple[str, ...] = ("async", "pool", "sync")
     seed: int = 0
     work_dir: str | None = None                 # must be fresh; None: a new temp dir, removed afterwards
     fuzz_cases: int = 0                         # per fuzzer; 0: no fuzzing

@@ -77,7 +77,7 @@ def test_the_command_line_writes_its_results(short_tmp, tmp_path):
     out = tmp_path / "out"
     work = os.path.join(short_tmp, "w")
     p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "faults", work, "--trials", "1",
-                        "--kinds", "consumer:stop", "--out", str(out), "--seed", "3"],
+                        "--kinds", "consumer:stop", "--configs", "async", "--out", str(out), "--seed", "3"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 3), p.stderr
     with open(out / "trials.csv") as f:
