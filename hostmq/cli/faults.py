@@ -66,7 +66,10 @@ def main(args: argparse.Namespace) -> int:
     say = (lambda line: None) if args.quiet else (lambda line: print(line, flush=True))
     summary = run(opts, progress=say)
     paths = write_report(os.path.abspath(args.out), summary)
-    print(kinds_table(summary.rows + summary.finals), end="")
+    print(kinds_table(summary.rows), end="")
+    if summary.finals:
+        print("end-of-run recheck:")
+        print(kinds_table(summary.finals), end="")
     if summary.fuzz or summary.skipped_fuzzers:
         print(fuzz_table(summary.fuzz, summary.skipped_fuzzers), end="")
     for n in summary.notes:
