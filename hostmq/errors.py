@@ -133,3 +133,12 @@ class DataLossError(HostMQError):
 
 
 __all__ += ["DataLossError"]
+
+
+# -- fault harness (issue 15) --
+class FaultHarnessError(HostMQError):
+    """The fault-injection harness could not run (a worker or server did not start, a root that is
+    not fresh, bad options); what it found in the system under test is reported, never raised."""
+
+
+__all__ += ["FaultHarnessError"]
