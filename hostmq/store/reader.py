@@ -21,7 +21,8 @@ import numpy as np
 from .. import records as R
 from ..client.filter import TagFilter
 from ..message import MessageExt, MessageQueue
-from .read_check import SKIPPED, check_one, check_rows, why_not
+from . import read_check
+from .read_check import check_one, check_rows, why_not
 
 _BODY_LEN_AT = R.FIELD["body_length"]
 _STORE_TS_AT = R.FIELD["store_ts_ms"]
@@ -109,7 +110,7 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
             m = check_one(mf.mm, phys - mf.file_from_offset, size, topic_b, cq.queue_id, nxt + i, broker)
             if m.__class__ is str:
                 skipped += 1
-                SKIPPED.note(broker, cq.topic, cq.queue_id, nxt + i, phys, m)
+                read_check.SKIPPED.note(broker, cq.topic, cq.queue_id, nxt + i, phys, m)
                 continue
             if not tag_filter.match_tag(m.tags):
                 continue
@@ -165,7 +166,7 @@ def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, b
             taken += 1
             if m.__class__ is str:
                 skipped += 1
-                SKIPPED.note(broker, topic, queue_id, queue_offset + taken - 1, phys, m)
+                read_check.SKIPPED.note(broker, topic, queue_id, queue_offset + taken - 1, phys, m)
                 continue
             msgs.append(m)
             nbytes += size
@@ -325,41 +326,43 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
     cl_min = commitlog.min_offset()
     if mf is not None and phys[0] >= cl_min and (phys >= mf.file_from_offset).all() and \
             (phys < mf.file_end_offset).all():
-        rel, fidx, files = phys - mf.file_from_offset, np.zeros(scanned, np.int64), [mf]
-    else:       # spans commitlog files, or starts in data retention already deleted
-        files = commitlog.mfq.files
-        starts = np.fromiter((f.file_from_offset for f in files), dtype=np.int64, count=len(files))
-        fidx = np.searchsorted(starts, phys, side="right") - 1
-        live = (fidx >= 0) & (phys >= cl_min)
-        phys, sizes, fidx, offsets = phys[live], sizes[live], fidx[live], offsets[live]
-        rel = phys - starts[fidx]
-    ok, skipped = _checked(queue, files, fidx, rel, sizes, offsets, phys)
+        rel = phys - mf.file_from_offset
+        ok, skipped = _checked(queue, mf, rel, sizes, offsets, phys)
+        if skipped:
+            rel, sizes, offsets = rel[ok], sizes[ok], offsets[ok]
+        status = GetStatus.FOUND if len(offsets) else GetStatus.NO_MATCHED_MESSAGE
+        return MessageBatch(queue, offsets, [mf], None, rel, sizes, status, nxt, skipped)
+    # Spans commitlog files, or starts in data retention already deleted.
+    files = commitlog.mfq.files
+    starts = np.fromiter((f.file_from_offset for f in files), dtype=np.int64, count=len(files))
+    fidx = np.searchsorted(starts, phys, side="right") - 1
+    live = (fidx >= 0) & (phys >= cl_min)
+    phys, sizes, fidx, offsets = phys[live], sizes[live], fidx[live], offsets[live]
+    rel = phys - starts[fidx]
+    ok, skipped = np.ones(len(rel), bool), 0
+    for k in np.unique(fidx).tolist():
+        sel = np.flatnonzero(fidx == k)
+        ok[sel], n = _checked(queue, files[k], rel[sel], sizes[sel], offsets[sel], phys[sel])
+        skipped += n
     if skipped:
         rel, sizes, fidx, offsets = rel[ok], sizes[ok], fidx[ok], offsets[ok]
     used = np.unique(fidx)
-    if len(used) <= 1:
-        status = GetStatus.FOUND if len(offsets) else \
-            GetStatus.NO_MATCHED_MESSAGE if skipped else GetStatus.MESSAGE_WAS_REMOVING
-        return MessageBatch(queue, offsets, [files[int(used[0])]] if len(used) else [], None, rel, sizes,
-                            status, nxt, skipped)
+    status = GetStatus.FOUND if len(offsets) else \
+        GetStatus.NO_MATCHED_MESSAGE if skipped else GetStatus.MESSAGE_WAS_REMOVING
     return MessageBatch(queue, offsets, [files[k] for k in used.tolist()], np.searchsorted(used, fidx), rel,
-                        sizes, GetStatus.FOUND, nxt, skipped)
+                        sizes, status, nxt, skipped)
 
 
-def _checked(queue: MessageQueue, files: list, fidx: np.ndarray, rel: np.ndarray, sizes: np.ndarray,
-             offsets: np.ndarray, phys: np.ndarray) -> tuple[np.ndarray, int]:
-    """Mask of the rows that decode (``read_check.check_rows`` per commitlog file) and how many do not;
-    those are logged once (``read_check.SKIPPED``)."""
-    ok = np.ones(len(rel), bool)
+def _checked(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray,
+             phys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Mask of the rows of mapped file ``mf`` that decode (``read_check.check_rows``) and how many
+    do not; those are logged once (``read_check.SKIPPED``)."""
     topic_b = queue.topic.encode()
-    for k in np.unique(fidx).tolist():
-        sel = np.flatnonzero(fidx == k)
-        ok[sel] = check_rows(files[k], rel[sel], sizes[sel], offsets[sel], topic_b, queue.queue_id)
-    bad = np.flatnonzero(~ok)
-    for i in bad.tolist():
-        mf = files[int(fidx[i])]
-        SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]), int(phys[i]),
-                     why_not(mf, int(rel[i]), int(sizes[i]), topic_b, queue.queue_id, int(offsets[i])))
+    ok = check_rows(mf, rel, sizes, offsets, topic_b, queue.queue_id)
+    bad = np.flatnonzero(~ok).tolist()
+    for i in bad:
+        why = why_not(mf, int(rel[i]), int(sizes[i]), topic_b, queue.queue_id, int(offsets[i]))
+        read_check.SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]), int(phys[i]), why)
     return ok, len(bad)
 
 

@@ -20,9 +20,8 @@ from hostmq.message import Message
 from hostmq.store import read_check
 from hostmq.store.read_check import SkippedRecords, check_one, check_rows
 from hostmq.store.reader import GetStatus
-from tests.store.conftest import put_at, small_config
-
 from hostmq.store.message_store import MessageStore
+from tests.store.conftest import put_at, small_config
 
 pytestmark = pytest.mark.timeout(120)
 T = "RC"
@@ -102,8 +101,6 @@ def test_get_batch_skips_undecodable_records_and_moves_on(store, max_count):
 
 def test_each_skipped_record_is_logged_once_with_its_place(store, caplog, monkeypatch):
     monkeypatch.setattr(read_check, "SKIPPED", SkippedRecords())
-    import hostmq.store.reader as reader
-    monkeypatch.setattr(reader, "SKIPPED", read_check.SKIPPED)
     bad = fill(store)
     with caplog.at_level(logging.ERROR, logger="hostmq.store.read_check"):
         for _ in range(3):                                   # read three times, through both paths
@@ -122,6 +119,21 @@ def test_skip_log_memory_is_bounded():
         log.note("b", T, 0, i, i, "why")
     log.note("b", T, 0, 99, 99, "why")                       # remembered: not counted again
     assert log.count == 100 and len(log._logged) == 10
+
+
+def test_a_batch_across_commitlog_files_skips_bad_records_in_each(store):
+    want = []
+    for i in range(60):                                      # 2 KiB bodies: 64 KiB files roll every ~30
+        if i % 20 == 7:
+            append_raw(store, 0, BAD_PROPS[0], body=b"y" * 2048)
+        else:
+            put_at(store, Message(T, f"{i:04d}".encode() + b"x" * 2044, tags="A"), NOW_MS)
+            want.append(i)
+    store.dispatch()
+    assert len(store.commitlog.mfq.files) >= 2
+    b = store.get_batch(T, 0, 0, 4096)
+    assert [int(bytes(x)[:4]) for x in b.bodies] == want and b.skipped == 3 and b.next_offset == 60
+    assert [m.queue_offset for m in b] == b.queue_offsets.tolist() == want
 
 
 def test_entries_that_point_at_the_wrong_place_are_skipped(store):
