@@ -195,9 +195,10 @@ def rows_of(store: MessageStore, queue_id: int):
     return mf, phys - mf.file_from_offset, ents["size"].astype(np.int64), np.arange(len(ents), dtype=np.int64)
 
 
+@pytest.mark.parametrize("vector_min_rows", [0, 10 ** 6], ids=["vectorised", "one-by-one"])
 @settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_batch_check_agrees_with_the_message_check(damage_store, data):
+@given(data=st.data())
+def test_batch_check_agrees_with_the_message_check(damage_store, vector_min_rows, data):
     queue_id = data.draw(st.integers(0, 1))
     mf, rel, sizes, offsets = rows_of(damage_store, queue_id)
     lo, hi = int(rel.min()), int((rel + sizes).max())
@@ -214,7 +215,11 @@ def test_batch_check_agrees_with_the_message_check(damage_store, data):
             k = data.draw(st.integers(0, len(rel) - 1))
             sizes = sizes.copy()
             sizes[k] += data.draw(st.sampled_from([-1, 1, -200, 10 ** 7]))
-        ok = check_rows(mf, rel, sizes, offsets, T.encode(), queue_id)
+        saved_min, read_check.VECTOR_MIN_ROWS = read_check.VECTOR_MIN_ROWS, vector_min_rows
+        try:
+            ok = check_rows(mf, rel, sizes, offsets, T.encode(), queue_id)
+        finally:
+            read_check.VECTOR_MIN_ROWS = saved_min
         want = [not isinstance(check_one(mf.mm, int(p), int(n), T.encode(), queue_id, int(o), ""), str)
                 for p, n, o in zip(rel, sizes, offsets)]
         assert ok.tolist() == want
