@@ -2,14 +2,20 @@
 
 ``MessageExt`` is built per received message, so it is cheap to make: it keeps a private copy of the
 record's bytes and decodes header fields and properties only when first read (see ``records``).
+Stored bytes are untrusted (an old store, a damaged disk): every accessor raises
+:class:`~hostmq.errors.CorruptRecordError` for bytes it cannot decode, never another exception, and
+:meth:`MessageExt.check` decodes everything up front, which is how the read side
+(``store/reader.py``) skips such a record instead of handing it to a consumer.
 """
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from . import records
+from .errors import CorruptRecordError
 from .records import PROP_KEYS, PROP_TAGS, PROP_DELAY, KEY_SEPARATOR
 
 
@@ -96,7 +102,7 @@ class Message:
 class MessageExt(Message):
     """A stored message. Holds a private copy of its record; fields are decoded on first access."""
 
-    __slots__ = ("_raw", "_hdr", "_props", "broker", "_topic")
+    __slots__ = ("_raw", "_hdr", "_props", "broker", "_topic", "_body")
 
     def __init__(self, raw: bytes, broker: str = "") -> None:  # noqa: D107 - built by the store
         self._raw = raw
@@ -104,19 +110,57 @@ class MessageExt(Message):
         self._props = None
         self.broker = broker
         self._topic = None          # a retried message shows its original topic (RocketMQ resetRetryTopic)
+        self._body = None           # a compressed body once inflated
+
+    def check(self, topic: bytes | None = None, queue_id: int | None = None,
+              queue_offset: int | None = None) -> None:
+        """Raise CorruptRecordError unless every accessor can decode this record (header, topic,
+        properties, a compressed body) and, for those given, it names this topic, queue id and queue
+        offset (the consume-queue entry it was read through). The properties are decoded here (and
+        kept: most consumers read tags or properties anyway), a compressed body is inflated and kept."""
+        raw = self._raw
+        why, pstart, sys_flag = _shape(raw, topic, queue_id, queue_offset)
+        if why is None:
+            try:
+                self._props = records.decode_properties(bytes(raw[pstart:]))
+            except CorruptRecordError as e:
+                why = e.why
+        if why is not None:
+            raise CorruptRecordError("", self._phys_hint(), why)
+        if sys_flag & records.SYSFLAG_COMPRESSED:
+            self._body = records.decompress_body(self._stored_body())
+
+    def _phys_hint(self) -> int:
+        """PHYSICALOFFSET as stored (for error messages; -1 if the record is too short to hold one)."""
+        try:
+            return _PHYS.unpack_from(self._raw, records.FIELD["phys_offset"])[0]
+        except struct.error:
+            return -1
 
     # -- decoded lazily -------------------------------------------------------------------------
     def _header(self) -> records.RecordHeader:
         h = self._hdr
         if h is None:
-            h = self._hdr = records.RecordHeader._make(records.MSG_HEADER.unpack_from(self._raw, 0))
+            try:
+                h = self._hdr = records.RecordHeader._make(records.MSG_HEADER.unpack_from(self._raw, 0))
+            except struct.error:
+                raise CorruptRecordError("", -1, f"{len(self._raw)} bytes cannot hold a record header") from None
         return h
 
     def _properties(self) -> dict[str, str]:
         p = self._props
         if p is None:
-            p = self._props = records.decode_properties(records.record_properties_bytes(self._raw, 0))
+            try:
+                data = records.record_properties_bytes(self._raw, 0)
+            except (struct.error, IndexError):
+                raise CorruptRecordError("", self._phys_hint(), "properties lie outside the record") from None
+            p = self._props = records.decode_properties(data)
         return p
+
+    def _stored_body(self) -> bytes:
+        h = self._header()
+        start = records.MSG_HEADER.size
+        return self._raw[start:start + h.body_length]
 
     @property
     def raw(self) -> bytes:
@@ -125,14 +169,19 @@ class MessageExt(Message):
 
     @property
     def topic(self) -> str:  # type: ignore[override]
-        return self._topic or records.record_topic(self._raw, 0)
+        if self._topic:
+            return self._topic
+        try:
+            return records.record_topic(self._raw, 0)
+        except (struct.error, IndexError, UnicodeDecodeError) as e:
+            raise CorruptRecordError("", self._phys_hint(), f"undecodable topic: {e}") from None
 
     @property
     def body(self) -> bytes:  # type: ignore[override]
-        h = self._header()
-        start = records.MSG_HEADER.size
-        body = self._raw[start:start + h.body_length]
-        if h.sys_flag & records.SYSFLAG_COMPRESSED:
+        if self._body is not None:
+            return self._body
+        body = self._stored_body()
+        if self._header().sys_flag & records.SYSFLAG_COMPRESSED:
             body = records.decompress_body(body)
         return body
 
@@ -208,6 +257,57 @@ class MessageExt(Message):
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
                 f"queue_offset={self.queue_offset}, msg_id={self.msg_id}, body={_short(self.body)})")
+
+
+# -- the decode check ---------------------------------------------------------------------------
+# The header fields a consumer's check reads, in one unpack; positions from records.FIELD.
+_F = records.FIELD
+_CHECK = struct.Struct(f">iI{_F['queue_id'] - 8}xi{_F['queue_offset'] - _F['queue_id'] - 4}xq"
+                       f"{_F['sys_flag'] - _F['queue_offset'] - 8}xi{_F['body_length'] - _F['sys_flag'] - 4}xi")
+assert _CHECK.size == records.MSG_HEADER.size and _F["total_size"] == 0 and _F["magic"] == 4
+_PHYS = struct.Struct(">q")
+_CHECK_UNPACK = _CHECK.unpack_from
+_MAGIC, _HDR_BYTES, _MIN_RECORD_BYTES = records.MAGIC_CODE, records.MSG_HEADER.size, records.MIN_RECORD_BYTES
+assert records.TOPIC_LEN.size == 1 and records.PROPS_LEN.format == ">H"     # as _shape reads them
+
+
+def _shape(raw, topic: bytes | None, queue_id: int | None, queue_offset: int | None) -> tuple[str | None, int, int]:
+    """(why ``raw`` is not one well-formed record, where its PROPERTIES start, its SYSFLAG): what
+    ``records.check_record`` checks without the body CRC (the read path does not verify it), a
+    UTF-8 topic, and the expected topic / queue id / queue offset when given. A fast mirror of
+    check_record (one call per message on a consumer's path), property-tested against it in
+    tests/test_message.py."""
+    n = len(raw)
+    if n < _MIN_RECORD_BYTES:
+        return f"{n} bytes is shorter than any record", 0, 0
+    total, magic, qid, qoff, sys_flag, body_len = _CHECK_UNPACK(raw)
+    if magic != _MAGIC:
+        return f"bad magic 0x{magic:08X}", 0, 0
+    if total != n:
+        return f"total size {total} is not the {n} bytes read for it", 0, 0
+    tstart = _HDR_BYTES + 1 + body_len                      # TOPICLENGTH is one byte
+    if body_len < 0 or tstart + 2 > n:
+        return f"body length {body_len} does not fit total size {total}", 0, 0
+    ppos = tstart + raw[tstart - 1]
+    if ppos + 2 > n:                                         # PROPERTIESLENGTH is two bytes
+        return "topic length does not fit", 0, 0
+    pstart = ppos + 2
+    if pstart + (raw[ppos] << 8 | raw[ppos + 1]) != n:
+        return "lengths do not add up to the total size", 0, 0
+    if pstart < n and raw[n - 1] != 2:
+        return "properties do not end with \\x02 (torn tail)", 0, 0
+    topic_b = bytes(raw[tstart:ppos])
+    if topic is not None and topic_b != topic:
+        return f"record of topic {topic_b[:64]!r} where {topic!r} was expected", 0, 0
+    try:
+        topic_b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"topic is not UTF-8: {e}", 0, 0
+    if queue_id is not None and qid != queue_id:
+        return f"record of queue {qid} where queue {queue_id} was expected", 0, 0
+    if queue_offset is not None and qoff != queue_offset:
+        return f"record of queue offset {qoff} where {queue_offset} was expected", 0, 0
+    return None, pstart, sys_flag
 
 
 def _short(body: bytes) -> str:

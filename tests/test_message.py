@@ -144,3 +144,102 @@ def test_message_round_trips_through_a_record(tags, keys, delay, body):
     m = Message("T", body, tags=tags, keys=keys, delay_level=delay)
     ext = MessageExt(to_record(m))
     assert (ext.body, ext.tags, ext.keys, ext.delay_level) == (body, tags, tuple(keys), delay)
+
+
+# -- MessageExt.check: the read side's decode check (issue 15, item 9) ----------------------------------
+def reference_decodes(raw: bytes) -> bool:
+    """The slow, canonical answer: records.decode_record without the body CRC, plus an inflating
+    compressed body."""
+    try:
+        h, _, body, _ = r.decode_record(raw, 0, len(raw), verify_crc=False)
+        if h.sys_flag & r.SYSFLAG_COMPRESSED:
+            r.decompress_body(body)
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def checks(raw) -> bool:
+    try:
+        MessageExt(raw).check()
+    except CorruptRecordError:
+        return False
+    return True
+
+
+GOOD = to_record(Message("TopicTest", b"hello", tags="TagA", keys=["k1"], properties={"u": "v"}))
+
+
+def with_props(props: bytes, **kw) -> bytes:
+    return r.encode_record(b"TopicTest", b"hello", props, **kw)
+
+
+@pytest.mark.parametrize("props,ok", [
+    (b"", True), (b"a\x01b\x02", True), (b"a\x01\x02", True), (b"a\x01b\x01c\x02", True), (b"\x02", True),
+    (b"a\x01b\x02\x02", True), ("k\x01\u00e9\u4e2d\x02".encode(), True),
+    (b"a\x01\xff\xfe\x02", False),           # not UTF-8: the review's stalled-consumer record
+    (b"\xc3\x02", False), (b"ab\x02", False), (b"\x01b\x02", False), (b"a\x01b", False),
+    (b"a\x01b\x02c\x02", False), (b"\xed\xa0\x80\x01x\x02", False),     # a UTF-8-encoded surrogate
+])
+def test_check_accepts_what_decode_properties_accepts(props, ok):
+    raw = with_props(props)
+    assert checks(raw) is ok is reference_decodes(raw)
+    if ok:
+        assert MessageExt(raw).properties == r.decode_properties(props)
+
+
+def test_every_accessor_of_an_undecodable_record_raises_the_typed_error():
+    bad = with_props(b"TAGS\x01\xff\x02")
+    for raw in (bad, bad[:50], b"", GOOD[:-1] + b"\x00", b"\x00" * 200):
+        m = MessageExt(raw)
+        for name in ("topic", "body", "tags", "keys", "properties", "delay_level", "unique_id", "msg_id",
+                     "queue_id", "queue_offset", "store_timestamp_ms", "flag", "queue"):
+            try:
+                getattr(m, name)
+            except CorruptRecordError:
+                pass
+        with pytest.raises(CorruptRecordError):
+            m.check()
+
+
+def test_check_names_the_place_the_entry_expected():
+    raw = to_record(Message("TopicTest", b"x"), queue_id=1, queue_offset=9)
+    MessageExt(raw).check(b"TopicTest", 1, 9)
+    for args, why in (((b"Other", 1, 9), "topic"), ((b"TopicTest", 2, 9), "queue 1"),
+                      ((b"TopicTest", 1, 8), "queue offset 9")):
+        with pytest.raises(CorruptRecordError, match=why):
+            MessageExt(raw).check(*args)
+
+
+def test_check_inflates_a_compressed_body_once():
+    raw = to_record(Message("T", b"data" * 50), body=zlib.compress(b"data" * 50), sys_flag=r.SYSFLAG_COMPRESSED)
+    m = MessageExt(raw)
+    m.check()
+    assert m.body == b"data" * 50 and m.body is m.body
+    with pytest.raises(CorruptRecordError, match="inflate"):
+        MessageExt(to_record(Message("T", b"x"), body=b"not zlib", sys_flag=r.SYSFLAG_COMPRESSED)).check()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.data())
+def test_check_agrees_with_the_reference_decoder_on_damaged_records(data):
+    raw = bytearray(data.draw(st.sampled_from([GOOD, with_props(b"a\x01b\x02c\x01\x02"), with_props(b""),
+                                               to_record(Message("T", b"z"), body=zlib.compress(b"z"),
+                                                         sys_flag=r.SYSFLAG_COMPRESSED)])))
+    for _ in range(data.draw(st.integers(0, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        # mostly the tail (topic, properties), where the body CRC does not look
+        if data.draw(st.booleans()):
+            at = data.draw(st.integers(max(0, len(raw) - 40), len(raw) - 1))
+        raw[at] = data.draw(st.sampled_from([0, 1, 2, 0x80, 0xC3, 0xFF, data.draw(st.integers(0, 255))]))
+    cut = data.draw(st.sampled_from([len(raw), len(raw), data.draw(st.integers(0, len(raw)))]))
+    raw = bytes(raw[:cut])
+    assert checks(raw) is reference_decodes(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=64))
+def test_check_agrees_with_the_reference_decoder_on_any_property_bytes(props, body):
+    for tail in (props, props + b"\x02"):
+        raw = r.encode_record(b"T", body, tail)
+        assert checks(raw) is reference_decodes(raw)

@@ -13,6 +13,10 @@ Queues are either assigned (``assign``) or group-managed (``subscribe``: the gro
 each topic's queues, see ``membership``; a member heartbeats and rebalances from ``poll``, so a
 consumer that stops polling for the broker's client expiry (120 s) leaves its group until it polls
 again). Not thread-safe: one thread polls a consumer (as with Kafka's and RocketMQ's lite consumers).
+
+A stored record that cannot be decoded (an old store, a damaged disk) is never returned: the read
+side skips it, the position moves past it, it is logged once (``store/read_check.py``) and
+counted in ``skipped_records``; a filter never sees it either.
 """
 from __future__ import annotations
 
@@ -81,6 +85,7 @@ class PullConsumer:
         self._rr = 0
         self._next_commit = time.monotonic() + auto_commit_interval_s
         self._next_stale_check = 0.0
+        self.skipped_records = 0        # records this consumer's polls passed over (undecodable)
         self.closed = False
 
     # -- assignment -----------------------------------------------------------------------------------
@@ -247,6 +252,8 @@ class PullConsumer:
             g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), "*" if sql else expr)
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
                 self.positions[mq] = g.next_offset
+            self.skipped_records += g.skipped
+            # properties of every returned message decoded when it was read (MessageExt.check)
             out.extend(g.messages if sql is None else [m for m in g.messages if sql.matches(m.properties)])
             if len(out) >= limit:
                 break
@@ -261,8 +268,9 @@ class PullConsumer:
                 continue
             b = r.get_batch(mq.topic, mq.queue_id, self.positions[mq], max_count)
             if b.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.MESSAGE_WAS_REMOVING,
-                            GetStatus.FOUND):
+                            GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
                 self.positions[mq] = b.next_offset
+            self.skipped_records += b.skipped
             if len(b):
                 return b
         return None

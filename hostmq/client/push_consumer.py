@@ -11,7 +11,12 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
   from until its listener catches up.
 * Offsets: per queue the first message whose listener has not finished (``process_queue``) is
   committed every ``auto_commit_interval_s`` (5 s), when a queue moves to another member, and at
-  shutdown — a crash re-delivers only unfinished messages.
+  shutdown — a crash re-delivers only unfinished messages. Messages the subscription filtered out
+  (and undecodable records the read side skipped) hold nothing back: with nothing held, a queue
+  commits the pull consumer's position, as RocketMQ's ``ProcessQueue`` does.
+* A stored record that cannot be decoded never reaches the listener (the pull consumer skips and
+  logs it, ``skipped_records`` counts it), and no error of a poll ends the pull thread: it is
+  logged and the thread polls again after a pause.
 * ``RECONSUME_LATER`` or an exception from the listener (CLUSTERING): each message is sent back
   to the broker — ``%RETRY%<group>`` after a growing back-off, ``%DLQ%<group>`` after
   ``max_reconsume_times`` retries (``broker.retry``); members subscribe to their retry topic and a
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 MAX_HELD_MESSAGES = 1000
 MAX_HELD_BYTES = 100 << 20
 RETRY_DELAY_S = 1.0
+POLL_ERROR_PAUSE_S = 1.0        # the pull thread's pause after an unexpected error of a poll
 
 
 class PushConsumer:
@@ -184,9 +190,14 @@ class PushConsumer:
                     log.warning("pull for %s failed: %s", self.group, e)
                     self._stop.wait(0.5)
                     continue
+                except Exception:           # a bug or a store we cannot read: never end the thread
+                    log.exception("pull for %s failed; polling again in %.1f s", self.group, POLL_ERROR_PAUSE_S)
+                    self._stop.wait(POLL_ERROR_PAUSE_S)
+                    continue
                 self._sync_queues()
                 if msgs:
                     self._dispatch(msgs)
+                self._advance_idle()
                 self._send_back_failed()
                 if time.monotonic() >= next_commit:
                     next_commit = time.monotonic() + self.auto_commit_interval_s
@@ -221,6 +232,17 @@ class PushConsumer:
             for mq, off in positions.items():
                 if mq not in self.queues:
                     self.queues[mq] = ProcessQueue(off)
+
+    def _advance_idle(self) -> None:
+        """Queues whose fetched messages were all delivered (or filtered out) may commit up to the
+        pull position: without this, messages a subscription filters out after the last matching
+        one would stay uncommitted, and the group's lag would never reach 0."""
+        positions = self.pull.positions
+        with self._lock:
+            for mq, pq in self.queues.items():
+                off = positions.get(mq)
+                if off is not None and off > pq.next_offset:
+                    pq.next_offset = off
 
     def _flow_control(self) -> None:
         with self._lock:
@@ -362,6 +384,12 @@ class PushConsumer:
     def assignment(self) -> list[MessageQueue]:
         with self._lock:
             return sorted(self.queues)
+
+    @property
+    def skipped_records(self) -> int:
+        """Stored records the pull thread passed over because they cannot be decoded (logged once each)."""
+        pull = self.pull
+        return pull.skipped_records if pull is not None else 0
 
     def __enter__(self) -> "PushConsumer":
         return self.start()

@@ -17,18 +17,26 @@ and the evaluation rules are RocketMQ's ``filter`` module (an ActiveMQ selector 
 * Checked when parsing, as RocketMQ does: ``> >= < <= BETWEEN`` take numbers (not string, boolean or
   NULL literals), ``= NULL`` must be written ``IS NULL``, ``IN`` needs a property on its left,
   ``BETWEEN`` bounds must be ascending, float literals must be positive (RocketMQ refuses ``0.0``).
+* Limits (hostmq's, RocketMQ has none): parentheses, ``NOT`` and signs nest at most
+  :data:`MAX_DEPTH` (50) deep, and so does the expression tree (a chained comparison such as
+  ``a = b = c`` or ``x CONTAINS 'a' CONTAINS 'b'`` adds a level per link); deeper raises
+  :class:`FilterSyntaxError` when parsed. ``AND`` / ``OR`` chains of any length are fine: they are
+  kept flat and evaluated in a loop, so neither parsing nor ``matches`` ever recurses per operand.
+  Together the limits bound the stack both take (about six parser frames per level), so no
+  expression raises ``RecursionError``.
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..errors import FilterSyntaxError
+from .sql92_tree import (DOUBLE_MIN_POSITIVE, INT_MAX, LONG_MAX, MAX_LONG_DIGITS, And, BoolCast, Const,
+                         Equal, In, Int, Long, Negate, Node, Not, Or, Order, Prop, StringTest, negate,
+                         TypeMismatch, compare)
 
-INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
-LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
-DOUBLE_MIN_POSITIVE = 5e-324
+MAX_DEPTH = 50          # nesting of ( NOT - + and height of the expression tree; see the docstring
 KEYWORDS = {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH",
             "ENDSWITH"}
 _TOKEN = re.compile(r"""
@@ -39,231 +47,6 @@ _TOKEN = re.compile(r"""
   | (?P<id>[A-Za-z_$][A-Za-z0-9_$]*)
   | (?P<op><>|>=|<=|[=><(),+-])
 """, re.VERBOSE | re.DOTALL)
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
-_JAVA_DOUBLE = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[fFdD]?")
-
-
-class Int(int):
-    """A Java Integer literal (32-bit)."""
-
-
-class Long(int):
-    """A Java Long literal."""
-
-
-class _TypeError(Exception):
-    """Evaluation failed (a conversion or a Java ClassCastException): the message does not match."""
-
-
-# -- Java conversions and comparison ------------------------------------------------------------------
-def _java_int(s: str, lo: int, hi: int) -> int:
-    if not _JAVA_INT.fullmatch(s):
-        raise _TypeError(f"{s!r} is not an integer")
-    v = int(s)
-    if not lo <= v <= hi:
-        raise _TypeError(f"{s!r} is out of range")
-    return v
-
-
-def _java_double(s: str) -> float:
-    t = s.strip(" \t\n\r\f\v\0")         # Java's Double.valueOf trims characters <= ' '
-    if not _JAVA_DOUBLE.fullmatch(t):
-        raise _TypeError(f"{s!r} is not a number")
-    t = t.rstrip("fFdD")
-    return float(t.replace("Infinity", "inf"))
-
-
-def _convert(s: str, like: Any) -> Any:
-    """A property string converted to the type of ``like`` (RocketMQ convertStringExpressions)."""
-    if isinstance(like, bool):
-        return s.lower() == "true"
-    if isinstance(like, Int):
-        return _java_int(s, INT_MIN, INT_MAX)
-    if isinstance(like, Long):
-        return _java_int(s, LONG_MIN, LONG_MAX)
-    return _java_double(s)
-
-
-def _cmp_values(a, b) -> int:
-    if isinstance(a, float) or isinstance(b, float):       # Double.compareTo: NaN is largest, -0.0 < 0.0
-        a, b = float(a), float(b)
-        if math.isnan(a) or math.isnan(b):
-            return (1 if math.isnan(a) else 0) - (1 if math.isnan(b) else 0)
-        if a == b == 0.0:
-            return (math.copysign(1, a) > 0) - (math.copysign(1, b) > 0)
-    return (a > b) - (a < b)
-
-
-def compare(lv, rv) -> int:
-    """RocketMQ ``ComparisonExpression.__compare`` with string conversion on."""
-    lnum = not isinstance(lv, (bool, str))
-    rnum = not isinstance(rv, (bool, str))
-    if type(lv) is type(rv) or (lnum and rnum):
-        return _cmp_values(lv, rv)
-    if isinstance(lv, bool):
-        if isinstance(rv, str):
-            raise _TypeError("a boolean compared with a string")     # Java: ClassCastException
-        return -1
-    if lnum:
-        if isinstance(rv, str):
-            return _cmp_values(lv, _convert(rv, lv))
-        return -1
-    return _cmp_values(_convert(lv, rv), rv)                          # lv is a string
-
-
-# -- the expression tree ------------------------------------------------------------------------------
-class Node:
-    boolean = False         # a BooleanExpression in RocketMQ's grammar
-
-    def eval(self, props: Mapping[str, str]):
-        raise NotImplementedError
-
-
-class Const(Node):
-    def __init__(self, value) -> None:
-        self.value = value
-        self.boolean = value is None or isinstance(value, bool)
-
-    def eval(self, props):
-        return self.value
-
-
-class Prop(Node):
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def eval(self, props):
-        return props.get(self.name)
-
-
-class BoolCast(Node):
-    boolean = True
-
-    def __init__(self, inner: Node) -> None:
-        self.inner = inner
-
-    def eval(self, props):
-        v = self.inner.eval(props)
-        return None if v is None else (v is True)
-
-
-class Negate(Node):
-    def __init__(self, inner: Node) -> None:
-        self.inner = inner
-
-    def eval(self, props):
-        v = self.inner.eval(props)
-        return _negate(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _negate(v):
-    if isinstance(v, Int):
-        return Int(v if v == INT_MIN else -v)
-    if isinstance(v, Long):
-        return Long(v if v == LONG_MIN else -v)
-    return -v
-
-
-class Not(Node):
-    boolean = True
-
-    def __init__(self, inner: Node) -> None:
-        self.inner = inner
-
-    def eval(self, props):
-        v = self.inner.eval(props)
-        return None if v is None else not v
-
-
-class Binary(Node):
-    boolean = True
-
-    def __init__(self, left: Node, right: Node) -> None:
-        self.left, self.right = left, right
-
-
-class And(Binary):
-    def eval(self, props):
-        lv = self.left.eval(props)
-        if lv is False:
-            return False
-        rv = self.right.eval(props)
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
-
-
-class Or(Binary):
-    def eval(self, props):
-        lv = self.left.eval(props)
-        if lv is True:
-            return True
-        rv = self.right.eval(props)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-
-
-class Equal(Binary):
-    def eval(self, props):
-        lv, rv = self.left.eval(props), self.right.eval(props)
-        if lv is None and rv is None:
-            return True
-        if lv is None:
-            return None
-        if rv is None:
-            return False
-        return compare(lv, rv) == 0
-
-
-class Order(Binary):
-    """``> >= < <=``."""
-    TESTS = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
-
-    def __init__(self, op: str, left: Node, right: Node) -> None:
-        super().__init__(left, right)
-        self.test = self.TESTS[op]
-
-    def eval(self, props):
-        lv = self.left.eval(props)
-        if lv is None:
-            return None
-        rv = self.right.eval(props)
-        if rv is None:
-            return None
-        if isinstance(lv, str) and isinstance(rv, str):
-            return self.test(_cmp_values(_java_double(lv), _java_double(rv)))
-        return self.test(compare(lv, rv))
-
-
-class In(Node):
-    boolean = True
-
-    def __init__(self, prop: Prop, values: list[str], negated: bool) -> None:
-        self.prop, self.values, self.negated = prop, frozenset(values), negated
-
-    def eval(self, props):
-        v = self.prop.eval(props)
-        if not isinstance(v, str):
-            return None
-        return (v in self.values) != self.negated
-
-
-class StringTest(Node):
-    """``[NOT] CONTAINS / STARTSWITH / ENDSWITH``: a missing property or empty search never matches."""
-    boolean = True
-    TESTS = {"CONTAINS": lambda v, s: s in v, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith}
-
-    def __init__(self, op: str, inner: Node, search: str, negated: bool) -> None:
-        self.test, self.inner, self.search, self.negated = self.TESTS[op], inner, search, negated
-
-    def eval(self, props):
-        if not self.search:
-            return False
-        v = self.inner.eval(props)
-        if not isinstance(v, str):
-            return False
-        return self.test(v, self.search) != self.negated
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -285,9 +68,23 @@ class _Parser:
                 kind, value = "kw", value.upper()
             self.tokens.append((kind, value))
         self.i = 0
+        self.nesting = 0            # ( NOT - + the parser is inside: its recursion, bounded by MAX_DEPTH
 
     def error(self, why: str) -> FilterSyntaxError:
-        return FilterSyntaxError(f"invalid SQL92 filter {self.text!r}: {why}")
+        shown = self.text if len(self.text) <= 200 else self.text[:200] + "…"
+        return FilterSyntaxError(f"invalid SQL92 filter {shown!r}: {why}")
+
+    def checked(self, node: Node) -> Node:
+        """``node`` unless it makes the tree deeper than MAX_DEPTH (``matches`` recurses per level)."""
+        if node.depth > MAX_DEPTH:
+            raise self.error(f"the expression nests deeper than {MAX_DEPTH} levels")
+        return node
+
+    def enter(self) -> None:
+        """One level deeper into ( NOT - + (the parser recurses per level)."""
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
+            raise self.error(f"parentheses, NOT and signs nest deeper than {MAX_DEPTH} levels")
 
     # token helpers
     def peek(self, k: int = 0) -> tuple[str, str]:
@@ -322,20 +119,28 @@ class _Parser:
         if node.boolean:
             return node
         if isinstance(node, Prop):
-            return BoolCast(node)
+            return self.checked(BoolCast(node))
         raise self.error("expression will not result in a boolean value")
 
     def or_expr(self) -> Node:
         left = self.and_expr()
-        while self.accept("OR"):
-            left = Or(self.boolean(left), self.boolean(self.and_expr()))
-        return left
+        if not self.accept("OR"):
+            return left
+        operands = [self.boolean(left)]
+        while True:
+            operands.append(self.boolean(self.and_expr()))
+            if not self.accept("OR"):
+                return self.checked(Or(operands))
 
     def and_expr(self) -> Node:
         left = self.equality()
-        while self.accept("AND"):
-            left = And(self.boolean(left), self.boolean(self.equality()))
-        return left
+        if not self.accept("AND"):
+            return left
+        operands = [self.boolean(left)]
+        while True:
+            operands.append(self.boolean(self.equality()))
+            if not self.accept("AND"):
+                return self.checked(And(operands))
 
     def equality(self) -> Node:
         left = self.comparison()
@@ -343,12 +148,13 @@ class _Parser:
             if self.accept("="):
                 left = self.equal(left, self.comparison())
             elif self.accept("<>"):
-                left = Not(self.equal(left, self.comparison()))
+                left = self.checked(Not(self.equal(left, self.comparison())))
             elif self.peek()[1] == "IS" and self.peek()[0] == "kw":
                 self.i += 1
                 negated = self.accept("NOT")
                 self.expect("NULL")
-                left = Not(Equal(left, Const(None))) if negated else Equal(left, Const(None))
+                left = self.checked(Equal(left, Const(None)))
+                left = self.checked(Not(left)) if negated else left
             else:
                 return left
 
@@ -358,7 +164,7 @@ class _Parser:
                 raise self.error("NULL cannot be compared with '='; use IS NULL")
         if isinstance(left, Const) and isinstance(right, Const) and left.boolean and not right.boolean:
             raise self.error(f"{left.value!r} cannot be compared with {right.value!r}")
-        return Equal(left, right)
+        return self.checked(Equal(left, right))
 
     def numeric(self, node: Node) -> Node:
         if isinstance(node, Const):
@@ -370,7 +176,7 @@ class _Parser:
         return node
 
     def order(self, op: str, left: Node, right: Node) -> Node:
-        return Order(op, self.numeric(left), self.numeric(right))
+        return self.checked(Order(op, self.numeric(left), self.numeric(right)))
 
     def comparison(self) -> Node:
         left = self.unary()
@@ -403,7 +209,7 @@ class _Parser:
                 values.append(self.string())
             self.expect(")")
             return In(left, values, negated)
-        return StringTest(word, left, self.string(), negated)
+        return self.checked(StringTest(word, left, self.string(), negated))
 
     def between(self, value: Node, negated: bool) -> Node:
         low = self.unary()
@@ -415,23 +221,27 @@ class _Parser:
             try:
                 if compare(high.value, low.value) < 0:
                     raise self.error(f"BETWEEN {low.value} AND {high.value}: the lower bound is above the upper")
-            except _TypeError as e:
+            except TypeMismatch as e:
                 raise self.error(f"BETWEEN bounds: {e}") from None
         if negated:
-            return Or(self.order("<", value, low), self.order(">", value, high))
-        return And(self.order(">=", value, low), self.order("<=", value, high))
+            return self.checked(Or([self.order("<", value, low), self.order(">", value, high)]))
+        return self.checked(And([self.order(">=", value, low), self.order("<=", value, high)]))
 
     def unary(self) -> Node:
-        if self.accept("+"):
-            return self.unary()
-        if self.accept("-"):
-            inner = self.unary()
+        kind, word = self.peek()
+        if word not in ("+", "-", "NOT") or kind not in ("op", "kw"):
+            return self.primary()
+        self.i += 1
+        self.enter()
+        inner = self.unary()
+        self.nesting -= 1
+        if word == "+":
+            return inner
+        if word == "-":
             if isinstance(inner, Const) and isinstance(inner.value, (int, float)) and not isinstance(inner.value, bool):
-                return Const(_negate(inner.value))
-            return Negate(inner)
-        if self.accept("NOT"):
-            return Not(self.boolean(self.unary()))
-        return self.primary()
+                return Const(negate(inner.value))
+            return self.checked(Negate(inner))
+        return self.checked(Not(self.boolean(inner)))
 
     def primary(self) -> Node:
         kind, value = self.peek()
@@ -441,22 +251,25 @@ class _Parser:
         if kind == "str":
             return Const(value[1:-1].replace("''", "'"))
         if kind == "int":
-            n = int(value.rstrip("lL"))
-            if n > LONG_MAX:
-                raise self.error(f"{value} is out of the 64-bit range")
+            digits = value.rstrip("lL")
+            if len(digits) > MAX_LONG_DIGITS or int(digits) > LONG_MAX:
+                raise self.error(f"{value[:40]} is out of the 64-bit range")
+            n = int(digits)
             return Const(Int(n) if n <= INT_MAX else Long(n))
         if kind == "float":
             f = float(value)
             if math.isinf(f) or f < DOUBLE_MIN_POSITIVE:
-                raise self.error(f"float literal {value} is out of range (RocketMQ takes positive doubles)")
+                raise self.error(f"float literal {value[:40]} is out of range (RocketMQ takes positive doubles)")
             return Const(f)
         if kind == "id":
             return Prop(value)
         if kind == "kw" and value in ("TRUE", "FALSE", "NULL"):
             return Const({"TRUE": True, "FALSE": False, "NULL": None}[value])
         if value == "(":
+            self.enter()
             node = self.or_expr()
             self.expect(")")
+            self.nesting -= 1
             return node
         raise self.error(f"unexpected {value!r}")
 
@@ -476,7 +289,7 @@ class SQL:
         """True only if the expression is TRUE for these properties (unknown or a type error: False)."""
         try:
             return self._root.eval(properties) is True
-        except _TypeError:
+        except TypeMismatch:
             return False
 
     def __repr__(self) -> str:

@@ -4,6 +4,11 @@ Two shapes: :func:`get_messages` builds one :class:`~hostmq.message.MessageExt` 
 private copy of its record, so it outlives the store); :func:`get_batch` builds a
 :class:`MessageBatch` whose bodies are zero-copy views into the mapped commitlog, with offsets and
 timestamps as numpy arrays, for bulk consumers. Neither writes anything.
+
+Both check every record before they return it (``MessageExt.check`` / ``read_check.check_rows``):
+one that cannot be decoded, or is not the record its consume-queue entry names, is skipped — the
+offset moves past it, it is logged once and counted (``read_check.SKIPPED``, ``skipped`` of the
+result) — so one bad record never stalls a queue or reaches a consumer.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ import numpy as np
 from .. import records as R
 from ..client.filter import TagFilter
 from ..message import MessageExt, MessageQueue
+from . import read_check
+from .read_check import check_one, check_rows, why_not
 
 _BODY_LEN_AT = R.FIELD["body_length"]
 _STORE_TS_AT = R.FIELD["store_ts_ms"]
@@ -40,6 +47,7 @@ class GetResult:
     next_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0
+    skipped: int = 0            # records passed over because they cannot be decoded (read_check)
 
 
 def check_offset(queue_offset: int, min_offset: int, max_offset: int) -> tuple[GetStatus, int] | None:
@@ -71,9 +79,10 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
     msgs: list[MessageExt] = []
     nbytes = 0
     nxt = queue_offset
-    removed = 0
+    removed = skipped = 0
     cl_min = commitlog.min_offset()
     mf = None
+    topic_b = cq.topic.encode()
     while len(msgs) < max_count and nxt < hi:
         ents = cq.entries(nxt, max(max_count - len(msgs), _SCAN_ENTRIES))
         if not len(ents):
@@ -98,8 +107,11 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
                 if mf is None:
                     removed += 1
                     continue
-            pos = phys - mf.file_from_offset
-            m = MessageExt(mf.mm[pos:pos + size], broker)
+            m = check_one(mf.mm, phys - mf.file_from_offset, size, topic_b, cq.queue_id, nxt + i, broker)
+            if m.__class__ is str:
+                skipped += 1
+                read_check.SKIPPED.note(broker, cq.topic, cq.queue_id, nxt + i, phys, m)
+                continue
             if not tag_filter.match_tag(m.tags):
                 continue
             msgs.append(m)
@@ -111,7 +123,7 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
         if stop:
             break
         nxt += len(ents)
-    return GetResult(_status(msgs, removed), msgs, nxt, lo, hi)
+    return GetResult(_status(msgs, removed), msgs, nxt, lo, hi, skipped)
 
 
 def _status(msgs: list, removed: int) -> GetStatus:
@@ -125,10 +137,12 @@ def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, b
     """``get`` without a filter: every entry is a message to return (the common, fast case)."""
     msgs: list[MessageExt] = []
     cl_min = commitlog.min_offset()
-    nbytes = removed = taken = 0
+    nbytes = removed = taken = skipped = 0
     lo_phys = hi_phys = base = 0
     mm = None
     full = False
+    topic, queue_id = cq.topic, cq.queue_id
+    topic_b = topic.encode()
     while taken < max_count and queue_offset + taken < hi and not full:
         ents = cq.entries(queue_offset + taken, max_count - taken)   # within one consume-queue file
         if not len(ents):
@@ -148,11 +162,15 @@ def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, b
                     taken += 1
                     continue
                 lo_phys, hi_phys, mm, base = mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset
-            pos = phys - base
-            msgs.append(MessageExt(mm[pos:pos + size], broker))
-            nbytes += size
+            m = check_one(mm, phys - base, size, topic_b, queue_id, queue_offset + taken, broker)
             taken += 1
-    return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi)
+            if m.__class__ is str:
+                skipped += 1
+                read_check.SKIPPED.note(broker, topic, queue_id, queue_offset + taken - 1, phys, m)
+                continue
+            msgs.append(m)
+            nbytes += size
+    return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi, skipped)
 
 
 class MessageBatch:
@@ -166,11 +184,12 @@ class MessageBatch:
 
     def __init__(self, queue: MessageQueue, queue_offsets: np.ndarray, files: list, file_index,
                  rel_pos: np.ndarray, sizes: np.ndarray, status: GetStatus = GetStatus.FOUND,
-                 next_offset: int = 0) -> None:
+                 next_offset: int = 0, skipped: int = 0) -> None:
         self.queue = queue
         self.queue_offsets = queue_offsets
         self.status = status
         self.next_offset = next_offset
+        self.skipped = skipped          # records passed over because they cannot be decoded (read_check)
         self._files = files            # MappedFiles the messages live in
         self._file = file_index        # per message index into _files, or None: all in _files[0]
         self._pos = rel_pos            # record position inside its file
@@ -297,26 +316,54 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
         return MessageBatch(queue, empty, [], None, empty, empty, *early)
     ents = cq.entries(queue_offset, max_count)
     scanned = len(ents)
+    if not scanned:                 # no consume-queue file holds the offset: nothing to read here
+        return MessageBatch(queue, empty, [], None, empty, empty, GetStatus.NO_MESSAGE_IN_QUEUE, queue_offset)
     phys = ents["phys_offset"].astype(np.int64)
     sizes = ents["size"].astype(np.int64)
     offsets = np.arange(queue_offset, queue_offset + scanned, dtype=np.int64)
     nxt = queue_offset + scanned
     mf = commitlog.mfq.find(int(phys[0]))
     cl_min = commitlog.min_offset()
-    if mf is not None and phys[0] >= cl_min and phys[-1] < mf.file_end_offset:
-        return MessageBatch(queue, offsets, [mf], None, phys - mf.file_from_offset, sizes,
-                            GetStatus.FOUND, nxt)
+    if mf is not None and phys[0] >= cl_min and (phys >= mf.file_from_offset).all() and \
+            (phys < mf.file_end_offset).all():
+        rel = phys - mf.file_from_offset
+        ok, skipped = _checked(queue, mf, rel, sizes, offsets, phys)
+        if skipped:
+            rel, sizes, offsets = rel[ok], sizes[ok], offsets[ok]
+        status = GetStatus.FOUND if len(offsets) else GetStatus.NO_MATCHED_MESSAGE
+        return MessageBatch(queue, offsets, [mf], None, rel, sizes, status, nxt, skipped)
     # Spans commitlog files, or starts in data retention already deleted.
     files = commitlog.mfq.files
     starts = np.fromiter((f.file_from_offset for f in files), dtype=np.int64, count=len(files))
     fidx = np.searchsorted(starts, phys, side="right") - 1
     live = (fidx >= 0) & (phys >= cl_min)
     phys, sizes, fidx, offsets = phys[live], sizes[live], fidx[live], offsets[live]
-    used = np.unique(fidx)
-    local = np.searchsorted(used, fidx)
     rel = phys - starts[fidx]
-    status = GetStatus.FOUND if len(phys) else GetStatus.MESSAGE_WAS_REMOVING
-    return MessageBatch(queue, offsets, [files[k] for k in used.tolist()], local, rel, sizes, status, nxt)
+    ok, skipped = np.ones(len(rel), bool), 0
+    for k in np.unique(fidx).tolist():
+        sel = np.flatnonzero(fidx == k)
+        ok[sel], n = _checked(queue, files[k], rel[sel], sizes[sel], offsets[sel], phys[sel])
+        skipped += n
+    if skipped:
+        rel, sizes, fidx, offsets = rel[ok], sizes[ok], fidx[ok], offsets[ok]
+    used = np.unique(fidx)
+    status = GetStatus.FOUND if len(offsets) else \
+        GetStatus.NO_MATCHED_MESSAGE if skipped else GetStatus.MESSAGE_WAS_REMOVING
+    return MessageBatch(queue, offsets, [files[k] for k in used.tolist()], np.searchsorted(used, fidx), rel,
+                        sizes, status, nxt, skipped)
+
+
+def _checked(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray,
+             phys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Mask of the rows of mapped file ``mf`` that decode (``read_check.check_rows``) and how many
+    do not; those are logged once (``read_check.SKIPPED``)."""
+    topic_b = queue.topic.encode()
+    ok = check_rows(mf, rel, sizes, offsets, topic_b, queue.queue_id)
+    bad = np.flatnonzero(~ok).tolist()
+    for i in bad:
+        why = why_not(mf, int(rel[i]), int(sizes[i]), topic_b, queue.queue_id, int(offsets[i]))
+        read_check.SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]), int(phys[i]), why)
+    return ok, len(bad)
 
 
 def store_ts_at(commitlog, phys_offset: int) -> int:

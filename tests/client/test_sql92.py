@@ -5,11 +5,15 @@ conversion on, ActiveMQ's logic and NULL rules), not produced by this code.
 """
 from __future__ import annotations
 
+import inspect
+import sys
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import hostmq
 from hostmq import FilterSyntaxError
+from hostmq.client.sql92 import MAX_DEPTH
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,3 +122,113 @@ def test_random_text_either_parses_or_raises_the_typed_error(text):
     except FilterSyntaxError:
         return
     assert f.matches({"a": "1", "b": "x"}) in (True, False)
+
+
+# -- limits: deep nesting is refused when built, long AND / OR chains work, nothing recurses unbounded --
+def stack_depth() -> int:
+    return len(inspect.stack(0))
+
+
+STACK_BUDGET = 8 * MAX_DEPTH + 40      # frames parsing + matching may take (documented: ~6 per level)
+
+
+def build_and_match(expression: str, props: dict):
+    """``SQL(expression).matches(props)`` with the interpreter's recursion limit lowered to what the
+    documented limits allow above this frame: a RecursionError here is a broken bound, not a slow test."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(stack_depth() + STACK_BUDGET)
+    try:
+        return hostmq.SQL(expression).matches(props)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_parentheses_nest_up_to_the_limit_and_no_further():
+    assert build_and_match("(" * MAX_DEPTH + "a = 1" + ")" * MAX_DEPTH, {"a": "1"}) is True
+    for n in (MAX_DEPTH + 1, 200, 100_000):
+        with pytest.raises(FilterSyntaxError, match="nest deeper than"):
+            build_and_match("(" * n + "a = 1" + ")" * n, {"a": "1"})
+
+
+def test_not_and_sign_chains_count_as_nesting():
+    assert build_and_match("NOT " * (MAX_DEPTH - 2) + "(a = 1)", {"a": "1"}) is True     # an even number
+    with pytest.raises(FilterSyntaxError):
+        build_and_match("NOT " * 10_000 + "(a = 1)", {"a": "1"})
+    assert build_and_match("a > " + "- " * (MAX_DEPTH - 1) + "1", {"a": "0"}) is True     # an odd number: -1
+    assert build_and_match("a > " + "- " * (MAX_DEPTH - 2) + "1", {"a": "0"}) is False
+    with pytest.raises(FilterSyntaxError):
+        build_and_match("a > " + "- " * 10_000 + "1", {"a": "0"})
+
+
+def test_chained_comparisons_are_bounded_by_the_tree_height():
+    assert build_and_match("a" + " CONTAINS 'x'" * (MAX_DEPTH - 1), {"a": "x"}) is False
+    for chain in (" = ".join(["a"] * 5000), "a" + " CONTAINS 'x'" * 5000, "a" + " IS NULL" * 5000):
+        with pytest.raises(FilterSyntaxError, match="nests deeper than"):
+            build_and_match(chain, {"a": "x"})
+
+
+@pytest.mark.parametrize("n", [1, 2, MAX_DEPTH, 1000, 20_000])
+def test_long_and_or_chains_parse_and_evaluate(n):
+    props = {f"p{i}": str(i) for i in range(n)}
+    conj = " AND ".join(f"p{i} = {i}" for i in range(n))
+    assert build_and_match(conj, props) is True
+    assert build_and_match(conj, {**props, f"p{n - 1}": "x"}) is False             # the last one fails
+    assert build_and_match(conj, {k: v for k, v in props.items() if k != "p0"}) is False   # unknown → no
+    disj = " OR ".join(f"p{i} = -1" for i in range(n))
+    assert build_and_match(disj, props) is False
+    assert build_and_match(disj, {**props, f"p{n - 1}": "-1"}) is True
+    mixed = " OR ".join(f"(p{i} = {i} AND p{i} <> 'x')" for i in range(n))
+    assert build_and_match(mixed, props) is True
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3 * MAX_DEPTH), st.booleans())
+def test_the_nesting_limit_is_exact(n, negate):
+    opener = "NOT (" if negate else "("
+    expression = opener * n + "a = 1" + ")" * n
+    # parentheses and NOT each nest once; NOT also adds a level to the tree above a = 1 (height 2)
+    limit = MAX_DEPTH // 2 if negate else MAX_DEPTH
+    if negate:
+        limit = min(limit, MAX_DEPTH - 2)
+    if n > limit:
+        with pytest.raises(FilterSyntaxError):
+            build_and_match(expression, {"a": "1"})
+    else:
+        assert build_and_match(expression, {"a": "1"}) is (not negate or n % 2 == 0)
+
+
+TOKENS = ["(", ")", "(", ")", "NOT", "AND", "OR", "a", "b", "=", "<>", ">", "<=", "1", "2.5", "'x'", "-", "+",
+          "IS", "NULL", "IN", "BETWEEN", "TRUE", ",", "CONTAINS", "9" * 30, "1" * 5000, "--", "/*", "*/", "'"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=400), st.integers(0, 30), st.integers(0, 2000))
+def test_no_token_soup_raises_anything_but_the_typed_error(tokens, nest, chain):
+    soup = " ".join(tokens)
+    variants = [soup, "(" * nest * 3 + soup + ")" * nest * 3, " AND ".join([soup or "a"] * (chain // 50 + 1)),
+                "NOT " * nest * 4 + soup]
+    hostile = {"a": "9" * 5000, "b": "0" * 5000 + "1"}
+    for text in variants:
+        try:
+            result = build_and_match(text, hostile)
+        except FilterSyntaxError:
+            continue
+        assert result in (True, False)
+        assert hostmq.SQL(text).matches({"a": "1", "b": "x"}) in (True, False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_any_property_value_evaluates_to_a_boolean(a, b):
+    for expression in ("a > 1", "a = 2147483648", "a < 1.5", "a = b", "a > b", "a IN ('x')", "a CONTAINS 'x'",
+                       "a = TRUE", "-a > 1"):
+        assert hostmq.SQL(expression).matches({"a": a, "b": b}) in (True, False)
+
+
+def test_huge_numbers_are_refused_or_a_type_error_not_a_crash():
+    for literal in ("1" * 5000, "1" * 20, "1" * 400 + ".5"):
+        with pytest.raises(FilterSyntaxError):
+            hostmq.SQL(f"a < {literal}")
+    for value in ("9" * 5000, "-" + "9" * 5000, "0" * 5000 + "5"):
+        assert hostmq.SQL("a > 1").matches({"a": value}) is (value == "0" * 5000 + "5")
+        assert hostmq.SQL("a > 1.0").matches({"a": value}) is (not value.startswith("-"))

@@ -263,3 +263,33 @@ def test_flow_control_holds_at_most_the_threshold_per_queue(cluster):
     finally:
         release.set()
         x.shutdown()
+
+
+@pytest.mark.parametrize("expression", ["A", hostmq.SQL("kind = 'A'")], ids=["tag", "sql92"])
+def test_messages_filtered_out_after_the_last_match_do_not_hold_back_the_offset(cluster, expression):
+    """Issue 15, item 11: messages that do not match the subscription arrive after the matching ones
+    were consumed; the group still commits past them (its lag reaches 0), as a pull consumer does."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        queues = a.create_topic("lag-t", queues=2)
+
+    def send(seqs, kind):
+        with hostmq.Producer(c.root) as p:
+            for i in seqs:
+                p.send(Message("lag-t", SEQ.pack(i), tags=kind, properties={"kind": kind}), queue=queues[i % 2])
+    got = Sink()
+    x = hostmq.PushConsumer(c.root, group="lag-g", consume_from=ConsumeFrom.FIRST_OFFSET, **FAST)
+    x.subscribe("lag-t", expression)
+    x.register(got)
+    with x.start(), hostmq.Admin(c.root) as a:
+        send(range(20), "A")
+        wait_until(lambda: got.total() == 20, 30, "the matching messages")
+        send(range(20, 40), "B")                            # 10 per queue, none of them matching
+
+        def progress():
+            rows = [r for r in a.consumer_progress("lag-g") if r["queue"].topic == "lag-t"]
+            return rows if len(rows) == 2 and all(r["broker_offset"] == 20 for r in rows) else None
+        rows = wait_until(progress, 30, "the group's progress on both queues")
+        wait_until(lambda: all(r["lag"] == 0 for r in progress()), 30,
+                   f"the lag to reach 0 (it was {[r['lag'] for r in rows]})")
+    assert sorted(got.counts) == list(range(20)) and max(got.counts.values()) == 1
