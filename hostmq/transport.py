@@ -194,6 +194,7 @@ class Server:
         self.name = name
         self.limits = limits
         self._outbox = _Outbox(limits)
+        self.requests_handled = 0       # messages taken off the socket (malformed ones included)
         self.dropped_replies = 0        # replies dropped because their peer had stopped reading
         self.busy_replies = 0           # replies replaced by SYSTEM_BUSY (the peer's unsent bytes were full)
         self._handlers = dict(handlers)
@@ -255,6 +256,12 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def stats(self) -> dict[str, int]:
+        """Counters an operator (``hostmq status``) and tests read: requests handled, replies dropped
+        or replaced by SYSTEM_BUSY, tracked reply bytes not yet written."""
+        return {"requests_handled": self.requests_handled, "dropped_replies": self.dropped_replies,
+                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes}
 
     @property
     def unsent_reply_bytes(self) -> int:
@@ -341,6 +348,7 @@ class Server:
             except zmq.Again:
                 break
             handled += 1
+            self.requests_handled += 1
             self._handle(msg[0], msg[1:])
         return handled
 

@@ -424,7 +424,12 @@ class BrokerService:
                              "waiters": len(st.active_slots("waiters")),
                              "topics": self.topics.registration(), "queues": queues,
                              "groups": self.offsets.groups(), "clients": len(self.consumers),
-                             "transactions": self.transactions.stats()})
+                             "transactions": self.transactions.stats(), "control": self.control_stats()})
+
+    def control_stats(self) -> dict[str, int]:
+        """The control socket's counters (``transport.Server.stats``) and the held pulls."""
+        out = self.server.stats() if self.server is not None else {}
+        return {**out, "held_pulls": len(self.held)}
 
     def close(self) -> None:
         """At stop (the children are gone): persist, answer held pulls, and unlink the rings of
