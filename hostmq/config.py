@@ -37,9 +37,16 @@ MADVISE_NAMES = ("NORMAL", "SEQUENTIAL", "RANDOM", "WILLNEED", "DONTNEED")
 class NamesrvConfig:
     scan_interval_s: float = 10.0        # how often silent brokers are looked for
     broker_expiry_s: float = 120.0       # a broker silent this long is dropped from routes
+    # -- paged registration limits (issue 15) --
+    register_max_pages: int = 1024            # pages one broker registration may span
+    register_pending_bytes: int = 64 << 20    # topic data unfinished paged registrations may hold in all
+    register_page_timeout_s: float = 30.0     # an unfinished registration without a new page this long is dropped
 
     def __post_init__(self) -> None:
         _check_numbers("namesrv", self)
+        if self.register_max_pages < 1 or self.register_pending_bytes < 1 or not self.register_page_timeout_s > 0:
+            raise ConfigError("namesrv.register_max_pages, register_pending_bytes and register_page_timeout_s "
+                              "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,10 @@ class BrokerConfig:
     max_sessions_per_client: int = 32    # sessions one client process (SO_PEERCRED pid) may hold at once
     max_session_connections: int = 512  # session-socket connections open at once (beyond: refused)
     session_handshake_timeout_s: float = 5.0  # a connection that has not opened a session by then is closed
+    # -- control-path limits (issue 15) --
+    max_held_pulls_per_client: int = 1024   # long polls one client connection may have held (RocketMQ popPollingSize)
+    max_held_pulls: int = 16384             # long polls held in all (RocketMQ maxPopPollingSize is 100000)
+    register_page_topics: int = 2000        # topics per REGISTER_BROKER page (RocketMQ splitRegistrationSize: 800)
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)
@@ -82,6 +93,8 @@ class BrokerConfig:
         if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):
             raise ConfigError(f"broker.message_delay_level must be space-separated durations such as "
                               f"'1s 5m 2h', got {self.message_delay_level!r}")
+        if min(self.max_held_pulls_per_client, self.max_held_pulls, self.register_page_topics) < 1:
+            raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
 
 
 @dataclass(frozen=True)

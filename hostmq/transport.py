@@ -19,7 +19,28 @@ response, never a crash of the loop:
     handler raises HostMQError                    → its mapped code (protocol.codes.response_code_for)
     handler raises anything else / returns junk   → SYSTEM_ERROR, logged with traceback
 
-Replies to peers that have gone are dropped (ROUTER_MANDATORY off); sockets never linger on close.
+Replies to peers that have gone are dropped; sockets never linger on close.
+
+Bounds on what one peer (one zmq connection) can make the server hold (:class:`ServerLimits`):
+
+    a request frame over MAX_REQUEST_FRAME_BYTES (1 MiB)   libzmq drops the connection before buffering it
+                                                           (ZMQ_MAXMSGSIZE); the client reconnects
+    more than MAX_REQUEST_FRAMES frames                    BAD_REQUEST
+    requests not yet read by the loop                      ≤ ``rcvhwm`` per peer; then libzmq stops reading
+                                                           that peer (back-pressure, nothing is lost)
+    replies of ≥ ``tracked_reply_bytes`` not yet written   ≤ ``peer_unsent_bytes`` per peer (one reply of any
+      to the kernel (zero-copy, tracked)                   size when it has none) and ``total_unsent_bytes``
+                                                           in all; past that the reply is replaced by
+                                                           SYSTEM_BUSY (BrokerBusyError at the client)
+    smaller replies not yet written                        ≤ ``sndhwm`` per peer; a peer past it is not
+                                                           reading, and further replies to it are dropped
+
+So a peer that never reads costs at most about ``sndhwm × tracked_reply_bytes + peer_unsent_bytes``
+plus one reply, and one that floods requests ``rcvhwm × MAX_REQUEST_FRAME_BYTES``. Each handler bounds
+the size of its own replies (frame 0 ≤ MAX_HEADER_BYTES; message bodies per its config). Not
+bounded here: libzmq assembles a multipart message whole before delivering it and ZMQ_MAXMSGSIZE
+applies per frame, so a peer sending one message of very many ≤ 1 MiB frames is buffered until it
+ends (a libzmq limit; the number of connections is bounded by the process's file descriptors).
 
 Ownership: the process that binds an ``ipc://`` path owns its socket file and unlinks it on close if
 the file is still the one it created. libzmq's bind silently replaces an existing file, so a caller
@@ -27,12 +48,14 @@ that must be the only server on a path (a broker) takes its lock *before* ``bind
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -40,13 +63,29 @@ import zmq
 
 from .errors import ConnectError, HostMQError, ProtocolError
 from .protocol.codes import ResponseCode, code_name, response_code_for
-from .protocol.frames import Frame, decode, encode_response, peek_request_id
+from .protocol.frames import (MAX_REQUEST_FRAME_BYTES, MAX_REQUEST_FRAMES, Frame, decode, encode_response,
+                              peek_request_id)
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 256          # requests handled per poll_once before timers get their turn
-SNDHWM = 100_000         # replies queued per peer before more are dropped (a peer that has stopped reading)
 STOP_CHECK_MS = 50       # run() looks at its stop event at least this often
+SWEEP_INTERVAL_S = 1.0   # how often written replies are forgotten for peers that got no reply since
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one peer may make a Server hold (see the module docstring); defaults in brackets."""
+
+    max_request_frame_bytes: int = MAX_REQUEST_FRAME_BYTES   # ZMQ_MAXMSGSIZE [1 MiB]
+    rcvhwm: int = 32                     # requests queued per peer before libzmq stops reading it [32]
+    sndhwm: int = 4096                   # replies queued per peer; more are dropped (ROUTER_MANDATORY) [4096]
+    tracked_reply_bytes: int = 4096      # replies this big or bigger are tracked until written [4 KiB]
+    peer_unsent_bytes: int = 16 << 20    # tracked bytes one peer may have unwritten [16 MiB]
+    total_unsent_bytes: int = 128 << 20  # tracked bytes all peers together may have unwritten [128 MiB]
+
+
+DEFAULT_LIMITS = ServerLimits()
 
 
 @dataclass(frozen=True)
@@ -86,6 +125,59 @@ class ReplyToken:
 Handler = Callable[[Frame, ReplyToken], "Reply | _Defer"]
 
 
+class _Outbox:
+    """Bytes of tracked replies that libzmq has not yet written to the kernel, per peer and in all.
+
+    A reply of ``tracked_reply_bytes`` or more is sent with its last frame zero-copy and tracked;
+    libzmq frees a message's frames in order once it has written them, so a done tracker means the
+    whole reply left this process (or its peer went away).
+    """
+
+    def __init__(self, limits: ServerLimits) -> None:
+        self.limits = limits
+        self.peers: dict[bytes, deque] = {}          # identity -> deque of (tracker, nbytes), oldest first
+        self.peer_bytes: dict[bytes, int] = {}
+        self.total_bytes = 0
+        self._swept = time.monotonic()
+
+    def admits(self, identity: bytes, nbytes: int) -> bool:
+        """Whether a tracked reply of ``nbytes`` may be queued for ``identity`` now."""
+        self._reap(identity)
+        if self.total_bytes + nbytes > self.limits.total_unsent_bytes:
+            self.sweep()
+        mine = self.peer_bytes.get(identity, 0)
+        # A reply bigger than a limit still goes to a peer (or server) with nothing else unwritten.
+        return ((mine == 0 or mine + nbytes <= self.limits.peer_unsent_bytes)
+                and (self.total_bytes == 0 or self.total_bytes + nbytes <= self.limits.total_unsent_bytes))
+
+    def add(self, identity: bytes, tracker, nbytes: int) -> None:
+        self.peers.setdefault(identity, deque()).append((tracker, nbytes))
+        self.peer_bytes[identity] = self.peer_bytes.get(identity, 0) + nbytes
+        self.total_bytes += nbytes
+
+    def sweep(self) -> None:
+        """Forget written replies of every peer (peers with nothing left unwritten are dropped)."""
+        self._swept = time.monotonic()
+        for identity in list(self.peers):
+            self._reap(identity)
+
+    def maybe_sweep(self) -> None:
+        if self.peers and time.monotonic() - self._swept >= SWEEP_INTERVAL_S:
+            self.sweep()
+
+    def _reap(self, identity: bytes) -> None:
+        q = self.peers.get(identity)
+        if q is None:
+            return
+        while q and q[0][0].done:
+            _, nbytes = q.popleft()
+            self.peer_bytes[identity] -= nbytes
+            self.total_bytes -= nbytes
+        if not q:
+            del self.peers[identity]
+            del self.peer_bytes[identity]
+
+
 @dataclass
 class _Timer:
     interval_s: float
@@ -97,9 +189,14 @@ class Server:
     """A ROUTER socket serving a handler table; single-threaded except :meth:`call_soon_threadsafe`."""
 
     def __init__(self, address: str, handlers: Mapping[int, Handler], *, context: zmq.Context | None = None,
-                 name: str = "server") -> None:
+                 name: str = "server", limits: ServerLimits = DEFAULT_LIMITS) -> None:
         self.address = address
         self.name = name
+        self.limits = limits
+        self._outbox = _Outbox(limits)
+        self.requests_handled = 0       # messages taken off the socket (malformed ones included)
+        self.dropped_replies = 0        # replies dropped because their peer had stopped reading
+        self.busy_replies = 0           # replies replaced by SYSTEM_BUSY (the peer's unsent bytes were full)
         self._handlers = dict(handlers)
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
@@ -121,8 +218,12 @@ class Server:
             raise RuntimeError(f"{self.name}: bind() called twice or after close()")
         sock = self._context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        sock.setsockopt(zmq.SNDHWM, SNDHWM)     # a client may pipeline thousands of requests
+        # Mandatory: a reply to a peer whose queue is full raises Again instead of vanishing unseen,
+        # and one to a peer that has gone raises EHOSTUNREACH (both are dropped, see _send).
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.SNDHWM, self.limits.sndhwm)
+        sock.setsockopt(zmq.RCVHWM, self.limits.rcvhwm)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_request_frame_bytes)
         try:
             sock.bind(self.address)
         except zmq.ZMQError as e:
@@ -156,6 +257,17 @@ class Server:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def stats(self) -> dict[str, int]:
+        """Counters an operator (``hostmq status``) and tests read: requests handled, replies dropped
+        or replaced by SYSTEM_BUSY, tracked reply bytes not yet written."""
+        return {"requests_handled": self.requests_handled, "dropped_replies": self.dropped_replies,
+                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes}
+
+    @property
+    def unsent_reply_bytes(self) -> int:
+        """Bytes of tracked replies libzmq had not yet written at the last look (any thread may read)."""
+        return self._outbox.total_bytes
+
     # --- the loop ----------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -180,6 +292,7 @@ class Server:
         if self._wake_fd in events:
             self._run_calls()
         self._run_due_timers()
+        self._outbox.maybe_sweep()
         return handled
 
     def reply(self, token: ReplyToken, reply: Reply) -> None:
@@ -194,7 +307,19 @@ class Server:
             log.error("%s: cannot encode the reply to %r: %s", self.name, token, e)
             frames = encode_response(ResponseCode.SYSTEM_ERROR, token.request_id,
                                      remark=_printable(f"{self.name} could not encode its reply: {e}"))
-        self._send(token.identity, frames)
+        nbytes = sum(len(f) for f in frames)
+        if nbytes < self.limits.tracked_reply_bytes:
+            self._send(token.identity, frames)
+        elif self._outbox.admits(token.identity, nbytes):
+            self._send(token.identity, frames, nbytes)
+        else:
+            self.busy_replies += 1
+            unsent = self._outbox.peer_bytes.get(token.identity, 0)
+            self._send(token.identity, encode_response(
+                ResponseCode.SYSTEM_BUSY, token.request_id,
+                remark=f"{self.name}: a {nbytes}-byte reply would exceed the unsent reply bytes allowed "
+                       f"(this client has {unsent} bytes of replies not yet read; limit "
+                       f"{self.limits.peer_unsent_bytes} per client, {self.limits.total_unsent_bytes} in all)"))
 
     def add_timer(self, interval_s: float, fn: Callable[[], object]) -> None:
         """Run ``fn()`` every ``interval_s`` from the loop (first run one interval from now)."""
@@ -223,6 +348,7 @@ class Server:
             except zmq.Again:
                 break
             handled += 1
+            self.requests_handled += 1
             self._handle(msg[0], msg[1:])
         return handled
 
@@ -231,6 +357,8 @@ class Server:
             log.debug("%s: dropped an empty message from %s", self.name, identity.hex())
             return
         try:
+            if len(frames) > MAX_REQUEST_FRAMES:
+                raise ProtocolError(f"a request has at most {MAX_REQUEST_FRAMES} frames, got {len(frames)}")
             frame = decode(frames)
             if frame.response:
                 raise ProtocolError("expected a request, got a response")
@@ -262,14 +390,29 @@ class Server:
                   type(result).__name__)
         return Reply(ResponseCode.SYSTEM_ERROR, remark=f"{self.name}: handler returned no reply")
 
-    def _send(self, identity: bytes, frames: list[bytes]) -> None:
+    def _send(self, identity: bytes, frames: list[bytes], tracked_bytes: int = 0) -> None:
+        """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked."""
         if self._socket is None:        # a deferred reply after close(): nobody to send it to
             log.debug("%s: dropped a reply to %s after close", self.name, identity.hex())
             return
         try:
-            self._socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+            if not tracked_bytes:
+                self._socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+                return
+            # Only the identity frame can fail (ROUTER checks the peer's queue there), so the rest
+            # of the message always follows it.
+            self._socket.send_multipart([identity, *frames[:-1]], zmq.NOBLOCK | zmq.SNDMORE)
+            tracker = self._socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True)
+            self._outbox.add(identity, tracker, tracked_bytes)
         except zmq.Again:       # the peer's queue is full: it is not reading, so it would not see this
-            log.warning("%s: dropped a reply to %s (peer not reading)", self.name, identity.hex())
+            self.dropped_replies += 1
+            if self.dropped_replies & (self.dropped_replies - 1) == 0:      # 1st, 2nd, 4th, 8th, ...
+                log.warning("%s: dropped a reply to %s (peer not reading; %d dropped so far)", self.name,
+                            identity.hex(), self.dropped_replies)
+        except zmq.ZMQError as e:
+            if e.errno != errno.EHOSTUNREACH:
+                raise
+            log.debug("%s: dropped a reply to %s (peer gone)", self.name, identity.hex())
 
     def _run_calls(self) -> None:
         try:

@@ -22,10 +22,11 @@ import zmq
 from hostmq.client.remoting import RemotingClient
 from hostmq.errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, ProtocolError, RemoteError,
                            SendTimeout, StoreFullError, ValidationError)
-from hostmq.protocol import (MAX_HEADER_BYTES, RequestCode, ResponseCode, decode, encode_request,
-                             encode_response)
+from hostmq.protocol import (MAX_HEADER_BYTES, MAX_REQUEST_FRAMES, RequestCode, ResponseCode, decode,
+                             encode_request, encode_response)
 from hostmq.root import ipc_address
-from hostmq.transport import DEFER, Reply, ReplyToken, Server
+from hostmq.transport import DEFER, Reply, ReplyToken, Server, ServerLimits
+from zmq.utils.garbage import GarbageCollectorThread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +47,9 @@ def no_leaks():
     deadline = time.monotonic() + WAIT_S
     for t in set(threading.enumerate()) - before:
         t.join(max(0.0, deadline - time.monotonic()))
-    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    # pyzmq's one garbage-collector thread (zero-copy sends of tracked replies) lives for the process.
+    left = [t.name for t in set(threading.enumerate()) - before
+            if t.is_alive() and not isinstance(t, GarbageCollectorThread)]
     assert not left, f"threads left running: {left}"
     assert not multiprocessing.active_children(), "child processes left running"
 
@@ -93,9 +96,9 @@ def serve(ctx, sock_path):
     """``serve(handlers, path=None, name="test", start=True)`` → Running server, stopped at teardown."""
     running: list[Running] = []
 
-    def _serve(handlers, *, path=None, name="test", start=True) -> Running:
+    def _serve(handlers, *, path=None, name="test", start=True, limits=None) -> Running:
         path = path or sock_path
-        server = Server(ipc_address(path), handlers, context=ctx, name=name)
+        server = Server(ipc_address(path), handlers, context=ctx, name=name, limits=limits or ServerLimits())
         server.bind()
         r = Running(server, path)
         running.append(r)
@@ -172,6 +175,13 @@ def spawn_server():
         if p.is_alive():
             p.kill()
         p.join(WAIT_S)
+
+
+def wait_until(cond, what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def recv_within(sock: zmq.Socket, timeout_s: float = WAIT_S) -> list[bytes]:
@@ -300,8 +310,8 @@ _BAD_VERSION = orjson.dumps({"v": 2, "code": 902, "id": 77, "resp": False, "rema
     ([b'{"v": 1, "id": 5}'], 5, "lacks key"),
     ([b"{}", b"a body"], 0, "lacks key"),
     ([_BAD_VERSION], 77, "protocol version 2 is not supported"),
-    ([b" " * (MAX_HEADER_BYTES + 1)], 0, "limit"),
-    ([b"x" * (4 << 20), b"y" * 10], 0, "limit"),
+    ([b" " * MAX_HEADER_BYTES], 0, "not valid JSON"),
+    ([b"{}"] + [b"b"] * MAX_REQUEST_FRAMES, 0, "at most 64 frames"),
     ([orjson.dumps({"v": 1, "code": "10", "id": 6, "resp": False, "remark": "", "f": {}})], 6, "'code'"),
     (encode_response(0, 9), 9, "expected a request, got a response"),
 ])
@@ -326,6 +336,58 @@ def test_a_flood_of_garbage_mixed_with_requests(serve, raw_socket):
     answers = [decode(recv_within(dealer)) for _ in range(300)]
     assert sorted(a.request_id for a in answers if a.code == ResponseCode.SUCCESS) == list(range(3, 301, 3))
     assert sum(a.code == ResponseCode.BAD_REQUEST for a in answers) == 200
+
+
+# --- per-peer bounds --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [MAX_HEADER_BYTES + 1, 64 << 20])
+def test_an_oversized_frame_drops_the_connection_and_gets_no_answer(serve, raw_socket, size):
+    """libzmq refuses the frame as its header arrives (ZMQ_MAXMSGSIZE); the DEALER reconnects, and the
+    only answers it ever sees are to its later PINGs."""
+    running = serve({PING: echo})
+    dealer = raw_socket(zmq.DEALER, running.address)
+    dealer.send_multipart([b"x" * size])
+    answers, deadline, rid = [], time.monotonic() + WAIT_S, 0
+    while not any(a.code == ResponseCode.SUCCESS for a in answers):     # a PING may die with the connection
+        assert time.monotonic() < deadline, "the server stopped answering"
+        rid += 1
+        dealer.send_multipart(encode_request(PING, rid))
+        if dealer.poll(500):
+            answers.append(decode(dealer.recv_multipart()))
+    while dealer.poll(100):
+        answers.append(decode(dealer.recv_multipart()))
+    assert all(a.code == ResponseCode.SUCCESS and a.request_id > 0 for a in answers), answers
+
+
+def test_a_peer_that_never_reads_holds_bounded_reply_bytes_and_others_are_served(serve, connect, ctx, caplog):
+    """Past its unsent-bytes limit a client gets SYSTEM_BUSY instead of more large replies; past sndhwm
+    its replies are dropped; a well-behaved client still gets large replies."""
+    limits = ServerLimits(sndhwm=64, peer_unsent_bytes=1 << 20, total_unsent_bytes=4 << 20)
+    body = b"z" * (64 << 10)
+    handled = []
+    running = serve({PING: lambda f, t: handled.append(1) or Reply(bodies=[body])}, limits=limits)
+    lazy = ctx.socket(zmq.DEALER)
+    lazy.setsockopt(zmq.LINGER, 0)
+    lazy.setsockopt(zmq.RCVHWM, 1)          # its own libzmq buffers almost nothing for it
+    lazy.setsockopt(zmq.RCVBUF, 4096)
+    lazy.connect(running.address)
+    try:
+        for i in range(1, 401):
+            lazy.send_multipart(encode_request(PING, i))
+        wait_until(lambda: len(handled) >= 400, "400 requests handled")
+        server = running.server
+        assert server.busy_replies > 0 and server.dropped_replies > 0
+        assert server.unsent_reply_bytes <= limits.peer_unsent_bytes
+        good = connect(running.address).request(PING)
+        assert good.bodies == (body,)
+        got = []
+        while lazy.poll(1000):
+            got.append(decode(lazy.recv_multipart()).code)
+        assert {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY} == set(got)
+        assert len(got) + server.dropped_replies == 400
+    finally:
+        lazy.close(0)
+    wait_until(lambda: running.server.unsent_reply_bytes == 0, "written replies to be forgotten")
 
 
 # --- deferred replies (long polling) -----------------------------------------------------------------

@@ -3,20 +3,64 @@
 Registration is asynchronous (a dead or slow NameServer never stalls the control loop); the set of
 NameServers is re-read from the root each time, so a NameServer started later is registered with at
 the next round, and one that went away is skipped.
+
+A topic table that does not fit one control frame (``broker.register_page_topics`` topics, or
+PAGE_BYTES of encoded topics) goes in pages (``namesrv.assembly``): page 0, and each next page once
+the previous one was answered, all with one ``registration_id``. The NameServer applies the whole
+table when the last page arrives, or answers page 0 with ``unchanged`` when it already holds this
+data version — then nothing more is sent, so a broker with 100,000 topics sends one page per round
+unless its topics changed. A registration still under way for a NameServer is not restarted for the
+same data version; a newer version supersedes it at its next page. Pages are computed once per data
+version.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
+from dataclasses import dataclass
+
+import orjson
 
 from ..errors import ConnectError, HostMQError
 from ..client.remoting import RemotingClient
 from ..protocol.codes import RequestCode
+from ..protocol.frames import MAX_HEADER_BYTES
 from ..root import ipc_address
 from .runtime import BrokerRuntime
 
 log = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 3.0
+PAGE_BYTES = MAX_HEADER_BYTES // 2      # encoded topics per page: the frame keeps room for the rest
+_ENTRY_OVERHEAD_BYTES = 8               # ':' ',' and the braces around an entry, generously
+
+
+def paginate(topics: dict[str, dict], max_topics: int, max_bytes: int = PAGE_BYTES) -> list[dict[str, dict]]:
+    """Split a registration's topic table into pages of at most ``max_topics`` topics and about
+    ``max_bytes`` of JSON each (a single larger topic gets a page of its own); [{}] for no topics."""
+    pages: list[dict[str, dict]] = [{}]
+    size = 0
+    for name, cfg in topics.items():
+        n = len(orjson.dumps(name)) + len(orjson.dumps(cfg)) + _ENTRY_OVERHEAD_BYTES
+        if pages[-1] and (len(pages[-1]) >= max_topics or size + n > max_bytes):
+            pages.append({})
+            size = 0
+        pages[-1][name] = cfg
+        size += n
+    return pages
+
+
+@dataclass
+class _Round:
+    """One registration under way with one NameServer."""
+
+    client: RemotingClient
+    registration_id: int
+    data_version: int
+    pages: list[dict]
+    fields: dict
+    page: int = 0
 
 
 class NamesrvLink:
@@ -24,6 +68,10 @@ class NamesrvLink:
         self.rt = rt
         self.clients: dict[str, RemotingClient] = {}
         self.registered: set[str] = set()     # NameServers that accepted our last registration
+        self._lock = threading.Lock()         # rounds are advanced on the clients' I/O threads
+        self._rounds: dict[str, _Round] = {}
+        self._ids = itertools.count(1)
+        self._pages: tuple[int, list[dict]] | None = None         # (data version, its pages)
 
     def _live_clients(self) -> list[RemotingClient]:
         out = []
@@ -43,24 +91,64 @@ class NamesrvLink:
         return {"cluster": self.rt.config.broker.cluster_name, "broker_name": self.rt.name,
                 "broker_id": self.rt.broker_id, "address": self.rt.address}
 
+    def _paged(self, topics: dict, data_version: int) -> list[dict]:
+        # The topic table changes only with its data version (topics.TopicTable._changed).
+        if self._pages is None or self._pages[0] != data_version:
+            self._pages = (data_version, paginate(topics, self.rt.config.broker.register_page_topics))
+        return self._pages[1]
+
     def register(self, topics: dict, data_version: int) -> None:
         """Send REGISTER_BROKER to every NameServer (answers are handled on the clients' threads)."""
-        fields = {**self._identity(), "ha_address": "", "topics": topics, "data_version": data_version}
+        pages = self._paged(topics, data_version)
+        base = {**self._identity(), "ha_address": "", "data_version": data_version}
         for c in self._live_clients():
-            try:
-                fut = c.request_async(RequestCode.REGISTER_BROKER, fields)
-            except HostMQError as e:
-                log.warning("register with %s: %s", c.address, e)
-                continue
-            fut.add_done_callback(lambda f, addr=c.address: self._registered(addr, f))
+            with self._lock:
+                running = self._rounds.get(c.address)
+                if running is not None and running.data_version == data_version and running.client is c:
+                    continue            # still sending this version's pages there
+                r = self._rounds[c.address] = _Round(c, next(self._ids), data_version, pages, base)
+            self._send(r)
 
-    def _registered(self, address: str, fut) -> None:
+    def _send(self, r: _Round) -> None:
+        fields = {**r.fields, "topics": r.pages[r.page]}
+        if len(r.pages) > 1:
+            fields.update(page=r.page, pages=len(r.pages), registration_id=r.registration_id)
+        try:
+            fut = r.client.request_async(RequestCode.REGISTER_BROKER, fields)
+        except HostMQError as e:
+            self._finish(r, e)
+            return
+        fut.add_done_callback(lambda f, r=r: self._answered(r, f))
+
+    def _answered(self, r: _Round, fut) -> None:
         e = fut.exception()
-        if e is None:
-            self.registered.add(address)
+        if e is not None:
+            self._finish(r, e)
+            return
+        complete = fut.result().fields.get("complete", True)
+        with self._lock:
+            if self._rounds.get(r.client.address) is not r:
+                return                  # superseded by a newer data version
+            r.page += 1
+        if complete:
+            self._finish(r, None)
+        elif r.page < len(r.pages):
+            self._send(r)
         else:
-            self.registered.discard(address)
-            log.warning("registration with %s failed: %s", address, e)
+            self._finish(r, HostMQError("the NameServer did not complete the registration at its last page"))
+
+    def _finish(self, r: _Round, error: BaseException | None) -> None:
+        address = r.client.address
+        with self._lock:
+            if self._rounds.get(address) is r:
+                del self._rounds[address]
+            if error is None:
+                self.registered.add(address)
+            else:
+                self.registered.discard(address)
+        if error is not None:
+            log.warning("registration with %s failed at page %d of %d: %s", address, r.page + 1, len(r.pages),
+                        error)
 
     def unregister(self) -> None:
         """UNREGISTER_BROKER to every NameServer, waiting briefly for each (graceful stop)."""

@@ -8,18 +8,27 @@ prints.
 
 Every handler validates its request (``protocol.messages``); a bad request gets an error response
 and changes nothing.
+
+Long polling (``long_poll.HeldPulls``): held pulls are capped per client connection and in all
+(``broker.max_held_pulls_per_client`` / ``max_held_pulls``; BrokerBusyError past them) and indexed by
+queue, and :meth:`BrokerService.check_held` does a bounded amount of work per call: when the
+dispatcher's ``dispatch_seq`` moved it refreshes the queues that have held pulls, at most
+HELD_QUEUES_PER_CHECK per call (round-robin), and answers the pulls whose offset the queue's max
+offset passed; expired holds are answered earliest first. A reply to a non-local pull carries at most
+``store.max_transfer_bytes`` of records (at least one record; RocketMQ
+``maxTransferBytesOnMessageInMemory``), so every reply this module builds is bounded.
 """
 from __future__ import annotations
 
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections import deque
 
 from .. import records as R
-from ..errors import MessageNotFoundError, NoRouteError, ValidationError
+from ..errors import HostMQError, MessageNotFoundError, NoRouteError, ValidationError
 from ..namesrv.route_data import TopicConfig
-from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.codes import RequestCode, ResponseCode, response_code_for
 from ..protocol.frames import Frame
 from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
                                  HeartbeatRequest, LockRequest, OffsetRequest, PullRequest,
@@ -34,6 +43,7 @@ from .offsets import OffsetTable
 from .runtime import BrokerRuntime
 from . import consumed
 from .consumers import ConsumerTable
+from .long_poll import HeldPull, HeldPulls
 from .queue_locks import QueueLocks
 from .retry import retry_topic, send_back_target
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
@@ -44,7 +54,10 @@ from .transaction_check import TransactionCheck
 log = logging.getLogger(__name__)
 
 MAX_PULL_COUNT = 4096
+MAX_EXPRESSION_CHARS = 16 << 10  # a pull's filter expression (kept while the pull is held)
 CLIENT_EXPIRY_S = 120.0          # a client silent this long is dropped (RocketMQ channelExpiredTimeout)
+HELD_QUEUES_PER_CHECK = 512      # queues with held pulls refreshed per check_held call
+HELD_ANSWERS_PER_CHECK = 1024    # held pulls answered per check_held call
 
 _PULL_CODES = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -55,13 +68,6 @@ _PULL_CODES = {
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
 }
-
-
-@dataclass
-class _HeldPull:
-    token: ReplyToken
-    request: PullRequest
-    deadline_s: float
 
 
 class BrokerService:
@@ -85,8 +91,10 @@ class BrokerService:
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
         self.on_topics_changed = on_topics_changed
         self.server: Server | None = None
-        self.held: list[_HeldPull] = []
+        self.held = HeldPulls(b.max_held_pulls_per_client, b.max_held_pulls)
         self._held_seq = -1
+        self._held_round: deque = deque()       # queues still to refresh since dispatch_seq last moved
+        self._held_again = False                # dispatch_seq moved again during the current round
         self.consumers = ConsumerTable()
         self.locks = QueueLocks()
 
@@ -194,22 +202,29 @@ class BrokerService:
         req = PullRequest.from_fields(frame.fields)
         if not 1 <= req.max_count <= MAX_PULL_COUNT or req.queue_id < 0 or req.offset < 0:
             raise ValidationError(f"pull needs 1 ≤ max_count ≤ {MAX_PULL_COUNT}, queue_id ≥ 0, offset ≥ 0")
+        if len(req.expression) > MAX_EXPRESSION_CHARS:
+            raise ValidationError(f"a pull's expression has at most {MAX_EXPRESSION_CHARS} characters")
         reply = self._read(req)
         if reply.code != ResponseCode.PULL_NOT_FOUND or req.suspend_ms <= 0 or token is None:
             return reply
         hold_s = min(req.suspend_ms / 1000, self.rt.config.broker.long_polling_s)
-        self.held.append(_HeldPull(token, req, time.monotonic() + hold_s))
+        self.held.hold(HeldPull(token.identity, (req.topic, req.queue_id), req.offset,
+                                time.monotonic() + hold_s, token, req))     # BrokerBusyError at a cap
         return DEFER
 
     def _read(self, req: PullRequest) -> Reply:
-        if req.topic not in self.topics.topics:
+        cfg = self.topics.get(req.topic)
+        if cfg is None:
             raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
+        if req.queue_id >= max(cfg.read_queues, cfg.write_queues):
+            raise ValidationError(f"topic {req.topic!r} has no queue {req.queue_id} on broker {self.rt.name}")
         try:
             reader = self._reader()
         except MessageNotFoundError:
             return Reply(ResponseCode.PULL_NOT_FOUND, fields={"status": GetStatus.NO_MESSAGE_IN_QUEUE.value,
                                                               "next_offset": 0, "min_offset": 0, "max_offset": 0})
         reader.refresh_queue(req.topic, req.queue_id)
+        # At most store.max_transfer_bytes of records (at least one), so a body reply stays bounded.
         g = reader.get(req.topic, req.queue_id, req.offset, req.max_count, req.expression)
         fields = {"status": g.status.value, "next_offset": g.next_offset, "min_offset": g.min_offset,
                   "max_offset": g.max_offset, "count": len(g.messages)}
@@ -217,25 +232,50 @@ class BrokerService:
         return Reply(_PULL_CODES[g.status], fields=fields, bodies=bodies)
 
     def check_held(self) -> None:
-        """Answer held pulls that now find messages or whose hold time is up (timer)."""
-        if not self.held:
+        """Answer held pulls whose queue moved past them or whose hold time is up (timer).
+
+        Costs nothing while nothing happens; otherwise at most HELD_QUEUES_PER_CHECK queue refreshes
+        and HELD_ANSWERS_PER_CHECK answers per call (the rest waits for the next call).
+        """
+        if not len(self.held):
             return
-        now = time.monotonic()
+        budget = HELD_ANSWERS_PER_CHECK
+        for h in self.held.expired(time.monotonic(), budget):
+            self._answer_held(h)
+            budget -= 1
         seq = self.state.w[W_DISPATCH_SEQ]
-        if seq == self._held_seq and all(h.deadline_s > now for h in self.held):
+        if seq != self._held_seq:
+            self._held_seq = seq
+            self._held_again = True
+        if not self._held_round and self._held_again:
+            self._held_again = False
+            self._held_round = deque(self.held.queues())
+        reader = self._reader_or_none() if self._held_round else None
+        if reader is None:
             return
-        self._held_seq = seq
-        keep = []
-        for h in self.held:
-            try:
-                reply = self._read(h.request)
-            except Exception as e:          # the topic went away while the pull was held
-                reply = Reply(ResponseCode.SYSTEM_ERROR, remark=str(e))
-            if reply.code == ResponseCode.PULL_NOT_FOUND and h.deadline_s > now:
-                keep.append(h)
-            elif self.server is not None:
-                self.server.reply(h.token, reply)
-        self.held = keep
+        for _ in range(min(HELD_QUEUES_PER_CHECK, len(self._held_round))):
+            if budget <= 0:
+                return
+            key = self._held_round.popleft()
+            if not self.held.has_queue(key):            # its pulls were answered meanwhile
+                continue
+            ready = self.held.waiting_below(key, reader.refresh_queue(*key), budget)
+            if len(ready) == budget:
+                self._held_round.appendleft(key)        # maybe more of this queue: first in the next call
+            for h in ready:
+                self._answer_held(h)
+            budget -= len(ready)
+
+    def _answer_held(self, h: HeldPull) -> None:
+        try:
+            reply = self._read(h.request)
+        except HostMQError as e:            # e.g. the topic went away while the pull was held
+            reply = Reply(response_code_for(e), remark=str(e))
+        except Exception as e:
+            log.exception("answering a held pull of %s", h.key)
+            reply = Reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}")
+        if self.server is not None:
+            self.server.reply(h.token, reply)
 
     def max_offset(self, frame: Frame, token=None) -> Reply:
         req = QueueRequest.from_fields(frame.fields)
@@ -390,15 +430,19 @@ class BrokerService:
                              "sessions": len(st.active_slots()),
                              "topics": self.topics.registration(), "queues": queues,
                              "groups": self.offsets.groups(), "clients": len(self.consumers),
-                             "transactions": self.transactions.stats()})
+                             "transactions": self.transactions.stats(), "control": self.control_stats()})
+
+    def control_stats(self) -> dict[str, int]:
+        """The control socket's counters (``transport.Server.stats``) and the held pulls."""
+        out = self.server.stats() if self.server is not None else {}
+        return {**out, "held_pulls": len(self.held)}
 
     def close(self) -> None:
         """At stop (the children are gone): persist and answer held pulls."""
         self.transactions.progress.persist()
-        for h in self.held:
+        for h in self.held.drain():
             if self.server is not None:
                 self.server.reply(h.token, Reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="broker stopping"))
-        self.held = []
         if self.reader is not None:
             self.reader.close()
             self.reader = None

@@ -142,6 +142,24 @@ class RouteTable:
         self._live[address] = dataclasses.replace(live, last_update_ms=now_ms)
         return True
 
+    def registration_current(self, cluster: str, broker_name: str, broker_id: int, address: str,
+                             data_version: int) -> bool:
+        """Whether exactly this record is registered with ``data_version``: registering it again with
+        that version would change nothing but its liveness (a paged registration can stop at page 0)."""
+        row = self._brokers.get(broker_name)
+        live = self._live.get(address)
+        return (row is not None and row.cluster == cluster and row.addrs.get(broker_id) == address
+                and live is not None and live.data_version == data_version)
+
+    def keep_alive(self, cluster: str, broker_name: str, broker_id: int, address: str, now_ms: int) -> bool:
+        """Refresh the liveness of exactly this registered record (while its paged registration is
+        under way); False, changing nothing, if the table holds no such record."""
+        check_int("now_ms", now_ms)
+        row = self._brokers.get(broker_name)
+        if row is None or row.cluster != cluster or row.addrs.get(broker_id) != address:
+            return False
+        return self.heartbeat(address, now_ms)
+
     def scan_expired(self, now_ms: int, expiry_ms: int = DEFAULT_BROKER_EXPIRY_MS) -> list[str]:
         """Remove every address silent for more than ``expiry_ms`` (RocketMQ ``scanNotActiveBroker``).
 

@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import orjson
+
 from ..config import NamesrvConfig
 from ..jsonfile import read_json, write_json
 from ..errors import NoRouteError, StoreLockedError, ValidationError
@@ -26,7 +28,8 @@ from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
 from ..transport import Reply, Server
-from .route_data import TopicConfig, cluster_info_to_dict
+from .assembly import PagedRegistrations
+from .route_data import TopicConfig, check_topic, cluster_info_to_dict
 from .routes import RouteTable
 
 log = logging.getLogger(__name__)
@@ -46,8 +49,23 @@ def _now_ms() -> int:
 def _field(fields: dict, name: str, kind: type):
     value = fields.get(name)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ValidationError(f"{name}: expected {kind.__name__}, got {value!r}")
+        raise ValidationError(f"{name}: expected {kind.__name__}, got {value!r:.80}")
     return value
+
+
+def _optional_int(fields: dict, name: str, default: int) -> int:
+    return _field(fields, name, int) if name in fields else default
+
+
+def _topic_configs(topics_in: dict) -> dict[str, TopicConfig]:
+    """A registration's ``topics`` object as TopicConfigs; ValidationError naming the first bad one."""
+    topics = {}
+    for name, cfg in topics_in.items():
+        check_topic("topics", name)
+        if not isinstance(cfg, dict):
+            raise ValidationError(f"topics[{name!r}]: expected an object")
+        topics[name] = TopicConfig.from_dict({**cfg, "topic_name": name})
+    return topics
 
 
 class NamesrvService:
@@ -56,6 +74,8 @@ class NamesrvService:
     def __init__(self, config: NamesrvConfig, kv_path: str | None = None, clock_ms=_now_ms) -> None:
         self.config = config
         self.table = RouteTable()
+        self.pending = PagedRegistrations(config.register_max_pages, config.register_pending_bytes,
+                                          round(config.register_page_timeout_s * 1000))
         self.kv_path = kv_path
         self.clock_ms = clock_ms
         if kv_path:
@@ -73,18 +93,38 @@ class NamesrvService:
 
     # -- brokers ----------------------------------------------------------------------------------
     def register_broker(self, frame: Frame, token=None) -> Reply:
+        """REGISTER_BROKER, whole or one page of a paged registration (``assembly``).
+
+        A page answers ``{"complete": false}`` until the last, which applies the whole topic table at
+        once; page 0 of a registration whose data version the table already holds for this record
+        answers ``{"complete": true, "unchanged": true}`` (the broker sends no more pages).
+        """
         f = frame.fields
-        topics_in = _field(f, "topics", dict)
+        ident = (_field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
+                 _field(f, "address", str))
+        ha, version = f.get("ha_address") or None, _field(f, "data_version", int)
+        page, pages = _optional_int(f, "page", 0), _optional_int(f, "pages", 1)
+        raw_topics = _field(f, "topics", dict)
+        topics = _topic_configs(raw_topics)                   # every page is validated when it arrives
+        now = self.clock_ms()
+        if pages == 1 and page == 0:
+            return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now).to_dict(),
+                                 "complete": True})
+        if page == 0 and self.table.registration_current(*ident, version):
+            self.pending.discard(ident[3])
+            result = self.table.register_broker(*ident, ha, {}, version, now)    # liveness only
+            return Reply(fields={**result.to_dict(), "complete": True, "unchanged": True})
+        self.table.keep_alive(*ident, now)                    # its old routes stay while pages come
+        parts = self.pending.add(ident[3], (*ident[:3], ha, version), _optional_int(f, "registration_id", 0),
+                                 page, pages, orjson.dumps(raw_topics), now)
+        if parts is None:
+            return Reply(fields={"complete": False, "page": page})
         topics = {}
-        for name, cfg in topics_in.items():
-            if not isinstance(cfg, dict):
-                raise ValidationError(f"topics[{name!r}]: expected an object")
-            topics[name] = TopicConfig.from_dict({"topic_name": name, **cfg})
-        result = self.table.register_broker(
-            _field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
-            _field(f, "address", str), f.get("ha_address") or None, topics,
-            _field(f, "data_version", int), self.clock_ms())
-        return Reply(fields=result.to_dict())
+        for part in parts:
+            topics.update(_topic_configs(orjson.loads(part)))
+        log.info("broker %s registered %d topics in %d pages", ident[1], len(topics), pages)
+        return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now).to_dict(),
+                             "complete": True})
 
     def unregister_broker(self, frame: Frame, token=None) -> Reply:
         f = frame.fields
@@ -94,6 +134,8 @@ class NamesrvService:
         return Reply(fields={"removed": removed})
 
     def scan(self) -> list[str]:
+        for address in self.pending.expire(self.clock_ms()):
+            log.warning("paged registration from %s stopped half-way: dropped (its old routes stay)", address)
         gone = self.table.scan_expired(self.clock_ms(), round(self.config.broker_expiry_s * 1000))
         for address in gone:
             log.warning("broker %s silent for %.0f s: removed from routes", address,

@@ -4,14 +4,14 @@ Only :mod:`hostmq.transport` (server) and :mod:`hostmq.client.remoting` (client)
 a socket.
 """
 from .codes import RequestCode, ResponseCode, code_name, error_for_response, response_code_for
-from .frames import (MAX_HEADER_BYTES, PROTOCOL_VERSION, Frame, decode, encode_request, encode_response,
-                     peek_request_id)
+from .frames import (MAX_HEADER_BYTES, MAX_REQUEST_FRAME_BYTES, MAX_REQUEST_FRAMES, PROTOCOL_VERSION, Frame,
+                     decode, encode_request, encode_response, peek_request_id)
 from .messages import (ControlMessage, GetRouteInfoRequest, KvConfigRequest, RegisterBrokerRequest,
                        TopicConfigData, TopicRouteData, UnregisterBrokerRequest)
 
 __all__ = [
     "RequestCode", "ResponseCode", "code_name", "error_for_response", "response_code_for",
-    "MAX_HEADER_BYTES", "PROTOCOL_VERSION", "Frame", "decode", "encode_request", "encode_response",
+    "MAX_HEADER_BYTES", "MAX_REQUEST_FRAME_BYTES", "MAX_REQUEST_FRAMES", "PROTOCOL_VERSION", "Frame", "decode", "encode_request", "encode_response",
     "peek_request_id",
     "ControlMessage", "GetRouteInfoRequest", "KvConfigRequest", "RegisterBrokerRequest", "TopicConfigData",
     "TopicRouteData", "UnregisterBrokerRequest",

@@ -36,6 +36,12 @@ from ..errors import ProtocolError
 
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 1 << 20          # frame 0 larger than this is refused unparsed
+# Every frame of a request is at most this big. No request carries body frames today (message data
+# travels through shared memory, and a broker registers its topics in pages of frame 0), so every
+# legitimate request fits; servers set it as libzmq's ZMQ_MAXMSGSIZE (hostmq.transport), which drops
+# the connection of a peer that sends a larger frame before buffering it.
+MAX_REQUEST_FRAME_BYTES = MAX_HEADER_BYTES
+MAX_REQUEST_FRAMES = 64             # frames of one request (frame 0 + bodies); more is BAD_REQUEST
 MAX_CODE = (1 << 31) - 1
 MAX_REQUEST_ID = (1 << 63) - 1
 
@@ -56,8 +62,16 @@ class Frame:
 
 def encode_request(code: int, request_id: int, fields: dict | None = None,
                    bodies: Sequence[bytes] = ()) -> list[bytes]:
-    """Frames of a request; ProtocolError if any part cannot be encoded."""
-    return _encode(code, request_id, fields, bodies, False, "")
+    """Frames of a request; ProtocolError if any part cannot be encoded or a server would refuse it
+    (more than MAX_REQUEST_FRAMES frames, a frame over MAX_REQUEST_FRAME_BYTES)."""
+    frames = _encode(code, request_id, fields, bodies, False, "")
+    if len(frames) > MAX_REQUEST_FRAMES:
+        raise ProtocolError(f"a request has at most {MAX_REQUEST_FRAMES} frames, this one {len(frames)}")
+    for i, f in enumerate(frames[1:], 1):
+        if len(f) > MAX_REQUEST_FRAME_BYTES:
+            raise ProtocolError(f"frame {i} is {len(f)} bytes; a request frame is at most "
+                                f"{MAX_REQUEST_FRAME_BYTES} (servers drop the connection of a larger one)")
+    return frames
 
 
 def encode_response(code: int, request_id: int, fields: dict | None = None, bodies: Sequence[bytes] = (),

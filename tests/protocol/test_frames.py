@@ -181,6 +181,18 @@ def test_encode_refuses_a_header_over_the_limit():
         encode_response(0, 1, remark=3)
 
 
+def test_encode_request_refuses_what_a_server_would_drop_but_a_response_may_carry_more():
+    """A request frame over MAX_REQUEST_FRAME_BYTES would cost the client its connection (the server's
+    ZMQ_MAXMSGSIZE), so the client learns at once; responses carry message bodies and are not limited."""
+    big = b"b" * (frames.MAX_REQUEST_FRAME_BYTES + 1)
+    with pytest.raises(ProtocolError, match="at most"):
+        encode_request(1, 1, None, [big])
+    with pytest.raises(ProtocolError, match="frames"):
+        encode_request(1, 1, None, [b""] * frames.MAX_REQUEST_FRAMES)
+    assert len(encode_request(1, 1, None, [b""] * (frames.MAX_REQUEST_FRAMES - 1))) == frames.MAX_REQUEST_FRAMES
+    assert encode_response(0, 1, None, [big])[1] == big
+
+
 def test_bodies_may_be_any_bytes_like_and_are_sent_as_bytes():
     msg = encode_request(1, 1, None, [bytearray(b"ab"), memoryview(b"cd"), b""])
     assert msg[1:] == [b"ab", b"cd", b""] and all(type(b) is bytes for b in msg)
