@@ -9,6 +9,16 @@ record its queue offset from ``topic_queue_table`` and its physical offset, and 
 timestamps non-decreasing so a time search over a queue is an exact binary search even if the wall
 clock steps back. Readers may see any prefix of the log; on a crash, ``recover`` scans from a
 point known to be good, stops at the first torn / garbage / zero record and truncates there.
+
+A record becomes valid only once it is complete: every append writes everything but TOTALSIZE and
+MAGICCODE, fills in the fields the appender owns (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
+STORETIMESTAMP, STOREHOST), and stores TOTALSIZE + MAGICCODE last (``_seal``). Bytes past the end of
+the log are zero (new files are fallocated, recovery and a writer restart zero the tail), so a
+process killed at any moment of an append leaves a record whose magic is 0, which recovery cuts. A
+batch seals its first record last: until then the whole batch is unreachable (a scan stops at its
+first record), so a kill never keeps part of a batch the producer was not told about and will resend.
+Recovery also rejects a record whose PHYSICALOFFSET is not its position
+(``records.check_stored_record``), and the dispatcher re-checks everything it reads.
 """
 from __future__ import annotations
 
@@ -44,6 +54,9 @@ def _remember_struct(blen: int, tl: int, plen: int) -> None:
         _RECORD_STRUCTS[(blen, tl, plen)] = struct.Struct(f"{R.MSG_HEADER.format}{blen}sB{tl}sH{plen}s")
 
 
+_SIZE_MAGIC = R.SIZE_MAGIC                     # TOTALSIZE, MAGICCODE: written last (see the docstring)
+_SEAL_BYTES = _SIZE_MAGIC.size
+_SLICE_MAX_BYTES = 16 * 1024
 _PATCH_QID = struct.Struct(">i")
 _PATCH_OFFSETS = struct.Struct(">qq")           # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _PATCH_STORE = struct.Struct(">q8s")            # STORETIMESTAMP, STOREHOST (adjacent)
@@ -188,16 +201,18 @@ class CommitLog:
         crc = _crc32(body) & 0x7FFFFFFF if crc is None else crc
         tl, plen = len(topic_b), len(props_b)
         whole = _RECORD_STRUCTS.get((blen, tl, plen))
-        if whole is not None:      # the whole record in one pack (sizes seen before)
-            whole.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+        mm = mf.wmm
+        if whole is not None:      # the whole record in one pack (sizes seen before), unsealed
+            whole.pack_into(mm, pos, 0, 0, crc, queue_id, flag, qoff, phys, sys_flag,
                             born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                             prepared_tx_offset, blen, body, tl, topic_b, plen, props_b)
         else:
-            _HDR.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+            _HDR.pack_into(mm, pos, 0, 0, crc, queue_id, flag, qoff, phys, sys_flag,
                            born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                            prepared_tx_offset, blen)
-            mf.wmm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
+            mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
             _remember_struct(blen, tl, plen)
+        _SIZE_MAGIC.pack_into(mm, pos, total, _MAGIC)          # the seal: now the record is valid
         mf.wrote_pos = pos + total
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
@@ -208,7 +223,11 @@ class CommitLog:
     def append_record(self, topic: str, queue_id: int, record, size: int,
                       now_ms: int | None = None) -> AppendResult:
         """Append one pre-encoded (validated) record, patching QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
-        STORETIMESTAMP and STOREHOST — the writer's path for single-message frames."""
+        STORETIMESTAMP and STOREHOST — the writer's path for single-message frames.
+
+        ``record`` is read, never written (bytes, a bytearray or any buffer); its TOTALSIZE and
+        MAGICCODE are not copied: ``size`` and the magic seal the record once the rest is in place.
+        """
         mf = self._cur
         pos = mf.wrote_pos if mf is not None else self.file_bytes
         if pos + size + 8 > self.file_bytes:        # 8 = R.MIN_BLANK_BYTES
@@ -218,10 +237,13 @@ class CommitLog:
         phys = mf.file_from_offset + pos
         ts = self._store_ts(now_ms)
         mm = mf.wmm
-        mm[pos:pos + size] = record
+        # (a slice of a small record costs less than a memoryview of it; a large one is not copied twice)
+        mm[pos + _SEAL_BYTES:pos + size] = record[_SEAL_BYTES:size] if size <= _SLICE_MAX_BYTES else \
+            memoryview(record)[_SEAL_BYTES:size]
         _PATCH_QID.pack_into(mm, pos + _QID_AT, queue_id)
         _PATCH_OFFSETS.pack_into(mm, pos + _QOFF_AT, qoff, phys)
         _PATCH_STORE.pack_into(mm, pos + _STORE_TS_AT, ts, self.store_host)
+        _SIZE_MAGIC.pack_into(mm, pos, size, _MAGIC)           # the seal: now the record is valid
         mf.wrote_pos = pos + size
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
@@ -235,7 +257,9 @@ class CommitLog:
         """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
 
         Records are copied in as few slices as the file boundaries allow; QUEUEID, QUEUEOFFSET,
-        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter.
+        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter. The
+        first record's TOTALSIZE and MAGICCODE are written last (see the module docstring): a kill
+        before that leaves none of the batch. ``blob`` is read, never written.
         """
         n = len(starts)
         if sizes is None:
@@ -249,10 +273,12 @@ class CommitLog:
                 and int(starts[0]) == 0 and int(starts[-1] + sizes[-1]) == nbytes):
             # Common case: the whole contiguous batch fits the current file — one copy, one scatter.
             pos = mf.wrote_pos
-            mf.wmm[pos:pos + nbytes] = blob
+            mm = mf.wmm
+            mm[pos + _SEAL_BYTES:pos + nbytes] = memoryview(blob)[_SEAL_BYTES:nbytes]
             rel = starts + pos
             phys = rel + mf.file_from_offset
             R.patch_batch(mf.wu8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
+            _SIZE_MAGIC.pack_into(mm, pos, int(sizes[0]), _MAGIC)     # the seal of the whole batch
             mf.wrote_pos = pos + nbytes
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
@@ -265,11 +291,17 @@ class CommitLog:
 
     def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int,
                       queue_id: int, store_host: bytes | None = None) -> np.ndarray:
-        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece."""
+        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece.
+
+        Each piece's first record stays unsealed until every piece is in place; then they are sealed
+        from the last piece to the first, so until the very last store a scan stops at (or before) the
+        batch's first record and recovery drops the whole batch.
+        """
         n = len(starts)
         phys = np.empty(n, dtype=np.int64)
         ends = starts + sizes
         view = memoryview(blob)
+        seals = []
         i = 0
         while i < n:
             mf, pos = self._room_for(int(sizes[i]))
@@ -279,15 +311,19 @@ class CommitLog:
             if not contiguous:
                 j = i + 1
             src0, src1 = int(starts[i]), int(ends[j - 1])
-            mf.wmm[pos:pos + src1 - src0] = view[src0:src1]
+            mf.wmm[pos + _SEAL_BYTES:pos + src1 - src0] = view[src0 + _SEAL_BYTES:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
             R.patch_batch(mf.wu8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
+            seals.append((mf, pos, int(sizes[i])))
             mf.wrote_pos = pos + src1 - src0
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
             i = j
+        for mf, pos, size in reversed(seals):
+            # mf.wmm, not the map of the piece's time: a pool buffer is released when its file is full
+            _SIZE_MAGIC.pack_into(mf.wmm, pos, size, _MAGIC)
         return phys
 
     # -- reading ----------------------------------------------------------------------------------
@@ -308,7 +344,7 @@ class CommitLog:
             raise CorruptRecordError(self.directory, phys_offset, "no commitlog file holds this offset")
         pos = phys_offset - mf.file_from_offset
         try:
-            kind, total = R.check_record(mf.mm, pos, mf.committed_pos, verify_crc)
+            kind, total = R.check_stored_record(mf.mm, pos, mf.committed_pos, phys_offset, verify_crc)
         except CorruptRecordError as e:
             raise CorruptRecordError(mf.path, phys_offset, e.why) from None
         if kind != R.RecordKind.MESSAGE:
@@ -434,7 +470,8 @@ class CommitLog:
         last_ts = 0
         while idx < len(files):
             mf = files[idx]
-            rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc)
+            rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc,
+                                  mf.file_from_offset)
             last_ts = max(last_ts, ts)
             phys = mf.file_from_offset + rel
             if rel < self.file_bytes:
@@ -453,16 +490,19 @@ class CommitLog:
         self.mfq.close()
 
 
-def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool) -> tuple[int, int]:
-    """Walk valid records from ``rel``; returns (end of valid data, store time of the last message).
+def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool, file_from: int = 0) -> tuple[int, int]:
+    """Walk valid records from ``rel`` in the file starting at ``file_from``; returns (end of valid
+    data, store time of the last message).
 
-    A blank record means "the file is complete": the end returned is then ``file_bytes``.
+    A blank record means "the file is complete": the end returned is then ``file_bytes``. A record
+    must say where it is (``records.check_stored_record``): one whose PHYSICALOFFSET is not its
+    position was never completely written, and ends the valid data.
     """
     last_ts = 0
     ts_at = R.FIELD["store_ts_ms"]
     while rel < file_bytes:
         try:
-            kind, total = R.check_record(mm, rel, file_bytes, check_crc)
+            kind, total = R.check_stored_record(mm, rel, file_bytes, file_from + rel, check_crc)
         except CorruptRecordError:
             return rel, last_ts
         if kind == R.RecordKind.BLANK:
