@@ -22,6 +22,7 @@ Recovery also rejects a record whose PHYSICALOFFSET is not its position
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
@@ -32,10 +33,10 @@ import numpy as np
 
 from .. import records as R
 from ..errors import CorruptRecordError, ValidationError
-from .dispatch import DispatchRequest
+from .dispatch import SCHEDULE_TOPIC, DispatchRequest, scan_records  # noqa: F401 (SCHEDULE_TOPIC re-exported)
 from .mapped_file_queue import MappedFileQueue
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+log = logging.getLogger(__name__)
 _HDR = R.MSG_HEADER
 _BLANK_MAGIC = R.BLANK_MAGIC_CODE
 _MAGIC = R.MAGIC_CODE
@@ -64,9 +65,6 @@ _QID_AT, _QOFF_AT, _STORE_TS_AT = R.FIELD["queue_id"], R.FIELD["queue_offset"], 
 assert R.FIELD["phys_offset"] == _QOFF_AT + 8 and R.FIELD["store_host"] == _STORE_TS_AT + 8
 _FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
 assert _FIXED_BYTES == 91
-_UNIQ_MARK = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
-_UNIQ_LEN = 32                                   # records.new_unique_id() is 32 hex digits
-_UNIQ_TAIL = len(_UNIQ_MARK) + _UNIQ_LEN + 1     # "UNIQ…\x01" + id + "\x02" ends the properties
 
 
 class AppendResult(NamedTuple):
@@ -104,6 +102,8 @@ class CommitLog:
         self.delay_levels_ms = delay_levels_ms
         self._cur = None      # the file being appended to (None: ask the file queue)
         self._tail_cache: dict[bytes, tuple] = {}
+        self.scan_error: tuple[int, str] | None = None     # see scan
+        self.skipped_records = 0                            # records scan left out (invalid topic)
         # Transient store pool (``transient_pool``): appends go to its buffers; ``commit`` moves them
         # to the files and calls ``on_commit(committed phys offset)``.
         self.pool = pool if writable else None
@@ -366,84 +366,9 @@ class CommitLog:
     # -- scanning (dispatch and recovery) ---------------------------------------------------------
     def scan(self, from_phys: int, limit_phys: int, max_records: int = 4096
              ) -> tuple[list[DispatchRequest], int]:
-        """Parse records from ``from_phys`` up to ``limit_phys``; returns requests and the next offset.
-
-        Trusts the bytes (they were written by this log's appender and passed recovery).
-        """
-        out: list[DispatchRequest] = []
-        append = out.append
-        phys = from_phys
-        while phys < limit_phys and len(out) < max_records:
-            mf = self.mfq.find(phys)
-            if mf is None:
-                break
-            base = mf.file_from_offset
-            mm = mf.mm
-            rel = phys - base
-            committed = mf.committed_pos
-            end = min(committed, limit_phys - base)
-            budget = max_records - len(out)
-            last_header = self.file_bytes - _HDR.size
-            while rel < end and budget:
-                if rel > last_header:        # only a short blank record fits here
-                    rel = self.file_bytes
-                    break
-                h = _HDR.unpack_from(mm, rel)
-                total = h[0]
-                if h[1] == _BLANK_MAGIC:
-                    rel = self.file_bytes
-                    break
-                append(self._request(mm, rel, h))
-                rel += total
-                budget -= 1
-            phys = base + rel
-            if rel < self.file_bytes and rel >= committed:
-                break
-        return out, phys
-
-    def _request(self, mm, rel: int, h) -> DispatchRequest:
-        # The tail (topic + properties) of most records differs only in the unique id, which the
-        # encoder puts last: parse the rest once per distinct tail and cache it.
-        tail = mm[rel + 88 + h[14]:rel + h[0]]
-        n = len(tail)
-        if tail[-_UNIQ_TAIL:-_UNIQ_LEN - 1] == _UNIQ_MARK and (
-                tail[n - _UNIQ_TAIL - 1] == 2 or tail[0] + 3 + _UNIQ_TAIL == n):  # a whole property
-            uniq = tail[-_UNIQ_LEN - 1:-1].decode("ascii", "replace")
-            tail = tail[:-_UNIQ_TAIL]
-        else:
-            uniq = None
-        parsed = self._tail_cache.get(tail)
-        if parsed is None:
-            parsed = self._parse_tail(tail)
-        topic, code, keys, parsed_uniq, delay = parsed
-        if delay:
-            code = h[10] + delay
-        return DispatchRequest(topic, h[3], h[6], h[0], code, h[10], h[5], keys,
-                               parsed_uniq if uniq is None else uniq, h[7])
-
-    def _parse_tail(self, tail: bytes) -> tuple:
-        tlen = tail[0]
-        topic = R._topic_str(tail[1:1 + tlen])
-        props = b"\x02" + tail[3 + tlen:]
-        tags = _prop(props, b"\x02TAGS\x01")
-        delay = 0
-        if topic == SCHEDULE_TOPIC and self.delay_levels_ms:
-            delay = self._delay_ms(_prop(props, b"\x02DELAY\x01"))
-        code = R.tag_hash(tags) if tags else 0
-        parsed = (topic, code, _prop(props, b"\x02KEYS\x01"),
-                  _prop(props, b"\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01"), delay)
-        if len(self._tail_cache) >= 4096:   # unique keys would grow it without bound
-            self._tail_cache.clear()
-        self._tail_cache[tail] = parsed
-        return parsed
-
-    def _delay_ms(self, level: str) -> int:
-        try:
-            n = int(level)
-        except (TypeError, ValueError):
-            return 0
-        n = min(max(n, 1), len(self.delay_levels_ms))
-        return self.delay_levels_ms[n - 1]
+        """Records from ``from_phys`` up to ``limit_phys`` as requests, and the next offset; every
+        record re-checked (``dispatch.scan_records``: ``scan_error``, ``skipped_records``)."""
+        return scan_records(self, from_phys, limit_phys, max_records)
 
     def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0) -> int:
         """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
@@ -510,13 +435,3 @@ def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool, file_from: int =
         last_ts = struct.unpack_from(">q", mm, rel + ts_at)[0]
         rel += total
     return rel, last_ts
-
-
-def _prop(props: bytes, name: bytes) -> str:
-    """Value of one property in ``\\x02``-prefixed PROPERTIES bytes; "" if absent."""
-    i = props.find(name)
-    if i < 0:
-        return ""
-    i += len(name)
-    j = props.find(b"\x02", i)
-    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace")
