@@ -57,6 +57,7 @@ _HDR = R.MSG_HEADER
 _UNIQ_MARK_B = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 _FIXED_BYTES = R.record_size(0, 0, 0)           # a record with empty body, topic and properties
+_MAGIC, _BLANK = R.MAGIC_CODE, R.BLANK_MAGIC_CODE
 _F = R.FIELD
 
 
@@ -317,12 +318,15 @@ def _sound(mf, pos: np.ndarray, step: int | None, sizes: np.ndarray, blen: np.nd
     return ok
 
 
-def _why(mf, rel: int) -> str:
+def _why(mf, rel: int, end: int | None = None) -> str:
     """Why the record at ``rel`` of ``mf`` is broken, in ``check_stored_record``'s words."""
     try:
-        R.check_stored_record(mf.mm, rel, mf.committed_pos, mf.file_from_offset + rel, verify_crc=False)
+        kind, total = R.check_stored_record(mf.mm, rel, mf.file_bytes, mf.file_from_offset + rel,
+                                            verify_crc=False)
     except CorruptRecordError as e:
         return e.why
+    if end is not None and kind == R.RecordKind.MESSAGE and rel + total > end:
+        return f"record of {total} bytes crosses the end of what is written ({mf.file_from_offset + end})"
     return "record fails the dispatcher's checks"
 
 
@@ -380,15 +384,16 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
     """Parse records of the commitlog ``cl`` from ``from_phys`` up to ``limit_phys``; returns
     requests and the next offset.
 
-    Re-checks every record as recovery does (``records.check_stored_record``, no body CRC): the
-    scan stops at a broken one and says where and why in ``cl.scan_error`` (``(phys, why)``, else
-    None) — nothing after it can be located. A sound record whose topic is not a valid name is
-    left out (``cl.skipped_records`` counts them).
+    Re-checks every record as recovery does (``records.check_stored_record``, no body CRC; the same
+    checks inline here, on the header already unpacked): the scan stops at a broken one and says where
+    and why in ``cl.scan_error`` (``(phys, why)``, else None) — nothing after it can be located. A
+    sound record whose topic is not a valid name is left out (``cl.skipped_records`` counts them).
     """
     out: list[DispatchRequest] = []
     append = out.append
     cl.scan_error = None
     phys = from_phys
+    file_bytes = cl.file_bytes
     while phys < limit_phys and len(out) < max_records:
         mf = cl.mfq.find(phys)
         if mf is None:
@@ -400,18 +405,14 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
         end = min(committed, limit_phys - base)
         budget = max_records - len(out)
         while rel < end and budget:
-            try:
-                kind, total = R.check_stored_record(mm, rel, cl.file_bytes, base + rel, False)
-                if rel + total > end and kind == R.RecordKind.MESSAGE:
-                    raise CorruptRecordError("", base + rel, f"record of {total} bytes crosses the end "
-                                             f"of what is written ({base + end})")
-            except CorruptRecordError as e:
-                cl.scan_error = (base + rel, e.why)
+            total, h = _sound_at(mm, rel, end, file_bytes, base)
+            if total <= 0:
+                if total == 0:                          # a blank record: the file is complete
+                    rel = file_bytes
+                    break
+                cl.scan_error = (base + rel, _why(mf, rel, end))
                 return out, base + rel
-            if kind == R.RecordKind.BLANK:
-                rel = cl.file_bytes
-                break
-            req = _request(cl, mm, rel, _HDR.unpack_from(mm, rel))
+            req = _request(cl, mm, rel, h)
             if req is not None:
                 append(req)
                 budget -= 1
@@ -419,9 +420,33 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
                 cl.skipped_records += 1
             rel += total
         phys = base + rel
-        if rel < cl.file_bytes and rel >= committed:
+        if rel < file_bytes and rel >= committed:
             break
     return out, phys
+
+
+def _sound_at(mm, rel: int, end: int, file_bytes: int, base: int):
+    """``(TOTALSIZE, header)`` of the record at ``rel`` if ``records.check_stored_record`` (no CRC)
+    accepts it and it ends by ``end``; ``(0, None)`` for a blank record; ``(-1, None)`` if broken."""
+    if rel + _HDR_BYTES > end:                  # only a blank record (ending the file) fits
+        if rel + R.MIN_BLANK_BYTES > file_bytes:
+            return -1, None
+        total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
+        return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
+    h = _HDR.unpack_from(mm, rel)
+    total, magic, blen = h[0], h[1], h[14]
+    if magic != _MAGIC:
+        return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
+    if (not _FIXED_BYTES <= total <= end - rel or h[6] != base + rel or h[3] < 0 or h[5] < 0
+            or not 0 <= blen <= total - _FIXED_BYTES):
+        return -1, None
+    ppos = rel + _HDR_BYTES + blen
+    ppos += 1 + mm[ppos]
+    stop = rel + total
+    if ppos + 2 > stop or ppos + 2 + ((mm[ppos] << 8) | mm[ppos + 1]) != stop or \
+            (ppos + 2 != stop and mm[stop - 1] != 2):
+        return -1, None
+    return total, h
 
 
 def _request(cl, mm, rel: int, h) -> DispatchRequest | None:
