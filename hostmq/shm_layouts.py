@@ -133,7 +133,8 @@ COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, 
 #     line 3 +192 (writer) intent_valid | intent_slot | intent_generation | intent_phys_start |
 #                 intent_data_end | intent_cw_end
 #     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
-#                 cq_flushed_pos | dispatched_records
+#                 cq_flushed_pos | dispatched_records | dispatch_error_pos (commitlog offset of a record
+#                 the dispatcher cannot parse, where dispatch stalls; -1 while there is none)
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
 #                 checkpoint_ms | flush_latency_us
 #     line 6 +384 (broker, once, before the magic) index_slots | index_entries
@@ -164,7 +165,7 @@ _STATE_FIELDS = [
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
            "intent_cw_end"]),
     (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
-           "dispatched_records"]),
+           "dispatched_records", "dispatch_error_pos"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us"]),
     (384, ["index_slots", "index_entries"]),
