@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import records as R
-from ..errors import CorruptRecordError
 from .mapped_file import arithmetic_step
+from .record_checks import sound_at, sound_rows, why_broken
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ _HDR = R.MSG_HEADER
 _UNIQ_MARK_B = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 _FIXED_BYTES = R.record_size(0, 0, 0)           # a record with empty body, topic and properties
-_MAGIC, _BLANK = R.MAGIC_CODE, R.BLANK_MAGIC_CODE
 _F = R.FIELD
 
 
@@ -191,14 +190,14 @@ class _Builder:
         step = arithmetic_step(pos)      # a run of equal-size records: strided views, no gathers
         sizes = mf.read_be(pos, 4, step).astype(np.int64)
         blen = mf.read_be(pos + _F["body_length"], 4, step).astype(np.int64)
-        ok = _sound(mf, pos, step, sizes, blen)
+        ok = sound_rows(mf, pos, step, sizes, blen)
         if ok.all():
             self._add(mf, pos, step, sizes, blen)
             return None
         k = int(np.argmin(ok))
         if k:
             self._add(mf, pos[:k], arithmetic_step(pos[:k]), sizes[:k], blen[:k])
-        return int(pos[k]), _why(mf, int(pos[k]))
+        return int(pos[k]), why_broken(mf, int(pos[k]))
 
     def _add(self, mf, pos: np.ndarray, step: int | None, sizes: np.ndarray, blen: np.ndarray) -> None:
         def rd(at: int, width: int) -> np.ndarray:
@@ -300,36 +299,6 @@ def _without_skipped(b: DispatchBatch) -> DispatchBatch:
     return b
 
 
-def _sound(mf, pos: np.ndarray, step: int | None, sizes: np.ndarray, blen: np.ndarray) -> np.ndarray:
-    """Per record, whether its structure is what ``records.check_stored_record`` accepts (without the
-    body CRC), vectorised; ``record_positions`` already checked TOTALSIZE bounds and the magic."""
-    u8 = mf.u8
-    ok = (mf.read_be(pos + _F["phys_offset"], 8, step) == pos + mf.file_from_offset)
-    ok &= (mf.read_be(pos + _F["queue_id"], 4, step) >= 0) & (mf.read_be(pos + _F["queue_offset"], 8, step) >= 0)
-    ok &= (blen >= 0) & (blen <= sizes - _FIXED_BYTES)
-    end = pos + sizes
-    tpos = pos + _HDR_BYTES + np.where(ok, blen, 0)             # TOPICLENGTH, inside the record
-    ppos = tpos + R.TOPIC_LEN.size + u8[tpos]                   # PROPERTIESLENGTH
-    ok &= ppos + R.PROPS_LEN.size <= end
-    ppos = np.where(ok, ppos, pos)
-    plen = (u8[ppos].astype(np.int64) << 8) | u8[ppos + 1]
-    ok &= ppos + R.PROPS_LEN.size + plen == end
-    ok &= (plen == 0) | (u8[end - 1] == R.PROPERTY_SEP.encode()[0])
-    return ok
-
-
-def _why(mf, rel: int, end: int | None = None) -> str:
-    """Why the record at ``rel`` of ``mf`` is broken, in ``check_stored_record``'s words."""
-    try:
-        kind, total = R.check_stored_record(mf.mm, rel, mf.file_bytes, mf.file_from_offset + rel,
-                                            verify_crc=False)
-    except CorruptRecordError as e:
-        return e.why
-    if end is not None and kind == R.RecordKind.MESSAGE and rel + total > end:
-        return f"record of {total} bytes crosses the end of what is written ({mf.file_from_offset + end})"
-    return "record fails the dispatcher's checks"
-
-
 _POW31_ID = np.array([pow(31, UNIQ_LEN - 1 - i, 1 << 32) for i in range(UNIQ_LEN)], np.uint32)
 _POW31_LEN = np.uint32(pow(31, UNIQ_LEN, 1 << 32))
 
@@ -405,12 +374,12 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
         end = min(committed, limit_phys - base)
         budget = max_records - len(out)
         while rel < end and budget:
-            total, h = _sound_at(mm, rel, end, file_bytes, base)
+            total, h = sound_at(mm, rel, end, file_bytes, base)
             if total <= 0:
                 if total == 0:                          # a blank record: the file is complete
                     rel = file_bytes
                     break
-                cl.scan_error = (base + rel, _why(mf, rel, end))
+                cl.scan_error = (base + rel, why_broken(mf, rel, end))
                 return out, base + rel
             req = _request(cl, mm, rel, h)
             if req is not None:
@@ -423,30 +392,6 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
         if rel < file_bytes and rel >= committed:
             break
     return out, phys
-
-
-def _sound_at(mm, rel: int, end: int, file_bytes: int, base: int):
-    """``(TOTALSIZE, header)`` of the record at ``rel`` if ``records.check_stored_record`` (no CRC)
-    accepts it and it ends by ``end``; ``(0, None)`` for a blank record; ``(-1, None)`` if broken."""
-    if rel + _HDR_BYTES > end:                  # only a blank record (ending the file) fits
-        if rel + R.MIN_BLANK_BYTES > file_bytes:
-            return -1, None
-        total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
-        return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
-    h = _HDR.unpack_from(mm, rel)
-    total, magic, blen = h[0], h[1], h[14]
-    if magic != _MAGIC:
-        return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
-    if (not _FIXED_BYTES <= total <= end - rel or h[6] != base + rel or h[3] < 0 or h[5] < 0
-            or not 0 <= blen <= total - _FIXED_BYTES):
-        return -1, None
-    ppos = rel + _HDR_BYTES + blen
-    ppos += 1 + mm[ppos]
-    stop = rel + total
-    if ppos + 2 > stop or ppos + 2 + ((mm[ppos] << 8) | mm[ppos + 1]) != stop or \
-            (ppos + 2 != stop and mm[stop - 1] != 2):
-        return -1, None
-    return total, h
 
 
 def _request(cl, mm, rel: int, h) -> DispatchRequest | None:
