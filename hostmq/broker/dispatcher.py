@@ -65,6 +65,7 @@ class Dispatcher:
         self.retry_interval_s = cfg.store.dispatch_retry_interval_ms / 1000
         self._stalled_until = 0.0      # monotonic time of the next try while stalled (0: not stalled)
         self._fault = ""               # what stalled it, logged once per kind
+        self._failing: set[str] = set()     # housekeeping that failed last time (see _try)
         self.state.w[W_ERROR_POS] = NO_ERROR
         self._recovered = self._guard(self._recover)[1]
         self.waiters: dict[int, tuple[int, Segment, Flag, Signal]] = {}
@@ -196,15 +197,30 @@ class Dispatcher:
         """Flush consume queues and index on their interval; drop files behind the commitlog."""
         if now_s >= self._next_flush_s:
             self._next_flush_s = now_s + self.flush_interval_s
-            self._guard(self.flush)
+            self._try("flushing consume queues", self.flush)
         self.cl.mfq.drop_below(self.state.consumed_below())
         first = self.cl.mfq.first()
         if first is not None and not os.path.exists(first.path):     # the writer deleted expired files
             self.cl.mfq.refresh()
             cl_min = self.cl.min_offset()
-            if cl_min > self._cl_min and not self._guard(self.cqs.delete_expired, cl_min)[1]:
+            if cl_min > self._cl_min and not self._try("deleting expired files", self.cqs.delete_expired, cl_min):
                 return                  # tried again next time
             self._cl_min = cl_min
+
+    def _try(self, what: str, fn, *args) -> bool:
+        """Housekeeping that may fail on a full or failing disk: logged once per failing streak,
+        tried again next time; dispatch goes on meanwhile."""
+        try:
+            fn(*args)
+        except OSError as e:
+            if what not in self._failing:
+                log.error("dispatcher: %s failed (%s); tried again at its next turn", what, e)
+            self._failing.add(what)
+            return False
+        if what in self._failing:
+            log.warning("dispatcher: %s works again", what)
+            self._failing.discard(what)
+        return True
 
     def flush(self) -> None:
         """Make consume queues and index durable; publish how far (never past a failed flush)."""
@@ -241,7 +257,7 @@ def run(rt: BrokerRuntime, stop) -> int:
         # The writer stops first: catch up with everything it published, then make it durable.
         while d.run_once():
             pass
-        if not d._guard(d.flush)[1]:
+        if not d._try("flushing consume queues", d.flush):
             log.error("dispatcher: consume queues not flushed at stop; the next start recovers them")
     finally:
         d.close()
