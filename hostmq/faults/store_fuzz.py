@@ -1,8 +1,9 @@
 """Store fuzz: damage one store file, recover, and check what recovery promises (issue 15).
 
-A pristine store with known messages is built once (tiny file sizes, so commitlog, consume-queue and
-index files roll) and closed cleanly. Each case copies it, damages ONE file of one kind — a bit flip,
-a truncation, or a zeroed range — creates ``abort`` (the last run "died"), reopens it (abnormal
+Pristine stores with known messages are built once (tiny file sizes, so commitlog, consume-queue and
+index files roll): one closed cleanly, one copied while open as a killed process leaves it (flushed
+half-way only). Each case copies one of them, damages ONE file of one kind — a bit flip, a
+truncation, or a zeroed range — creates ``abort`` (the last run "died"), reopens it (abnormal
 recovery) and checks:
 
 * no crash: opening, reading and closing raise nothing but HostMQError, and opening raises nothing;
@@ -70,12 +71,15 @@ class Damage:
 
 
 # -- the pristine store ---------------------------------------------------------------------------------
-def build_pristine(path: str, seed: int) -> list[Stored]:
-    """Make a store at ``path`` (closed cleanly) and return its records in commitlog order."""
+def build_pristine(path: str, seed: int, killed: bool = False) -> list[Stored]:
+    """Make a store at ``path`` and return its records in commitlog order: closed cleanly, or (with
+    ``killed``) as a process killed after dispatching everything leaves it, flushed half-way only."""
     rng = random.Random(seed)
-    with MessageStore(path, CONFIG) as store:
+    with MessageStore(path + ".building" if killed else path, CONFIG) as store:
         n = 0
-        for _ in range(60):
+        for rnd in range(60):
+            if rnd == 30:
+                store.flush()
             topic, qid = rng.choice(TOPICS), rng.randrange(QUEUES)
             k = rng.choice((1, 1, 1, 3, 7))
             msgs = [Message(topic, b"%s|%d|%05d|" % (topic.encode(), qid, n + j) + b"x" * rng.randrange(1, 400),
@@ -86,6 +90,10 @@ def build_pristine(path: str, seed: int) -> list[Stored]:
             else:
                 store.put_batch(msgs, queue_id=qid)
         store.dispatch()
+        if killed:          # the page cache holds every write: a copy is what a kill -9 leaves
+            shutil.copytree(store.path, path, ignore=shutil.ignore_patterns("lock"))
+    if killed:
+        shutil.rmtree(path + ".building")
     return parse_commitlog(path)
 
 
@@ -245,14 +253,18 @@ def _outside(workdir: str) -> set[str]:
 
 
 def run(workdir: str, cases: int, seed: int) -> list[FuzzResult]:
-    """``cases`` cases spread evenly over the kinds; one FuzzResult per kind."""
+    """``cases`` cases spread evenly over the kinds, alternating the closed and the killed pristine
+    store; one FuzzResult per kind."""
     os.makedirs(workdir, exist_ok=True)
-    pristine = os.path.join(workdir, "pristine")
-    shutil.rmtree(pristine, ignore_errors=True)
-    truth = build_pristine(pristine, seed)
+    pristines = []
+    for name in ("pristine", "pristine-killed"):
+        path = os.path.join(workdir, name)
+        shutil.rmtree(path, ignore_errors=True)
+        pristines.append((path, build_pristine(path, seed, killed=name != "pristine")))
     results = {k: FuzzResult(f"store:{k}", 0) for k in KINDS}
     for case in range(cases):
         t0 = time.monotonic()
+        pristine, truth = pristines[case // len(KINDS) % 2]
         kind, failures = run_case(workdir, pristine, truth, seed, case)
         r = results[kind]
         r.cases += 1

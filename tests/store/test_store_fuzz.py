@@ -17,12 +17,22 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("fuzz") / "pristine")
-    truth = F.build_pristine(path, seed=11)
-    assert len(truth) > 100 and all(len(F.files_of(path, k)) >= (2 if k in ("commitlog", "index") else 1)
-                                    for k in F.KINDS)
-    return path, truth
+def pristines(tmp_path_factory):
+    """The store closed cleanly, and as a killed process leaves it."""
+    out = []
+    for killed in (False, True):
+        path = str(tmp_path_factory.mktemp("fuzz") / "pristine")
+        truth = F.build_pristine(path, seed=11, killed=killed)
+        assert len(truth) > 100 and all(len(F.files_of(path, k)) >= (2 if k in ("commitlog", "index") else 1)
+                                        for k in F.KINDS)
+        assert os.path.exists(os.path.join(path, "abort")) == killed
+        out.append((path, truth))
+    return out
+
+
+@pytest.fixture
+def pristine(pristines):
+    return pristines[0]
 
 
 @st.composite
@@ -47,8 +57,8 @@ def _case(tmp_path, pristine_dir: str) -> str:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(data=st.data())
-def test_recovery_survives_any_single_file_damage(pristine, tmp_path, data):
-    pristine_dir, truth = pristine
+def test_recovery_survives_any_single_file_damage(pristines, tmp_path, data):
+    pristine_dir, truth = pristines[data.draw(st.integers(0, 1))]
     damage = data.draw(damages(pristine_dir))
     store = _case(tmp_path, pristine_dir)
     before = set(os.listdir(tmp_path)) | set(os.listdir(tmp_path / "case"))
@@ -92,5 +102,5 @@ def test_run_reports_each_kind(tmp_path):
     results = F.run(str(tmp_path / "w"), cases=20, seed=3)
     assert [r.kind for r in results] == [f"store:{k}" for k in F.KINDS]
     assert all(r.cases == 4 and r.failures == [] for r in results)
-    assert sorted(os.listdir(tmp_path / "w")) == ["pristine"]
+    assert sorted(os.listdir(tmp_path / "w")) == ["pristine", "pristine-killed"]
     assert FUZZERS["store"] == "hostmq.faults.store_fuzz:run"
