@@ -112,7 +112,7 @@ def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, i
         if rel + R.MIN_BLANK_BYTES > file_bytes:
             return _join(pieces, singles), rel, "no room for the blank record that ends a file"
         total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
-        if magic == R.BLANK_MAGIC_CODE:
+        if magic == R.BLANK_MAGIC_CODE and R.MIN_BLANK_BYTES <= total <= file_bytes - rel:
             return _join(pieces, singles), file_bytes, None
         if rel > last_header or magic != R.MAGIC_CODE or not _FIXED_BYTES <= total <= end - rel:
             why = f"size {total}, magic 0x{magic:08X} (room {end - rel})"

@@ -11,8 +11,11 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hostmq import records as R
+from hostmq.errors import CorruptRecordError
 from hostmq.message import Message
 from hostmq.store.consume_queue import ConsumeQueue
 from hostmq.store.dispatch import scan_batch
@@ -83,27 +86,62 @@ def test_a_broken_record_stops_dispatch_there_until_it_is_readable(open_store, f
     assert [m.body for m in read_queue(store, "T", 0)] == [b"m%03d" % i for i in range(count)]
 
 
-def test_the_columnar_checks_agree_with_check_stored_record(open_store, tmp_path):
-    """Every record a damaged log still yields from scan_batch passes records.check_stored_record, and
-    the scan stops exactly where the reference parser stops."""
-    rng = np.random.default_rng(3)
-    for trial in range(40):
-        store = open_store(tmp_path / f"{trial}", message_index_enable=False)
-        for i in range(60):
-            store.put(Message("T%d" % (i % 3), b"b" * int(rng.integers(1, 300))), queue_id=i % 2)
-        cl = store.commitlog
-        end = cl.max_offset()
-        mm = cl.mfq.files[0].mm
-        for _ in range(int(rng.integers(1, 4))):
-            pos = int(rng.integers(0, min(end, CL_FILE_BYTES)))
-            mm[pos] = mm[pos] ^ (1 << int(rng.integers(0, 8)))
-        batch, nxt = scan_batch(cl, 0, end, 10 ** 6)
-        ref, ref_next = cl.scan(0, end, 10 ** 6)
-        assert nxt == ref_next and batch.requests() == ref, trial
-        assert (batch.error is None) == (cl.scan_error is None)
-        for p in batch.phys_offsets.tolist():
-            R.check_stored_record(mm, p, CL_FILE_BYTES, p, verify_crc=False)
-        store.close()
+def _reference_scan(cl, end: int) -> tuple[list[int], int]:
+    """Positions of the records a dispatch scan must yield, and where it must stop: a walk with
+    records.check_stored_record (no CRC) that leaves out records of invalid topics."""
+    out, phys = [], cl.min_offset()
+    while phys < end:
+        mf = cl.mfq.find(phys)
+        rel = phys - mf.file_from_offset
+        try:
+            kind, total = R.check_stored_record(mf.mm, rel, cl.file_bytes, phys, verify_crc=False)
+        except CorruptRecordError:
+            return out, phys
+        if kind == R.RecordKind.BLANK:
+            phys = mf.file_end_offset
+            continue
+        if phys + total > end:
+            return out, phys
+        if R.stored_topic(_topic_bytes(mf.mm, rel)) is not None:
+            out.append(phys)
+        phys += total
+    return out, phys
+
+
+def _topic_bytes(mm, rel: int) -> bytes:
+    tpos = rel + R.MSG_HEADER.size + struct.unpack_from(">i", mm, rel + R.FIELD["body_length"])[0]
+    return bytes(mm[tpos + 1:tpos + 1 + mm[tpos]])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 32 - 1),
+       flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 7)), min_size=1, max_size=3))
+def test_both_scans_stop_where_check_stored_record_does(open_store, tmp_path_factory, seed, flips):
+    """Whatever bits are flipped, the columnar and the record-by-record scans yield exactly the
+    records ``records.check_stored_record`` accepts (valid topics only) and stop where it stops."""
+    rng = np.random.default_rng(seed)
+    store = open_store(tmp_path_factory.mktemp("s"), message_index_enable=False)
+    for i in range(400):
+        store.put(Message("T%d" % (i % 3), b"b" * int(rng.integers(1, 400))), queue_id=i % 2)
+    cl = store.commitlog
+    end = cl.max_offset()
+    assert len(cl.mfq.files) > 2
+    for frac, bit in flips:
+        phys = int(frac * end)
+        mf = cl.mfq.find(phys)
+        mf.mm[phys - mf.file_from_offset] ^= 1 << bit
+    want, stop = _reference_scan(cl, end)
+    got, phys = [], 0
+    while True:
+        batch, nxt = scan_batch(cl, phys, end, 97)
+        got += batch.phys_offsets.tolist()
+        if nxt <= phys or batch.error is not None or nxt >= end:
+            break
+        phys = nxt
+    reqs, nxt2 = cl.scan(0, end, 10 ** 6)
+    assert got == want == [r.phys_offset for r in reqs]
+    assert nxt == nxt2 == stop
+    assert (batch.error is None) == (cl.scan_error is None) == (stop >= end)
 
 
 def test_redispatch_keeps_entries_of_valid_records_and_refuses_a_disagreeing_one(open_store, tmp_path):
