@@ -138,6 +138,12 @@ class StoreConfig:
     disk_refuse_ratio: float = 0.90                # above this, writes are refused (StoreFullError)
     delete_files_batch_max: int = 10               # files deleted per cleanup pass
     check_crc_on_recover: bool = True              # verify body CRCs during abnormal recovery
+    # -- data-path integrity (issue 15) --
+    verify_consume_queues_on_recover: bool = True  # abnormal recovery checks every consume-queue entry
+                                                   # against its record (reads each record's header)
+                                                   # and rebuilds a queue from its first wrong entry
+    dispatch_retry_interval_ms: int = 1_000        # a dispatcher stalled by a broken record or a disk
+                                                   # error (ENOSPC, EIO) retries this often
 
     def __post_init__(self) -> None:
         _check_numbers("store", self)

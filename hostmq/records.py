@@ -606,6 +606,44 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
     return Checkpoint(*vals)
 
 
+# ---------------------------------------------------------------------------------------------
+# Stored records: what every reader of the commitlog re-checks (issue 15)
+# ---------------------------------------------------------------------------------------------
+# The appender (hostmq/store/commitlog.py) writes a record's TOTALSIZE and MAGICCODE last, so a record
+# whose other fields are not all written never looks valid. Readers still never trust what they read
+# back: a stored record must also say where it is (PHYSICALOFFSET is its own position) and name a
+# queue id and queue offset that can exist. Recovery ends the valid log at the first record that fails
+# (``check_stored_record``); the dispatcher stops there. A topic read back is a name only if
+# ``validate_topic`` would accept it (``stored_topic``): the consume-queue directory is built from it.
+_STORED_IDS = struct.Struct(">i4xqq")       # QUEUEID, (FLAG), QUEUEOFFSET, PHYSICALOFFSET
+assert FIELD["queue_offset"] == FIELD["queue_id"] + 8 and FIELD["phys_offset"] == FIELD["queue_id"] + 16
+_TOPIC_BYTES_RE = re.compile(f"[%|a-zA-Z0-9_-]{{1,{MAX_TOPIC_CHARS}}}".encode())   # _TOPIC_RE's rules
+
+
+def check_stored_record(buf, pos: int, limit: int, phys_offset: int, verify_crc: bool = True
+                        ) -> tuple[int, int]:
+    """:func:`check_record` for a record read back from the commitlog at ``phys_offset``: also
+    PHYSICALOFFSET must be ``phys_offset`` and QUEUEID / QUEUEOFFSET not negative.
+
+    A record an appender was killed writing (fields copied, not yet patched) fails here.
+    """
+    kind, total = check_record(buf, pos, limit, verify_crc)
+    if kind == RecordKind.MESSAGE:
+        queue_id, queue_offset, stored_phys = _STORED_IDS.unpack_from(buf, pos + FIELD["queue_id"])
+        if stored_phys != phys_offset:
+            raise _fail(pos, f"PHYSICALOFFSET {stored_phys} is not the record's position {phys_offset}")
+        if queue_id < 0 or queue_offset < 0:
+            raise _fail(pos, f"impossible queue id {queue_id} or queue offset {queue_offset}")
+    return kind, total
+
+
+@functools.lru_cache(maxsize=4096)
+def stored_topic(topic_b: bytes) -> str | None:
+    """The topic TOPIC bytes read back from the store name, or None if :func:`validate_topic` would
+    refuse it (a name read back is never used as a path unless it passes)."""
+    return topic_b.decode("ascii") if _TOPIC_BYTES_RE.fullmatch(topic_b) else None
+
+
 MIN_RECORD_BYTES = record_size(0, 0, 0)     # a frame carries at least this much per record
 
 # The shared-memory layouts live in hostmq/shm_layouts.py (kept apart only for size); they are

@@ -139,7 +139,8 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #                 intent_data_end | intent_cw_end | dispatch_wake | flush_wake (futex words the writer
 #                 changes to wake the dispatcher / the flusher, hostmq.shm.futex)
 #     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
-#                 cq_flushed_pos | dispatched_records
+#                 cq_flushed_pos | dispatched_records | dispatch_error_pos (commitlog offset of a record
+#                 the dispatcher cannot parse, where dispatch stalls; -1 while there is none)
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
 #                 checkpoint_ms | flush_latency_us | flush_error (errno of a failed fdatasync, 0 = none;
 #                 once set, flushed_pos never moves again in this run: fsyncgate)
@@ -172,7 +173,7 @@ _STATE_FIELDS = [
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
            "intent_cw_end", "dispatch_wake", "flush_wake"]),
     (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
-           "dispatched_records"]),
+           "dispatched_records", "dispatch_error_pos"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us", "flush_error"]),
     (384, ["index_slots", "index_entries"]),

@@ -13,6 +13,13 @@ Crash policy: entries written past the published ``dispatched_pos`` may be torn,
 dispatcher drops consume-queue entries whose record ends past it and dispatches again from there
 (dispatch is idempotent; the index skips what it already holds). Consumers never read an entry past
 ``dispatched_pos``.
+
+Faults never make it exit (issue 15): a record it cannot parse stops dispatch at that record — logged,
+published as ``dispatch_error_pos`` — and an ``OSError`` (ENOSPC, EIO) while creating, writing or
+flushing consume-queue and index files stalls it; either way it retries every
+``store.dispatch_retry_interval_ms`` while the broker keeps serving what is dispatched, and carries on
+from ``dispatched_pos`` once the record reads back whole or the disk has room again (what a failed turn
+half wrote is written again: dispatch is idempotent).
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ log = logging.getLogger(__name__)
 
 _W = R.STATE_WORD
 W_SEQ, W_RECORDS, W_CQ_FLUSHED = _W["dispatch_seq"], _W["dispatched_records"], _W["cq_flushed_pos"]
+W_ERROR_POS = _W["dispatch_error_pos"]
+NO_ERROR = -1
 DISPATCH_BATCH = 8192           # records per scan; the dispatcher publishes after each
 IDLE_WAKE_S = 0.1
 
@@ -50,7 +59,12 @@ class Dispatcher:
                             delay_levels_ms=delay_levels_ms(cfg.broker.message_delay_level))
         self.cl.mfq.refresh()
         self.cqs = ConsumeQueueStore(rt.store_dir, cfg.store, self.cl)
-        self._recover()
+        self.retry_interval_s = cfg.store.dispatch_retry_interval_ms / 1000
+        self._stalled_until = 0.0      # monotonic time of the next try while stalled (0: not stalled)
+        self._fault = ""               # what stalled it, logged once per kind
+        self._failing: set[str] = set()     # housekeeping that failed last time (see _try)
+        self.state.w[W_ERROR_POS] = NO_ERROR
+        self._recovered = self._guard(self._recover)[1]
         self._cl_min = self.cl.min_offset()
         self._next_flush_s = time.monotonic() + self.flush_interval_s
         self.state.set("dispatcher_pid", os.getpid())
@@ -68,13 +82,19 @@ class Dispatcher:
         w = self.state.w
         end = min(w[W_WRITE_POS], w[W_COMMITTED_POS])     # published and in the files
         start = self.cqs.dispatched_phys
-        if end <= start:
+        if end <= start or (self._stalled_until and time.monotonic() < self._stalled_until):
             return 0
+        if not self._recovered:
+            self._recovered = self._guard(self._recover)[1]
+            if not self._recovered:
+                return 0
         mfq = self.cl.mfq
         last = mfq.last()
         if last is None or end > last.file_end_offset or start < mfq.min_offset():
             mfq.refresh()
-        n, _ = self.cqs.redispatch(start, end, DISPATCH_BATCH)
+        done, ok = self._guard(self.cqs.redispatch, start, end, DISPATCH_BATCH)
+        n = done[0] if ok else 0
+        error = self.cqs.dispatch_error if ok else None
         if self.cqs.dispatched_phys != start:
             w[W_DISPATCHED_POS] = self.cqs.dispatched_phys        # publish: entries are complete below it
             w[W_RECORDS] += n
@@ -82,10 +102,40 @@ class Dispatcher:
             # Consumers cannot tell us they wait (their mapping is read-only): always wake. A
             # FUTEX_WAKE nobody sleeps on costs about a microsecond, once per publish.
             self.state.dispatch_seq_word.wake()
+        w[W_ERROR_POS] = error[0] if error is not None else NO_ERROR
+        if error is not None:
+            self._stall("record", f"a broken record at commitlog offset {error[0]}: {error[1]}")
+        elif ok:
+            self._resume()
         return n
+
+    def _guard(self, fn, *args) -> tuple:
+        """``(fn(*args), True)``; after an OSError (disk full, I/O error) ``(None, False)`` and dispatch
+        stalls instead of the process ending."""
+        try:
+            return fn(*args), True
+        except OSError as e:
+            self._stall("disk", f"{fn.__name__}: {e}")
+            return None, False
+
+    def _stall(self, kind: str, what: str) -> None:
+        self._stalled_until = time.monotonic() + self.retry_interval_s
+        if not self._fault.startswith(kind):
+            log.error("dispatcher: stalled by %s; retrying every %.1f s", what, self.retry_interval_s)
+        self._fault = f"{kind}: {what}"
+
+    def _resume(self) -> None:
+        if self._fault:
+            log.warning("dispatcher: dispatching again (was stalled by %s)", self._fault)
+        self._fault = ""
+        self._stalled_until = 0.0
 
     def wait(self, stop, timeout_s: float = IDLE_WAKE_S) -> bool:
         w = self.state.w
+        if self._stalled_until:         # new records cannot help before the retry time
+            timeout_s = min(timeout_s, max(self._stalled_until - time.monotonic(), 0.0))
+            return wait_for(lambda: False, self.state.dispatch_wake, time.monotonic() + timeout_s,
+                            flag=self.state.dispatcher_waiting, spin_s=0.0, stop=stop)
         return wait_for(lambda: min(w[W_WRITE_POS], w[W_COMMITTED_POS]) != self.cqs.dispatched_phys,
                         self.state.dispatch_wake, time.monotonic() + timeout_s,
                         flag=self.state.dispatcher_waiting, spin_s=self.spin_s, stop=stop)
@@ -95,17 +145,33 @@ class Dispatcher:
         """Flush consume queues and index on their interval; drop files behind the commitlog."""
         if now_s >= self._next_flush_s:
             self._next_flush_s = now_s + self.flush_interval_s
-            self.flush()
+            self._try("flushing consume queues", self.flush)
         self.cl.mfq.drop_below(self.state.consumed_below())
         first = self.cl.mfq.first()
         if first is not None and not os.path.exists(first.path):     # the writer deleted expired files
             self.cl.mfq.refresh()
             cl_min = self.cl.min_offset()
-            if cl_min > self._cl_min:
-                self.cqs.delete_expired(cl_min)
+            if cl_min > self._cl_min and not self._try("deleting expired files", self.cqs.delete_expired, cl_min):
+                return                  # tried again next time
             self._cl_min = cl_min
 
+    def _try(self, what: str, fn, *args) -> bool:
+        """Housekeeping that may fail on a full or failing disk: logged once per failing streak,
+        tried again next time; dispatch goes on meanwhile."""
+        try:
+            fn(*args)
+        except OSError as e:
+            if what not in self._failing:
+                log.error("dispatcher: %s failed (%s); tried again at its next turn", what, e)
+            self._failing.add(what)
+            return False
+        if what in self._failing:
+            log.warning("dispatcher: %s works again", what)
+            self._failing.discard(what)
+        return True
+
     def flush(self) -> None:
+        """Make consume queues and index durable; publish how far (never past a failed flush)."""
         upto = self.cqs.dispatched_phys
         self.cqs.flush()
         self.state.w[W_CQ_FLUSHED] = upto
@@ -136,7 +202,8 @@ def run(rt: BrokerRuntime, stop) -> int:
         # The writer stops first: catch up with everything it published, then make it durable.
         while d.run_once():
             pass
-        d.flush()
+        if not d._try("flushing consume queues", d.flush):
+            log.error("dispatcher: consume queues not flushed at stop; the next start recovers them")
     finally:
         d.close()
     return 0

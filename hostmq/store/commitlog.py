@@ -9,9 +9,20 @@ record its queue offset from ``topic_queue_table`` and its physical offset, and 
 timestamps non-decreasing so a time search over a queue is an exact binary search even if the wall
 clock steps back. Readers may see any prefix of the log; on a crash, ``recover`` scans from a
 point known to be good, stops at the first torn / garbage / zero record and truncates there.
+
+A record becomes valid only once it is complete: every append writes everything but TOTALSIZE and
+MAGICCODE, fills in the fields the appender owns (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
+STORETIMESTAMP, STOREHOST), and stores TOTALSIZE + MAGICCODE last (``_seal``). Bytes past the end of
+the log are zero (new files are fallocated, recovery and a writer restart zero the tail), so a
+process killed at any moment of an append leaves a record whose magic is 0, which recovery cuts. A
+batch seals its first record last: until then the whole batch is unreachable (a scan stops at its
+first record), so a kill never keeps part of a batch the producer was not told about and will resend.
+Recovery also rejects a record whose PHYSICALOFFSET is not its position
+(``records.check_stored_record``), and the dispatcher re-checks everything it reads.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
@@ -23,10 +34,10 @@ import numpy as np
 from .. import records as R
 from ..errors import CorruptRecordError, ValidationError
 from ..fsutil import ensure_dir
-from .dispatch import DispatchRequest
+from .dispatch import SCHEDULE_TOPIC, DispatchRequest, scan_records  # noqa: F401 (SCHEDULE_TOPIC re-exported)
 from .mapped_file_queue import MappedFileQueue
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+log = logging.getLogger(__name__)
 _HDR = R.MSG_HEADER
 _BLANK_MAGIC = R.BLANK_MAGIC_CODE
 _MAGIC = R.MAGIC_CODE
@@ -45,6 +56,9 @@ def _remember_struct(blen: int, tl: int, plen: int) -> None:
         _RECORD_STRUCTS[(blen, tl, plen)] = struct.Struct(f"{R.MSG_HEADER.format}{blen}sB{tl}sH{plen}s")
 
 
+_SIZE_MAGIC = R.SIZE_MAGIC                     # TOTALSIZE, MAGICCODE: written last (see the docstring)
+_SEAL_BYTES = _SIZE_MAGIC.size
+_SLICE_MAX_BYTES = 16 * 1024
 _PATCH_QID = struct.Struct(">i")
 _PATCH_OFFSETS = struct.Struct(">qq")           # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _PATCH_STORE = struct.Struct(">q8s")            # STORETIMESTAMP, STOREHOST (adjacent)
@@ -52,9 +66,6 @@ _QID_AT, _QOFF_AT, _STORE_TS_AT = R.FIELD["queue_id"], R.FIELD["queue_offset"], 
 assert R.FIELD["phys_offset"] == _QOFF_AT + 8 and R.FIELD["store_host"] == _STORE_TS_AT + 8
 _FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
 assert _FIXED_BYTES == 91
-_UNIQ_MARK = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
-_UNIQ_LEN = 32                                   # records.new_unique_id() is 32 hex digits
-_UNIQ_TAIL = len(_UNIQ_MARK) + _UNIQ_LEN + 1     # "UNIQ…\x01" + id + "\x02" ends the properties
 
 
 class AppendResult(NamedTuple):
@@ -79,6 +90,7 @@ class CommitLog:
         self.directory = os.path.join(store_dir, "commitlog")
         if writable:    # readers (consumers in other processes) tell a store by this directory
             ensure_dir(self.directory)
+            restore_short_files(self.directory, file_bytes)
         self.mfq = MappedFileQueue(self.directory, file_bytes, warm=warm, writable=writable, advice=advice)
         self.mfq.preallocate_at = preallocate_at if writable else None
         self.mfq.lock_head = lock_head and writable
@@ -92,6 +104,8 @@ class CommitLog:
         self.delay_levels_ms = delay_levels_ms
         self._cur = None      # the file being appended to (None: ask the file queue)
         self._tail_cache: dict[bytes, tuple] = {}
+        self.scan_error: tuple[int, str] | None = None     # see scan
+        self.skipped_records = 0                            # records scan left out (invalid topic)
         # Transient store pool (``transient_pool``): appends go to its buffers; ``commit`` moves them
         # to the files and calls ``on_commit(committed phys offset)``.
         self.pool = pool if writable else None
@@ -190,16 +204,18 @@ class CommitLog:
         crc = _crc32(body) & 0x7FFFFFFF if crc is None else crc
         tl, plen = len(topic_b), len(props_b)
         whole = _RECORD_STRUCTS.get((blen, tl, plen))
-        if whole is not None:      # the whole record in one pack (sizes seen before)
-            whole.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+        mm = mf.wmm
+        if whole is not None:      # the whole record in one pack (sizes seen before), unsealed
+            whole.pack_into(mm, pos, 0, 0, crc, queue_id, flag, qoff, phys, sys_flag,
                             born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                             prepared_tx_offset, blen, body, tl, topic_b, plen, props_b)
         else:
-            _HDR.pack_into(mf.wmm, pos, total, _MAGIC, crc, queue_id, flag, qoff, phys, sys_flag,
+            _HDR.pack_into(mm, pos, 0, 0, crc, queue_id, flag, qoff, phys, sys_flag,
                            born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                            prepared_tx_offset, blen)
-            mf.wmm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
+            mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
             _remember_struct(blen, tl, plen)
+        _SIZE_MAGIC.pack_into(mm, pos, total, _MAGIC)          # the seal: now the record is valid
         mf.wrote_pos = pos + total
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
@@ -210,7 +226,11 @@ class CommitLog:
     def append_record(self, topic: str, queue_id: int, record, size: int,
                       now_ms: int | None = None) -> AppendResult:
         """Append one pre-encoded (validated) record, patching QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
-        STORETIMESTAMP and STOREHOST — the writer's path for single-message frames."""
+        STORETIMESTAMP and STOREHOST — the writer's path for single-message frames.
+
+        ``record`` is read, never written (bytes, a bytearray or any buffer); its TOTALSIZE and
+        MAGICCODE are not copied: ``size`` and the magic seal the record once the rest is in place.
+        """
         mf = self._cur
         pos = mf.wrote_pos if mf is not None else self.file_bytes
         if pos + size + 8 > self.file_bytes:        # 8 = R.MIN_BLANK_BYTES
@@ -220,10 +240,13 @@ class CommitLog:
         phys = mf.file_from_offset + pos
         ts = self._store_ts(now_ms)
         mm = mf.wmm
-        mm[pos:pos + size] = record
+        # (a slice of a small record costs less than a memoryview of it; a large one is not copied twice)
+        mm[pos + _SEAL_BYTES:pos + size] = record[_SEAL_BYTES:size] if size <= _SLICE_MAX_BYTES else \
+            memoryview(record)[_SEAL_BYTES:size]
         _PATCH_QID.pack_into(mm, pos + _QID_AT, queue_id)
         _PATCH_OFFSETS.pack_into(mm, pos + _QOFF_AT, qoff, phys)
         _PATCH_STORE.pack_into(mm, pos + _STORE_TS_AT, ts, self.store_host)
+        _SIZE_MAGIC.pack_into(mm, pos, size, _MAGIC)           # the seal: now the record is valid
         mf.wrote_pos = pos + size
         if mf.wrote_pos >= self._prealloc_pos:
             self.mfq.preallocate_next(mf.wrote_pos)
@@ -237,7 +260,9 @@ class CommitLog:
         """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
 
         Records are copied in as few slices as the file boundaries allow; QUEUEID, QUEUEOFFSET,
-        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter.
+        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter. The
+        first record's TOTALSIZE and MAGICCODE are written last (see the module docstring): a kill
+        before that leaves none of the batch. ``blob`` is read, never written.
         """
         n = len(starts)
         if sizes is None:
@@ -251,10 +276,12 @@ class CommitLog:
                 and int(starts[0]) == 0 and int(starts[-1] + sizes[-1]) == nbytes):
             # Common case: the whole contiguous batch fits the current file — one copy, one scatter.
             pos = mf.wrote_pos
-            mf.wmm[pos:pos + nbytes] = blob
+            mm = mf.wmm
+            mm[pos + _SEAL_BYTES:pos + nbytes] = memoryview(blob)[_SEAL_BYTES:nbytes]
             rel = starts + pos
             phys = rel + mf.file_from_offset
             R.patch_batch(mf.wu8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
+            _SIZE_MAGIC.pack_into(mm, pos, int(sizes[0]), _MAGIC)     # the seal of the whole batch
             mf.wrote_pos = pos + nbytes
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
@@ -267,11 +294,17 @@ class CommitLog:
 
     def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int,
                       queue_id: int, store_host: bytes | None = None) -> np.ndarray:
-        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece."""
+        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece.
+
+        Each piece's first record stays unsealed until every piece is in place; then they are sealed
+        from the last piece to the first, so until the very last store a scan stops at (or before) the
+        batch's first record and recovery drops the whole batch.
+        """
         n = len(starts)
         phys = np.empty(n, dtype=np.int64)
         ends = starts + sizes
         view = memoryview(blob)
+        seals = []
         i = 0
         while i < n:
             mf, pos = self._room_for(int(sizes[i]))
@@ -281,15 +314,19 @@ class CommitLog:
             if not contiguous:
                 j = i + 1
             src0, src1 = int(starts[i]), int(ends[j - 1])
-            mf.wmm[pos:pos + src1 - src0] = view[src0:src1]
+            mf.wmm[pos + _SEAL_BYTES:pos + src1 - src0] = view[src0 + _SEAL_BYTES:src1]
             rel = starts[i:j] - src0 + pos
             phys[i:j] = rel + mf.file_from_offset
             R.patch_batch(mf.wu8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
+            seals.append((mf, pos, int(sizes[i])))
             mf.wrote_pos = pos + src1 - src0
             if mf.wrote_pos >= self._prealloc_pos:
                 self.mfq.preallocate_next(mf.wrote_pos)
             mf.store_ts_ms = ts
             i = j
+        for mf, pos, size in reversed(seals):
+            # mf.wmm, not the map of the piece's time: a pool buffer is released when its file is full
+            _SIZE_MAGIC.pack_into(mf.wmm, pos, size, _MAGIC)
         return phys
 
     def rollback(self, phys: int) -> None:
@@ -328,7 +365,7 @@ class CommitLog:
             raise CorruptRecordError(self.directory, phys_offset, "no commitlog file holds this offset")
         pos = phys_offset - mf.file_from_offset
         try:
-            kind, total = R.check_record(mf.mm, pos, mf.committed_pos, verify_crc)
+            kind, total = R.check_stored_record(mf.mm, pos, mf.committed_pos, phys_offset, verify_crc)
         except CorruptRecordError as e:
             raise CorruptRecordError(mf.path, phys_offset, e.why) from None
         if kind != R.RecordKind.MESSAGE:
@@ -350,84 +387,9 @@ class CommitLog:
     # -- scanning (dispatch and recovery) ---------------------------------------------------------
     def scan(self, from_phys: int, limit_phys: int, max_records: int = 4096
              ) -> tuple[list[DispatchRequest], int]:
-        """Parse records from ``from_phys`` up to ``limit_phys``; returns requests and the next offset.
-
-        Trusts the bytes (they were written by this log's appender and passed recovery).
-        """
-        out: list[DispatchRequest] = []
-        append = out.append
-        phys = from_phys
-        while phys < limit_phys and len(out) < max_records:
-            mf = self.mfq.find(phys)
-            if mf is None:
-                break
-            base = mf.file_from_offset
-            mm = mf.mm
-            rel = phys - base
-            committed = mf.committed_pos
-            end = min(committed, limit_phys - base)
-            budget = max_records - len(out)
-            last_header = self.file_bytes - _HDR.size
-            while rel < end and budget:
-                if rel > last_header:        # only a short blank record fits here
-                    rel = self.file_bytes
-                    break
-                h = _HDR.unpack_from(mm, rel)
-                total = h[0]
-                if h[1] == _BLANK_MAGIC:
-                    rel = self.file_bytes
-                    break
-                append(self._request(mm, rel, h))
-                rel += total
-                budget -= 1
-            phys = base + rel
-            if rel < self.file_bytes and rel >= committed:
-                break
-        return out, phys
-
-    def _request(self, mm, rel: int, h) -> DispatchRequest:
-        # The tail (topic + properties) of most records differs only in the unique id, which the
-        # encoder puts last: parse the rest once per distinct tail and cache it.
-        tail = mm[rel + 88 + h[14]:rel + h[0]]
-        n = len(tail)
-        if tail[-_UNIQ_TAIL:-_UNIQ_LEN - 1] == _UNIQ_MARK and (
-                tail[n - _UNIQ_TAIL - 1] == 2 or tail[0] + 3 + _UNIQ_TAIL == n):  # a whole property
-            uniq = tail[-_UNIQ_LEN - 1:-1].decode("ascii", "replace")
-            tail = tail[:-_UNIQ_TAIL]
-        else:
-            uniq = None
-        parsed = self._tail_cache.get(tail)
-        if parsed is None:
-            parsed = self._parse_tail(tail)
-        topic, code, keys, parsed_uniq, delay = parsed
-        if delay:
-            code = h[10] + delay
-        return DispatchRequest(topic, h[3], h[6], h[0], code, h[10], h[5], keys,
-                               parsed_uniq if uniq is None else uniq, h[7])
-
-    def _parse_tail(self, tail: bytes) -> tuple:
-        tlen = tail[0]
-        topic = R._topic_str(tail[1:1 + tlen])
-        props = b"\x02" + tail[3 + tlen:]
-        tags = _prop(props, b"\x02TAGS\x01")
-        delay = 0
-        if topic == SCHEDULE_TOPIC and self.delay_levels_ms:
-            delay = self._delay_ms(_prop(props, b"\x02DELAY\x01"))
-        code = R.tag_hash(tags) if tags else 0
-        parsed = (topic, code, _prop(props, b"\x02KEYS\x01"),
-                  _prop(props, b"\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01"), delay)
-        if len(self._tail_cache) >= 4096:   # unique keys would grow it without bound
-            self._tail_cache.clear()
-        self._tail_cache[tail] = parsed
-        return parsed
-
-    def _delay_ms(self, level: str) -> int:
-        try:
-            n = int(level)
-        except (TypeError, ValueError):
-            return 0
-        n = min(max(n, 1), len(self.delay_levels_ms))
-        return self.delay_levels_ms[n - 1]
+        """Records from ``from_phys`` up to ``limit_phys`` as requests, and the next offset; every
+        record re-checked (``dispatch.scan_records``: ``scan_error``, ``skipped_records``)."""
+        return scan_records(self, from_phys, limit_phys, max_records)
 
     def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0) -> int:
         """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
@@ -454,7 +416,8 @@ class CommitLog:
         last_ts = 0
         while idx < len(files):
             mf = files[idx]
-            rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc)
+            rel, ts = _scan_valid(mf.mm, phys - mf.file_from_offset, self.file_bytes, check_crc,
+                                  mf.file_from_offset)
             last_ts = max(last_ts, ts)
             phys = mf.file_from_offset + rel
             if rel < self.file_bytes:
@@ -473,16 +436,19 @@ class CommitLog:
         self.mfq.close()
 
 
-def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool) -> tuple[int, int]:
-    """Walk valid records from ``rel``; returns (end of valid data, store time of the last message).
+def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool, file_from: int = 0) -> tuple[int, int]:
+    """Walk valid records from ``rel`` in the file starting at ``file_from``; returns (end of valid
+    data, store time of the last message).
 
-    A blank record means "the file is complete": the end returned is then ``file_bytes``.
+    A blank record means "the file is complete": the end returned is then ``file_bytes``. A record
+    must say where it is (``records.check_stored_record``): one whose PHYSICALOFFSET is not its
+    position was never completely written, and ends the valid data.
     """
     last_ts = 0
     ts_at = R.FIELD["store_ts_ms"]
     while rel < file_bytes:
         try:
-            kind, total = R.check_record(mm, rel, file_bytes, check_crc)
+            kind, total = R.check_stored_record(mm, rel, file_bytes, file_from + rel, check_crc)
         except CorruptRecordError:
             return rel, last_ts
         if kind == R.RecordKind.BLANK:
@@ -492,11 +458,27 @@ def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool) -> tuple[int, in
     return rel, last_ts
 
 
-def _prop(props: bytes, name: bytes) -> str:
-    """Value of one property in ``\\x02``-prefixed PROPERTIES bytes; "" if absent."""
-    i = props.find(name)
-    if i < 0:
-        return ""
-    i += len(name)
-    j = props.find(b"\x02", i)
-    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace")
+def restore_short_files(directory: str, file_bytes: int) -> list[str]:
+    """Give a commitlog file that lost its end (shorter than ``file_bytes`` while other files have
+    exactly that size) its size back, the lost part reading as zeros: recovery then ends the log
+    where the data ends instead of the file being deleted (the last one) or the open failing (one in
+    the middle). An empty newest file is left alone (a crash while creating it: it holds nothing), and
+    so is a store where no file has ``file_bytes`` (the configured size is not the store's). Returns
+    the files given their size back."""
+    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    sizes = {n: os.path.getsize(os.path.join(directory, n)) for n in names}
+    if file_bytes not in sizes.values():
+        return []
+    fixed = []
+    for i, n in enumerate(names):
+        size = sizes[n]
+        if size < file_bytes and int(n) % file_bytes == 0 and (size or i < len(names) - 1):
+            fd = os.open(os.path.join(directory, n), os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, 0, file_bytes)      # blocks reserved: no SIGBUS when mapped
+            finally:
+                os.close(fd)
+            log.error("commitlog file %s was %d bytes, not %d: the missing end reads as zeros now and "
+                      "recovery ends the log where the data ends", n, size, file_bytes)
+            fixed.append(n)
+    return fixed

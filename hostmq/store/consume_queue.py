@@ -9,12 +9,17 @@ published max offset. An entry with ``size > 0`` is valid; a zero entry ends the
 that starts after 0 (its commitlog data was already deleted when it was first built) is padded with
 blank entries ``(0, 0x7FFFFFFF, 0)`` as RocketMQ does and its min offset is moved past them.
 
-Crash policy: ``recover`` finds the last valid entry; ``truncate_dirty`` drops entries that point
-past the recovered end of the commitlog; re-dispatch then appends whatever is missing.
+Crash policy: ``recover`` finds the last valid entry; ``verify`` (abnormal recovery) cuts the queue at
+the first entry that does not point at its own record; ``truncate_dirty`` drops entries that point
+past the recovered end of the commitlog; re-dispatch then appends whatever is missing. Re-dispatch
+never cuts a queue below entries that point at valid records of it (``put_many`` with ``holds``): a
+record read back that claims a queue offset already taken by such an entry is refused, not obeyed.
 """
 from __future__ import annotations
 
+import logging
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -23,6 +28,11 @@ from .mapped_file_queue import MappedFileQueue
 
 ENTRY_BYTES = CQ_ENTRY.itemsize
 BLANK_SIZE = 0x7FFFFFFF
+log = logging.getLogger(__name__)
+# holds(phys_offset, size, queue_offset): the commitlog has a valid record of this queue there
+Holds = Callable[[int, int, int], bool]
+# check(first_queue_offset, phys_offsets, sizes): the same for many consecutive entries (bool array)
+CheckEntries = Callable[[int, np.ndarray, np.ndarray], np.ndarray]
 
 
 class ConsumeQueue:
@@ -34,6 +44,8 @@ class ConsumeQueue:
         self.entries_per_file = entries_per_file
         self.mfq = MappedFileQueue(self.directory, entries_per_file * ENTRY_BYTES, writable=writable, advice=advice)
         self.min_logic_offset = 0     # bytes; entries before it are blanks or point at deleted data
+        self.refused = 0              # entries refused: they disagreed with entries of valid records
+        self.damaged = False          # load() found and deleted damaged files
 
     # -- offsets ----------------------------------------------------------------------------------
     def max_offset(self) -> int:
@@ -100,36 +112,74 @@ class ConsumeQueue:
         return True
 
     def put_many(self, queue_offset: int, phys_offsets: np.ndarray, sizes: np.ndarray,
-                 tag_hashes: np.ndarray) -> bool:
-        """Store entries for consecutive queue offsets from ``queue_offset``.
+                 tag_hashes: np.ndarray, holds: Holds | None = None) -> bool:
+        """Store entries for consecutive queue offsets from ``queue_offset`` (in commitlog order).
 
-        Idempotent: entries already present with the same phys offset are kept; an entry that
-        disagrees with the commitlog (a stale tail) is overwritten along with everything after it.
-        Returns False, storing nothing, if ``queue_offset`` leaves a gap after the current end.
+        Idempotent: entries already present with the same phys offset are kept. A new entry that
+        disagrees with a stored one: if ``holds`` confirms the stored entry points at a valid record
+        of this queue at that offset, the new one is refused (logged, counted in ``refused``) — a
+        record read back is never trusted over the queue; otherwise (a stale tail, or no ``holds``)
+        the stored entry is overwritten along with everything after it.
+        Returns False, storing nothing more, if an entry would leave a gap after the current end.
         """
-        n = len(phys_offsets)
         if self.mfq.files and queue_offset < self.min_offset():
-            # The commitlog holds entries from before this queue's first file (its head was lost):
-            # the existing files cannot take them, so the queue restarts here; the caller supplies
-            # the rest in commitlog order.
-            self.destroy()
-            self.min_logic_offset = 0
+            if self._older_than_head(phys_offsets, holds):
+                # The commitlog holds entries from before this queue's first file (its head was lost):
+                # the existing files cannot take them, so the queue restarts here; the caller supplies
+                # the rest in commitlog order.
+                self.destroy()
+                self.min_logic_offset = 0
+            else:           # newer records claiming offsets below the queue's head: not this queue's
+                k = min(self.min_offset() - queue_offset, len(phys_offsets))
+                self.refuse(queue_offset, phys_offsets[:k], "below the queue's first entry")
+                queue_offset += k
+                phys_offsets, sizes, tag_hashes = phys_offsets[k:], sizes[k:], tag_hashes[k:]
         cur = self.max_offset()
         if not self.mfq.files and queue_offset > 0:
             self._start_at(queue_offset)
             cur = queue_offset
-        if queue_offset > cur:
-            return False
-        if queue_offset < cur:
+        while len(phys_offsets) and queue_offset < cur:
             skip = self._matching_prefix(queue_offset, phys_offsets)
-            if skip == n:
-                return True
             queue_offset += skip
             phys_offsets, sizes, tag_hashes = phys_offsets[skip:], sizes[skip:], tag_hashes[skip:]
-            if queue_offset < self.max_offset():
-                self.truncate_offset(queue_offset)
+            if not len(phys_offsets) or queue_offset >= cur:
+                break
+            stored = self.entry(queue_offset)
+            if holds is not None and stored is not None and holds(stored[0], stored[1], queue_offset):
+                self.refuse(queue_offset, phys_offsets[:1], "already taken by a valid record")
+                queue_offset += 1
+                phys_offsets, sizes, tag_hashes = phys_offsets[1:], sizes[1:], tag_hashes[1:]
+                continue
+            self.truncate_offset(queue_offset)        # a stale tail: the commitlog says otherwise
+            cur = queue_offset
+        if not len(phys_offsets):
+            return True
+        if queue_offset > cur:
+            return False
         self._append(queue_offset, phys_offsets, sizes, tag_hashes)
         return True
+
+    def _older_than_head(self, phys_offsets: np.ndarray, holds: Holds | None) -> bool:
+        """Whether entries claiming offsets below the queue's first entry come before it in the
+        commitlog (its head was lost), or the first entry is not a valid record anyway."""
+        first = self.entry(self.min_offset())
+        if holds is None or first is None or not holds(first[0], first[1], self.min_offset()):
+            return True
+        return int(phys_offsets[0]) < first[0]
+
+    def tail_holds(self, holds: Holds) -> bool:
+        """Whether the last entry points at a valid record of this queue (so a gap after it is the
+        new entries' fault, not the queue's)."""
+        e = self.last_entry()
+        return e is not None and e[1] != BLANK_SIZE and holds(e[0], e[1], self.max_offset() - 1)
+
+    def refuse(self, queue_offset: int, phys_offsets: np.ndarray, why: str) -> None:
+        if not len(phys_offsets):
+            return
+        self.refused += len(phys_offsets)
+        log.error("consume queue %s/%d: refused %d entr%s from queue offset %d (record at commitlog "
+                  "offset %d): %s", self.topic, self.queue_id, len(phys_offsets),
+                  "y" if len(phys_offsets) == 1 else "ies", queue_offset, int(phys_offsets[0]), why)
 
     def _matching_prefix(self, queue_offset: int, phys_offsets: np.ndarray) -> int:
         """How many of the given entries are already stored identically."""
@@ -173,9 +223,32 @@ class ConsumeQueue:
 
     # -- recovery and cleanup ---------------------------------------------------------------------
     def load(self) -> None:
+        """Map the queue's files. They are derived data: a file of the wrong size or at a misaligned
+        offset (damage) is deleted with every file after it, and ``damaged`` says so (recovery then
+        rebuilds the queue from the commitlog)."""
+        self.damaged = self._drop_misfit_files() if self.mfq.writable else False
         self.mfq.load()
         first = self.mfq.first()
         self.min_logic_offset = first.file_from_offset if first else 0
+
+    def _drop_misfit_files(self) -> bool:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if len(n) == 20 and n.isdigit())
+        except FileNotFoundError:
+            return False
+        fb = self.mfq.file_bytes
+        for i, n in enumerate(names):
+            size = os.path.getsize(os.path.join(self.directory, n))
+            if size != fb or int(n) % fb:
+                if i == len(names) - 1 and size == 0 and int(n) % fb == 0:
+                    return False    # a crash while creating the newest file: MappedFileQueue.load drops it
+                for gone in names[i:]:
+                    os.unlink(os.path.join(self.directory, gone))
+                log.error("consume queue %s/%d: file %s is %d bytes (expected %d) or misplaced; it and the %d "
+                          "files after it are deleted and rebuilt from the commitlog", self.topic, self.queue_id,
+                          n, size, fb, len(names) - i - 1)
+                return True
+        return False
 
     def recover(self) -> bool:
         """Set the write position after the last valid entry (size > 0), scanning the last files.
@@ -206,6 +279,36 @@ class ConsumeQueue:
             self.min_logic_offset = self.mfq.min_offset()
         self._skip_leading_blanks()
         return intact
+
+    def verify(self, check: CheckEntries, commitlog_min_offset: int) -> int | None:
+        """Cut the queue at the first entry that does not point at its own record (``check``, against
+        the commitlog); returns that queue offset, or None if every entry is right.
+
+        Entries are checked from the min offset; a leading run of entries pointing before
+        ``commitlog_min_offset`` (their records were deleted by retention) is accepted as it is.
+        Abnormal recovery runs this: it catches damaged entries anywhere, not only in the newest files.
+        """
+        off, end = self.min_offset(), self.max_offset()
+        leading = True
+        while off < end:
+            e = self.entries(off, end - off)
+            if not len(e):
+                break
+            phys = e["phys_offset"].astype(np.int64)
+            sizes = e["size"].astype(np.int64)
+            good = check(off, phys, sizes)
+            if leading:
+                live = np.flatnonzero((phys >= commitlog_min_offset) | (sizes == BLANK_SIZE))
+                k = int(live[0]) if len(live) else len(phys)
+                good[:k] = True
+                leading = k == len(phys)
+            bad = np.flatnonzero(~good)
+            if len(bad):
+                cut = off + int(bad[0])
+                self.truncate_offset(cut)
+                return cut
+            off += len(e)
+        return None
 
     def _skip_leading_blanks(self) -> None:
         first = self.mfq.first()

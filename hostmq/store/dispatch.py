@@ -6,9 +6,18 @@ hopping (or by one vectorised check over a run of equal-size records), header fi
 for all records at once, and a record's tail (topic + properties) is parsed once per distinct tail —
 tails usually differ only in the unique id, which the encoder puts last and which is sliced out as
 bytes. Both are read-only over the commitlog; consumed by the consume queues and the index.
+
+Nothing read back is trusted (issue 15): both scans re-check every record's structure the way
+recovery does (``records.check_stored_record`` without the body CRC: size within bounds, magic,
+PHYSICALOFFSET = position, queue id and offset not negative, lengths adding up to TOTALSIZE) — the
+columnar scan with vectorised checks — and stop at the first record that fails, reporting it
+(``DispatchBatch.error``): nothing after it can be located. A sound record whose TOPIC is not a valid
+topic name (``records.stored_topic``) is skipped and counted (``DispatchBatch.skipped``): its topic
+would become a consume-queue directory.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -16,6 +25,9 @@ import numpy as np
 
 from .. import records as R
 from .mapped_file import arithmetic_step
+from .record_checks import sound_at, sound_rows, why_broken
+
+log = logging.getLogger(__name__)
 
 
 class DispatchRequest(NamedTuple):
@@ -41,6 +53,11 @@ UNIQ_LEN = 32                                   # records.new_unique_id() is 32 
 UNIQ_TAIL = len(_UNIQ_MARK) + UNIQ_LEN + 1      # "UNIQ…\x01" + id + "\x02" ends the properties
 _MAGIC_I32 = np.int32(R.MAGIC_CODE - (1 << 32))  # MAGICCODE as the signed int read_be returns
 _MIN_RUN = 8                                    # equal-size records worth a vectorised guess
+_HDR = R.MSG_HEADER
+_UNIQ_MARK_B = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+_FIXED_BYTES = R.record_size(0, 0, 0)           # a record with empty body, topic and properties
+_F = R.FIELD
 
 
 @dataclass
@@ -60,6 +77,8 @@ class DispatchBatch:
     uniq_rows: np.ndarray = None                      # rows whose unique id is in ``uniq_bytes``
     uniq_bytes: np.ndarray = None                     # (len(uniq_rows), 32) uint8
     uniq_other: list = field(default_factory=list)    # (row, id) for ids found by full parsing
+    error: tuple[int, str] | None = None              # (phys, why): the scan stopped at a broken record
+    skipped: int = 0                                  # sound records left out: their topic is invalid
 
     def __len__(self) -> int:
         return 0 if self.phys_offsets is None else len(self.phys_offsets)
@@ -77,11 +96,12 @@ class DispatchBatch:
                     self.queue_offsets.tolist(), self.sys_flags.tolist()))]
 
 
-def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, int]:
+def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, int, str | None]:
     """Positions of the records in ``mf`` from ``rel`` up to ``end`` (at most ``budget``).
 
-    Returns the positions and where scanning stopped (``file_bytes`` after a blank record). Runs of
-    equal-size records are found with one vectorised check instead of a hop per record.
+    Returns the positions, where scanning stopped (``file_bytes`` after a blank record) and why it
+    stopped early if the record there cannot be located (its TOTALSIZE or magic is impossible), else
+    None. Runs of equal-size records are found with one vectorised check instead of a hop per record.
     """
     mm, file_bytes = mf.mm, mf.file_bytes
     last_header = file_bytes - _HDR_BYTES
@@ -89,12 +109,15 @@ def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, i
     singles: list[int] = []
     count = 0
     while rel < end and count < budget:
-        if rel > last_header:
-            return _join(pieces, singles), file_bytes
+        if rel + R.MIN_BLANK_BYTES > file_bytes:
+            return _join(pieces, singles), rel, "no room for the blank record that ends a file"
         total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
-        if magic == R.BLANK_MAGIC_CODE:
-            return _join(pieces, singles), file_bytes
-        run = min((end - rel) // total, budget - count) if total > 0 else 0
+        if magic == R.BLANK_MAGIC_CODE and R.MIN_BLANK_BYTES <= total <= file_bytes - rel:
+            return _join(pieces, singles), file_bytes, None
+        if rel > last_header or magic != R.MAGIC_CODE or not _FIXED_BYTES <= total <= end - rel:
+            why = f"size {total}, magic 0x{magic:08X} (room {end - rel})"
+            return _join(pieces, singles), rel, why
+        run = min((end - rel) // total, budget - count)
         if run >= _MIN_RUN and rel + total <= last_header and \
                 _SIZE_MAGIC.unpack_from(mm, rel + total)[0] == total:
             cand = rel + total * np.arange(run, dtype=np.int64)
@@ -110,7 +133,7 @@ def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, i
         singles.append(rel)
         rel += total
         count += 1
-    return _join(pieces, singles), rel
+    return _join(pieces, singles), rel, None
 
 
 def _join(pieces: list, singles: list) -> np.ndarray:
@@ -133,10 +156,15 @@ def scan_batch(commitlog, from_phys: int, limit_phys: int, max_records: int = 81
         base = mf.file_from_offset
         rel0 = phys - base
         committed = mf.committed_pos
-        pos, rel = record_positions(mf, rel0, min(committed, limit_phys - base),
-                                    max_records - out.count)
+        pos, rel, why = record_positions(mf, rel0, min(committed, limit_phys - base),
+                                         max_records - out.count)
         if len(pos):
-            out.add_file_piece(mf, pos)
+            bad = out.add_file_piece(mf, pos)
+            if bad is not None:
+                rel, why = bad
+        if why is not None:
+            out.error = (base + rel, why)
+            return out.build(), base + rel
         phys = base + rel
         if rel < mf.file_bytes and rel >= committed or rel == rel0:
             break
@@ -153,14 +181,29 @@ class _Builder:
         self.uniq_rows: list = []
         self.uniq_bytes: list = []
         self.uniq_other: list = []
+        self.error: tuple[int, str] | None = None
+        self.skipped = 0
 
-    def add_file_piece(self, mf, pos: np.ndarray) -> None:
+    def add_file_piece(self, mf, pos: np.ndarray) -> tuple[int, str] | None:
+        """Add the records at ``pos`` in ``mf``; if one of them is broken, only those before it, and
+        return ``(its position in the file, why)``."""
         step = arithmetic_step(pos)      # a run of equal-size records: strided views, no gathers
+        sizes = mf.read_be(pos, 4, step).astype(np.int64)
+        blen = mf.read_be(pos + _F["body_length"], 4, step).astype(np.int64)
+        ok = sound_rows(mf, pos, step, sizes, blen)
+        if ok.all():
+            self._add(mf, pos, step, sizes, blen)
+            return None
+        k = int(np.argmin(ok))
+        if k:
+            self._add(mf, pos[:k], arithmetic_step(pos[:k]), sizes[:k], blen[:k])
+        return int(pos[k]), why_broken(mf, int(pos[k]))
 
+    def _add(self, mf, pos: np.ndarray, step: int | None, sizes: np.ndarray, blen: np.ndarray) -> None:
         def rd(at: int, width: int) -> np.ndarray:
             return mf.read_be(pos + at, width, step).astype(np.int64)
 
-        sizes, blen, ts = rd(0, 4), rd(84, 4), rd(56, 8)
+        ts = rd(_F["store_ts_ms"], 8)
         topic_ids = np.empty(len(pos), np.int64)
         codes = np.empty(len(pos), np.int64)
         tstart = pos + _HDR_BYTES + blen
@@ -172,8 +215,8 @@ class _Builder:
             sub_step = arithmetic_step(tstart[rows])   # (the last record may differ in size)
             self._tails(mf.rows(tstart[rows], int(length), sub_step), int(length), rows, first_row,
                         topic_ids, codes, ts)
-        self.cols.append((topic_ids, rd(12, 4), mf.file_from_offset + pos, sizes, codes, ts, rd(20, 8),
-                          rd(36, 4)))
+        self.cols.append((topic_ids, rd(_F["queue_id"], 4), mf.file_from_offset + pos, sizes, codes, ts,
+                          rd(_F["queue_offset"], 8), rd(_F["sys_flag"], 4)))
         self.count += len(pos)
 
     def _tails(self, mat, length, rows, first_row, topic_ids, codes, ts) -> None:
@@ -208,8 +251,12 @@ class _Builder:
         for tail, grp in groups:
             parsed = self.cl._tail_cache.get(tail)
             if parsed is None:
-                parsed = self.cl._parse_tail(tail)
+                parsed = parse_tail(self.cl, tail)
             topic, code, keys, uniq_key, delay = parsed
+            if topic is None:               # not a topic name (parse_tail logged it)
+                topic_ids[grp] = -1
+                self.skipped += len(grp)
+                continue
             tid = self.topic_index.setdefault(topic, len(self.topic_index))
             topic_ids[grp] = tid
             codes[grp] = code if not delay else ts[grp] + delay
@@ -234,7 +281,22 @@ class _Builder:
             b.uniq_bytes = np.concatenate(self.uniq_bytes)
         else:
             b.uniq_rows, b.uniq_bytes = np.empty(0, np.int64), np.empty((0, UNIQ_LEN), np.uint8)
-        return b
+        b.error, b.skipped = self.error, self.skipped
+        return _without_skipped(b) if self.skipped else b
+
+
+def _without_skipped(b: DispatchBatch) -> DispatchBatch:
+    """The batch without its rows of invalid topics (``topic_ids`` -1), rows renumbered."""
+    keep = b.topic_ids >= 0
+    new_row = np.cumsum(keep) - 1
+    for name in ("topic_ids", "queue_ids", "phys_offsets", "sizes", "tag_codes", "store_ts_ms",
+                 "queue_offsets", "sys_flags"):
+        setattr(b, name, getattr(b, name)[keep])
+    kept_uniq = keep[b.uniq_rows]
+    b.uniq_rows, b.uniq_bytes = new_row[b.uniq_rows[kept_uniq]], b.uniq_bytes[kept_uniq]
+    b.keys = [(int(new_row[r]), k) for r, k in b.keys if keep[r]]
+    b.uniq_other = [(int(new_row[r]), u) for r, u in b.uniq_other if keep[r]]
+    return b
 
 
 _POW31_ID = np.array([pow(31, UNIQ_LEN - 1 - i, 1 << 32) for i in range(UNIQ_LEN)], np.uint32)
@@ -281,3 +343,116 @@ def index_entries(batch: DispatchBatch, prefix_hash, key_hashes) -> tuple[np.nda
     keep = (tx != R.SYSFLAG_TX_PREPARED) & (tx != R.SYSFLAG_TX_ROLLBACK)
     rows, hashes = rows[keep], hashes[keep]
     return hashes, batch.phys_offsets[rows], batch.store_ts_ms[rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Record by record: CommitLog.scan (a few records, and the appender taking over)
+# ---------------------------------------------------------------------------------------------
+def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
+                 ) -> tuple[list[DispatchRequest], int]:
+    """Parse records of the commitlog ``cl`` from ``from_phys`` up to ``limit_phys``; returns
+    requests and the next offset.
+
+    Re-checks every record as recovery does (``records.check_stored_record``, no body CRC; the same
+    checks inline here, on the header already unpacked): the scan stops at a broken one and says where
+    and why in ``cl.scan_error`` (``(phys, why)``, else None) — nothing after it can be located. A
+    sound record whose topic is not a valid name is left out (``cl.skipped_records`` counts them).
+    """
+    out: list[DispatchRequest] = []
+    append = out.append
+    cl.scan_error = None
+    phys = from_phys
+    file_bytes = cl.file_bytes
+    while phys < limit_phys and len(out) < max_records:
+        mf = cl.mfq.find(phys)
+        if mf is None:
+            break
+        base = mf.file_from_offset
+        mm = mf.mm
+        rel = phys - base
+        committed = mf.committed_pos
+        end = min(committed, limit_phys - base)
+        budget = max_records - len(out)
+        while rel < end and budget:
+            total, h = sound_at(mm, rel, end, file_bytes, base)
+            if total <= 0:
+                if total == 0:                          # a blank record: the file is complete
+                    rel = file_bytes
+                    break
+                cl.scan_error = (base + rel, why_broken(mf, rel, end))
+                return out, base + rel
+            req = _request(cl, mm, rel, h)
+            if req is not None:
+                append(req)
+                budget -= 1
+            else:
+                cl.skipped_records += 1
+            rel += total
+        phys = base + rel
+        if rel < file_bytes and rel >= committed:
+            break
+    return out, phys
+
+
+def _request(cl, mm, rel: int, h) -> DispatchRequest | None:
+    # The tail (topic + properties) of most records differs only in the unique id, which the
+    # encoder puts last: parse the rest once per distinct tail and cache it.
+    tail = mm[rel + _HDR_BYTES + h[14]:rel + h[0]]
+    n = len(tail)
+    if tail[-UNIQ_TAIL:-UNIQ_LEN - 1] == _UNIQ_MARK_B and (
+            tail[n - UNIQ_TAIL - 1] == 2 or tail[0] + 3 + UNIQ_TAIL == n):  # a whole property
+        uniq = tail[-UNIQ_LEN - 1:-1].decode("ascii", "replace")
+        tail = tail[:-UNIQ_TAIL]
+    else:
+        uniq = None
+    parsed = cl._tail_cache.get(tail)
+    if parsed is None:
+        parsed = parse_tail(cl, tail)
+    topic, code, keys, parsed_uniq, delay = parsed
+    if topic is None:
+        return None
+    if delay:
+        code = h[10] + delay
+    return DispatchRequest(topic, h[3], h[6], h[0], code, h[10], h[5], keys,
+                           parsed_uniq if uniq is None else uniq, h[7])
+
+
+def parse_tail(cl, tail: bytes) -> tuple:
+    """(topic, tag code, keys, unique key, delay ms) of a record's tail (after the body, without
+    a trailing unique-id property); topic None if it is not a valid topic name (logged once)."""
+    tlen = tail[0]
+    topic = R.stored_topic(bytes(tail[1:1 + tlen]))
+    if topic is None:
+        log.error("commitlog: a record names topic %r, not a valid topic name; it is not dispatched",
+                  bytes(tail[1:1 + tlen]))
+    props = b"\x02" + tail[3 + tlen:]
+    tags = _prop(props, b"\x02TAGS\x01")
+    delay = 0
+    if topic == SCHEDULE_TOPIC and cl.delay_levels_ms:
+        delay = _delay_ms(cl.delay_levels_ms, _prop(props, b"\x02DELAY\x01"))
+    code = R.tag_hash(tags) if tags else 0
+    parsed = (topic, code, _prop(props, b"\x02KEYS\x01"),
+              _prop(props, b"\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01"), delay)
+    if len(cl._tail_cache) >= 4096:   # unique keys would grow it without bound
+        cl._tail_cache.clear()
+    cl._tail_cache[tail] = parsed
+    return parsed
+
+
+def _delay_ms(levels_ms: tuple[int, ...], level: str) -> int:
+    try:
+        n = int(level)
+    except (TypeError, ValueError):
+        return 0
+    n = min(max(n, 1), len(levels_ms))
+    return levels_ms[n - 1]
+
+
+def _prop(props: bytes, name: bytes) -> str:
+    """Value of one property in ``\\x02``-prefixed PROPERTIES bytes; "" if absent."""
+    i = props.find(name)
+    if i < 0:
+        return ""
+    i += len(name)
+    j = props.find(b"\x02", i)
+    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace")

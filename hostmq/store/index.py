@@ -27,11 +27,14 @@ Crash policy: after an abnormal exit recovery calls :meth:`IndexService.truncate
 valid commitlog; whole files holding entries at or beyond it are deleted, and re-dispatch from
 :meth:`IndexService.max_indexed_phys_offset` rebuilds them (requests up to the last indexed offset
 are skipped, so re-dispatch is idempotent). Files a crash left empty or with an impossible header
-are deleted at start-up: the index is derived data.
+are deleted at start-up: the index is derived data. So is a damaged file — of the wrong size while
+others have the configured size, or out of order — and, with it, every newer file, so that what is
+left ends where re-dispatch rebuilds from (issue 15).
 """
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import mmap
 import os
 import re
@@ -51,6 +54,7 @@ from .dispatch import DispatchRequest
 from .index_keys import (_prefix_hash, batch_keys, collect_keys, index_key,  # noqa: F401 (re-exported)
                          index_key_hash, index_key_hashes, prefix_hash)
 
+log = logging.getLogger(__name__)
 INDEX_DIR = "index"                     # under the store directory
 NO_ENTRY = 0                            # entry number 0 is never written: "none"
 INT32_MAX = (1 << 31) - 1
@@ -325,21 +329,40 @@ class IndexService:
             names = sorted(n for n in os.listdir(self.dir) if _NAME_RE.match(n))
         except FileNotFoundError:
             names = []
-        for name in names:
-            self._load(self.dir / name)
+        size = index_file_bytes(self.slots, self.entries)
+        sized = [n for n in names if (self.dir / n).stat().st_size == size]
+        for i, name in enumerate(names):
+            if not self._load(self.dir / name, bool(sized)):
+                self._drop_damaged(names[i:])
+                break
 
-    def _load(self, path: Path) -> None:
+    def _load(self, path: Path, sizes_known: bool) -> bool:
+        """Map one file; False if it is damaged (files after it cannot be trusted either). A file
+        of another size is a ConfigError unless some file has the configured size (then it is damage)."""
         try:
             f = IndexFile.open(path, self.slots, self.entries)
         except FileNotFoundError:
-            return
+            return True
+        except ConfigError:
+            if not sizes_known:
+                raise
+            return False
         if f is not None and self._files and f.header.end_phys_offset < self._last_indexed()[0]:
             f.close()           # ends before its predecessor: not written by this service in order
-            f = None
-        if f is None:
-            path.unlink(missing_ok=True)
-        else:
-            self._files.append(f)
+            return False
+        if f is None:           # empty (a crash while creating it) or an impossible header
+            return False
+        self._files.append(f)
+        return True
+
+    def _drop_damaged(self, names: list[str]) -> None:
+        """Delete a damaged file and every newer one: the index is derived data, and re-dispatch from
+        :meth:`max_indexed_phys_offset` (the end of what is left) rebuilds them."""
+        if len(names) > 1 or (self.dir / names[0]).stat().st_size:
+            log.error("index file %s is damaged; it and the %d newer files are deleted and rebuilt",
+                      names[0], len(names) - 1)
+        for n in names:
+            (self.dir / n).unlink(missing_ok=True)
 
     def build_index(self, reqs: Sequence[DispatchRequest]) -> int:
         """Index each request's unique id and keys, in order; returns the entries added. Prepared and

@@ -18,16 +18,31 @@ Consume-queue files can go missing where the checkpoint cannot tell (a new file'
 is not fsynced): a queue whose last file is full may have lost the files after it, so re-dispatch
 starts no later than the end of its last entry; a queue with entries missing at its head (its min
 offset is above 0 while the commitlog still starts at 0), or one that re-appears during re-dispatch
-at an offset above 0, means a full re-dispatch. Entries lost *inside* data the checkpoint records as
-flushed are not a crash outcome and are not looked for (as in RocketMQ).
+at an offset above 0, means a full re-dispatch.
+
+Consume queues are derived data, and recovery does not trust them either (issue 15):
+
+* the manifest ``consumequeues.json`` (``cq_manifest``, written after every consume-queue flush) says
+  which queues exist and how many entries each had on disk: a queue missing from disk (a topic's
+  directory deleted) means a full re-dispatch, a queue with fewer entries is re-dispatched from the
+  end of its last entry; after a crash with no readable manifest, everything is re-dispatched;
+* a queue file of the wrong size is deleted with the files after it (``ConsumeQueue.load``), and the
+  queue rebuilt;
+* abnormal recovery checks every entry against the record it points at
+  (``store.verify_consume_queues_on_recover``, ``ConsumeQueue.verify``) and cuts a queue at its first
+  wrong entry, which re-dispatch then rebuilds.
 
 The planning functions are pure; :func:`run` applies them to a ``MessageStore``'s parts.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ..records import Checkpoint
+from .cq_manifest import lost_entries
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,13 +95,23 @@ def run(store) -> RecoveryReport:
                           known_last_ts_ms=cp.physic_msg_ts_ms if cp_file.valid else 0)
     cl_min = cl.min_offset()
     intact = store.consume_queues_present or max_phys == cl_min
-    tails = []                 # ends of queues that may have lost their newest files
-    for cq in store.all_consume_queues():
-        intact &= cq.recover()
+    manifest = store.cq_store.read_manifest()
+    if abnormal and manifest is None and max_phys > cl_min:
+        log.warning("recovery of %s: no readable consume-queue manifest; every queue is rebuilt", store.path)
+        intact = False
+    intact &= not _missing_queues(store, manifest or {}, max_phys)
+    tails = []                 # ends of queues that may have lost entries after them
+    verify = abnormal and cfg.verify_consume_queues_on_recover
+    for key, cq in store.queues.items():
+        intact &= cq.recover() and not cq.damaged
+        if verify and cq.verify(store.cq_store.entry_checker(*key), cl_min) is not None:
+            log.warning("recovery of %s: consume queue %s/%d holds wrong entries from queue offset %d on; "
+                        "rebuilt from the commitlog", store.path, key[0], key[1], cq.max_offset())
+            tails.append(cq.last_entry_end())
         cq.truncate_dirty(max_phys)
         cq.correct_min_offset(cl_min)
         intact &= not (cl_min == 0 and cq.min_offset() > 0)
-        if cq.may_miss_newer_files():
+        if cq.may_miss_newer_files() or lost_entries(manifest or {}, key, cq.max_offset(), max_phys):
             tails.append(cq.last_entry_end())
     index_end = 0
     if store.index is not None:
@@ -106,3 +131,15 @@ def run(store) -> RecoveryReport:
         n += n2
     store.rebuild_topic_queue_table()
     return RecoveryReport(abnormal, max_phys, start, n, full)
+
+
+def _missing_queues(store, manifest: dict, commitlog_end: int) -> bool:
+    """Whether a queue the manifest knows entries of is gone from disk (while the commitlog still
+    holds their records): then everything is re-dispatched."""
+    for key in manifest:
+        cq = store.queues.get(key)
+        if (cq is None or not cq.mfq.files) and lost_entries(manifest, key, -1, commitlog_end):
+            log.warning("recovery of %s: consume queue %s/%d is missing; rebuilt from the commitlog",
+                        store.path, *key)
+            return True
+    return False
