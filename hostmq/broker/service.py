@@ -128,6 +128,7 @@ class BrokerService:
         st = self.state
         return {"state_name": st.name, "state_generation": st.generation, "store_host": st.store_host.hex(),
                 "sync_flush": st.sync_flush, "max_message_bytes": self.rt.config.store.max_message_bytes,
+                "max_batch_bytes": st.commitlog_file_bytes - R.MIN_BLANK_BYTES,     # a batch never spans files
                 "max_properties_bytes": self.rt.config.store.max_properties_bytes,
                 "delay_levels": self.delay_levels}
 

@@ -150,9 +150,10 @@ class Producer:
                                             queue_id=mq.queue_id, flags=[m.flag for m in msgs],
                                             born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
                                             store_host=session.store_host)
-            if len(payload) > session.max_payload_bytes:
-                raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_payload_bytes} "
-                                      f"a frame carries; split it")
+            if len(payload) > session.max_batch_bytes:
+                raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_batch_bytes} bytes "
+                                      f"one batch may take on broker {mq.broker} (a frame of its ring, a "
+                                      f"commitlog file); split it")
             return session.send(R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes), deadline)
         return self._retrying(msgs[0], queue, None, None, None, deadline, attempt)[1]
 

@@ -99,6 +99,7 @@ class ProducerSession:
             self.host_hex = self.store_host.hex().upper()
             self.max_message_bytes = f["max_message_bytes"]
             self.max_properties_bytes = f["max_properties_bytes"]
+            self.max_batch_bytes = min(f.get("max_batch_bytes", 1 << 62), self.ring.max_payload_bytes)
             self.delay_levels = f.get("delay_levels", 0)
             self.state = BrokerState.attach(f["state_name"], readonly=True)
             if self.state.generation != f["state_generation"]:

@@ -1,8 +1,9 @@
 """The commitlog: every message of a broker, appended in arrival order (RocketMQ CommitLog).
 
 Files of ``commitlog_file_bytes`` under ``store/commitlog/`` named by their first physical offset.
-A record never spans two files: when the next record (plus an 8-byte minimum blank) does not fit,
-the rest of the file becomes one blank record and the record goes to the next file.
+A record never spans two files, nor does a batch: when the next record or batch (plus an 8-byte
+minimum blank) does not fit, the rest of the file becomes one blank record and it goes to the next
+file (created *before* the blank is written, so a full disk changes nothing: ``rollback``).
 
 Ownership: one appender (the writer process, or the embedded ``MessageStore``). It assigns each
 record its queue offset from ``topic_queue_table`` and its physical offset, and makes store
@@ -259,75 +260,43 @@ class CommitLog:
                      patch_host: bool = False) -> BatchAppendResult:
         """Append pre-encoded records of one queue (``records.encode_batch``), patched with numpy.
 
-        Records are copied in as few slices as the file boundaries allow; QUEUEID, QUEUEOFFSET,
-        PHYSICALOFFSET and STORETIMESTAMP of all of them are written in one vectorised scatter. The
-        first record's TOTALSIZE and MAGICCODE are written last (see the module docstring): a kill
-        before that leaves none of the batch. ``blob`` is read, never written.
+        A batch is never split across files (RocketMQ's batch append): if it does not fit what is
+        left of the current file, the file is padded and the batch starts the next one — so the
+        position of every record is the first one's plus the sizes before it (message ids of a batch
+        are computed that way), and ValidationError if it is larger than a file. One copy; QUEUEID,
+        QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of all records in one vectorised scatter; the
+        first record's TOTALSIZE and MAGICCODE written last (see the module docstring): a kill before
+        that leaves none of the batch. ``blob`` is read, never written.
         """
         n = len(starts)
         if sizes is None:
             sizes = R.batch_record_sizes(blob, starts)
+        nbytes = int(sizes.sum())
+        if int(starts[0]) != 0 or int(starts[-1] + sizes[-1]) != nbytes or len(blob) != nbytes:
+            blob = b"".join(bytes(memoryview(blob)[int(a):int(a + b)]) for a, b in zip(starts, sizes))
+            starts = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64)
+        if nbytes + R.MIN_BLANK_BYTES > self.file_bytes:
+            raise ValidationError(f"batch of {nbytes} bytes does not fit a commitlog file of {self.file_bytes} "
+                                  f"bytes; send it in smaller batches")
         key = (topic, queue_id)
         q0 = self.topic_queue_table.get(key, 0)
         ts = self._store_ts(now_ms)
-        nbytes = len(blob)
         mf = self._cur
-        if (mf is not None and mf.wrote_pos + nbytes + R.MIN_BLANK_BYTES <= self.file_bytes
-                and int(starts[0]) == 0 and int(starts[-1] + sizes[-1]) == nbytes):
-            # Common case: the whole contiguous batch fits the current file — one copy, one scatter.
-            pos = mf.wrote_pos
-            mm = mf.wmm
-            mm[pos + _SEAL_BYTES:pos + nbytes] = memoryview(blob)[_SEAL_BYTES:nbytes]
-            rel = starts + pos
-            phys = rel + mf.file_from_offset
-            R.patch_batch(mf.wu8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
-            _SIZE_MAGIC.pack_into(mm, pos, int(sizes[0]), _MAGIC)     # the seal of the whole batch
-            mf.wrote_pos = pos + nbytes
-            if mf.wrote_pos >= self._prealloc_pos:
-                self.mfq.preallocate_next(mf.wrote_pos)
-            mf.store_ts_ms = ts
-        else:
-            phys = self._append_split(blob, starts, sizes, q0, ts, queue_id,
-                                      self.store_host if patch_host else None)
+        if mf is None or mf.wrote_pos + nbytes + R.MIN_BLANK_BYTES > self.file_bytes:
+            mf, _ = self._room_for(nbytes)
+        pos = mf.wrote_pos
+        mm = mf.wmm
+        mm[pos + _SEAL_BYTES:pos + nbytes] = memoryview(blob)[_SEAL_BYTES:nbytes]
+        rel = starts + pos
+        phys = rel + mf.file_from_offset
+        R.patch_batch(mf.wu8, rel, q0, phys, ts, queue_id, self.store_host if patch_host else None)
+        _SIZE_MAGIC.pack_into(mm, pos, int(sizes[0]), _MAGIC)         # the seal of the whole batch
+        mf.wrote_pos = pos + nbytes
+        if mf.wrote_pos >= self._prealloc_pos:
+            self.mfq.preallocate_next(mf.wrote_pos)
+        mf.store_ts_ms = ts
         self.topic_queue_table[key] = q0 + n
         return BatchAppendResult(q0, phys, sizes, ts)
-
-    def _append_split(self, blob, starts: np.ndarray, sizes: np.ndarray, q0: int, ts: int,
-                      queue_id: int, store_host: bytes | None = None) -> np.ndarray:
-        """A batch that crosses a file boundary (or is not contiguous): copy it piece by piece.
-
-        Each piece's first record stays unsealed until every piece is in place; then they are sealed
-        from the last piece to the first, so until the very last store a scan stops at (or before) the
-        batch's first record and recovery drops the whole batch.
-        """
-        n = len(starts)
-        phys = np.empty(n, dtype=np.int64)
-        ends = starts + sizes
-        view = memoryview(blob)
-        seals = []
-        i = 0
-        while i < n:
-            mf, pos = self._room_for(int(sizes[i]))
-            room = self.file_bytes - R.MIN_BLANK_BYTES - pos      # bytes this file can still take
-            j = max(int(np.searchsorted(ends, starts[i] + room, side="right")), i + 1)
-            contiguous = bool((starts[i + 1:j] == ends[i:j - 1]).all())
-            if not contiguous:
-                j = i + 1
-            src0, src1 = int(starts[i]), int(ends[j - 1])
-            mf.wmm[pos + _SEAL_BYTES:pos + src1 - src0] = view[src0 + _SEAL_BYTES:src1]
-            rel = starts[i:j] - src0 + pos
-            phys[i:j] = rel + mf.file_from_offset
-            R.patch_batch(mf.wu8, rel, q0 + i, phys[i:j], ts, queue_id, store_host)
-            seals.append((mf, pos, int(sizes[i])))
-            mf.wrote_pos = pos + src1 - src0
-            if mf.wrote_pos >= self._prealloc_pos:
-                self.mfq.preallocate_next(mf.wrote_pos)
-            mf.store_ts_ms = ts
-            i = j
-        for mf, pos, size in reversed(seals):
-            # mf.wmm, not the map of the piece's time: a pool buffer is released when its file is full
-            _SIZE_MAGIC.pack_into(mf.wmm, pos, size, _MAGIC)
-        return phys
 
     def rollback(self, phys: int) -> None:
         """Forget everything appended at and after ``phys`` (a record boundary not yet published):
