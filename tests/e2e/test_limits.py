@@ -93,12 +93,12 @@ def test_replies_a_client_never_reads_stay_bounded_in_the_broker(cluster):
     with hostmq.Admin(c.root) as a:
         a.create_topic(topic, queues=1)
     with hostmq.Producer(c.root) as p:
-        for i in range(40):
-            p.send(Message(topic, os.urandom(64 << 10)), queue=MessageQueue(topic, "broker-a", 0))
+        for i in range(64):         # incompressible; a pull answer carries 256 KiB of them
+            p.send(Message(topic, os.urandom(16 << 10)), queue=MessageQueue(topic, "broker-a", 0))
     address = server_addresses(c)["broker-a"]
     with RemotingClient(address, timeout_s=10.0) as rc:
         wait_until(lambda: rc.request_raw(RequestCode.PULL_MESSAGE, {"topic": topic, "queue_id": 0, "offset": 0})
-                   .fields["max_offset"] == 40, 30, "the 40 messages to be dispatched")
+                   .fields["max_offset"] == 64, 30, "the 64 messages to be dispatched")
     pid = c.pid("broker-a")
     before = rss_bytes(pid)
     ctx = zmq.Context()
