@@ -37,16 +37,19 @@ MADVISE_NAMES = ("NORMAL", "SEQUENTIAL", "RANDOM", "WILLNEED", "DONTNEED")
 class NamesrvConfig:
     scan_interval_s: float = 10.0        # how often silent brokers are looked for
     broker_expiry_s: float = 120.0       # a broker silent this long is dropped from routes
-    # -- paged registration limits (issue 15) --
+    # -- control-path limits (issue 15) --
     register_max_pages: int = 1024            # pages one broker registration may span
     register_pending_bytes: int = 64 << 20    # topic data unfinished paged registrations may hold in all
     register_page_timeout_s: float = 30.0     # an unfinished registration without a new page this long is dropped
+    max_brokers: int = 1024                   # broker addresses registered at once
+    kv_max_chars: int = 16 << 20              # characters of KV config (namespaces, keys and values) in all
 
     def __post_init__(self) -> None:
         _check_numbers("namesrv", self)
-        if self.register_max_pages < 1 or self.register_pending_bytes < 1 or not self.register_page_timeout_s > 0:
-            raise ConfigError("namesrv.register_max_pages, register_pending_bytes and register_page_timeout_s "
-                              "must be > 0")
+        if min(self.register_max_pages, self.register_pending_bytes, self.max_brokers, self.kv_max_chars) < 1 \
+                or not self.register_page_timeout_s > 0:
+            raise ConfigError("namesrv.register_max_pages, register_pending_bytes, register_page_timeout_s, "
+                              "max_brokers and kv_max_chars must be > 0")
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,9 @@ class Server:
         sock.setsockopt(zmq.SNDHWM, self.limits.sndhwm)
         sock.setsockopt(zmq.RCVHWM, self.limits.rcvhwm)
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_request_frame_bytes)
+        # pyzmq copies a frame below its copy threshold even when told not to, and then reports it as
+        # written at once: tracked replies (the only copy=False sends) must always go zero-copy.
+        sock.copy_threshold = 0
         try:
             sock.bind(self.address)
         except zmq.ZMQError as e:

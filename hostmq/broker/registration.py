@@ -9,9 +9,9 @@ PAGE_BYTES of encoded topics) goes in pages (``namesrv.assembly``): page 0, and 
 the previous one was answered, all with one ``registration_id``. The NameServer applies the whole
 table when the last page arrives, or answers page 0 with ``unchanged`` when it already holds this
 data version — then nothing more is sent, so a broker with 100,000 topics sends one page per round
-unless its topics changed. A registration still under way for a NameServer is not restarted for the
-same data version; a newer version supersedes it at its next page. Pages are computed once per data
-version.
+unless its topics changed. A registration under way for a NameServer is never restarted; one with
+the latest data version follows as soon as it completes, so a stream of topic changes cannot starve
+it. Pages are computed once per data version.
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ class NamesrvLink:
         self._rounds: dict[str, _Round] = {}
         self._ids = itertools.count(1)
         self._pages: tuple[int, list[dict]] | None = None         # (data version, its pages)
+        self._latest: tuple[int, list[dict], dict] = (-1, [{}], {})   # what the next round sends
 
     def _live_clients(self) -> list[RemotingClient]:
         out = []
@@ -100,14 +101,22 @@ class NamesrvLink:
     def register(self, topics: dict, data_version: int) -> None:
         """Send REGISTER_BROKER to every NameServer (answers are handled on the clients' threads)."""
         pages = self._paged(topics, data_version)
-        base = {**self._identity(), "ha_address": "", "data_version": data_version}
+        with self._lock:
+            self._latest = (data_version, pages, {**self._identity(), "ha_address": "", "data_version": data_version})
         for c in self._live_clients():
-            with self._lock:
-                running = self._rounds.get(c.address)
-                if running is not None and running.data_version == data_version and running.client is c:
-                    continue            # still sending this version's pages there
-                r = self._rounds[c.address] = _Round(c, next(self._ids), data_version, pages, base)
-            self._send(r)
+            self._start(c)
+
+    def _start(self, c: RemotingClient) -> None:
+        """A round with the latest topic table, unless one is under way there (it is followed by one
+        with the latest table as soon as it completes, so a stream of topic changes never starves
+        the registration of a large table)."""
+        with self._lock:
+            running = self._rounds.get(c.address)
+            if running is not None and running.client is c:
+                return
+            version, pages, base = self._latest
+            r = self._rounds[c.address] = _Round(c, next(self._ids), version, pages, base)
+        self._send(r)
 
     def _send(self, r: _Round) -> None:
         fields = {**r.fields, "topics": r.pages[r.page]}
@@ -128,7 +137,7 @@ class NamesrvLink:
         complete = fut.result().fields.get("complete", True)
         with self._lock:
             if self._rounds.get(r.client.address) is not r:
-                return                  # superseded by a newer data version
+                return                  # the client was replaced: its rounds are over
             r.page += 1
         if complete:
             self._finish(r, None)
@@ -146,9 +155,12 @@ class NamesrvLink:
                 self.registered.add(address)
             else:
                 self.registered.discard(address)
-        if error is not None:
+            newer = error is None and self._latest[0] != r.data_version and not r.client.closed
+        if error is not None:       # the next register() (every register_interval_s) tries again
             log.warning("registration with %s failed at page %d of %d: %s", address, r.page + 1, len(r.pages),
                         error)
+        elif newer:
+            self._start(r.client)
 
     def unregister(self) -> None:
         """UNREGISTER_BROKER to every NameServer, waiting briefly for each (graceful stop)."""

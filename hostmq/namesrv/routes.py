@@ -19,7 +19,9 @@ Contract: no sockets, threads, files or clock reads. Methods that depend on time
 (any millisecond clock, used consistently by the caller). Nothing is locked: the NameServer process
 owns the only instance and calls it from one thread. Bad arguments raise
 :class:`~hostmq.errors.ValidationError` naming the field, and then the table is unchanged: every
-method validates all of its input before its first change. Values returned are copies (or frozen
+method validates all of its input before its first change. What clients can make it hold is bounded:
+at most ``max_brokers`` registered addresses and ``kv_max_chars`` of KV config (BrokerBusyError past
+them, nothing changed). Values returned are copies (or frozen
 records), so a caller can never change the table through them.
 
 Ownership and crashes: the table lives only in the NameServer process's memory. After a restart the
@@ -51,11 +53,14 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..config import NamesrvConfig
+from ..errors import BrokerBusyError
 from .route_data import (MASTER_ID, PERM_WRITE, BrokerData, BrokerLive, QueueData, RegisterResult,
                          TopicConfig, TopicRouteData, check_int, check_optional_text, check_text,
                          check_topic, cluster_info_from_dict, cluster_info_to_dict, invalid)
 
 DEFAULT_BROKER_EXPIRY_MS = round(NamesrvConfig().broker_expiry_s * 1000)   # 120 s
+DEFAULT_MAX_BROKERS = NamesrvConfig().max_brokers
+DEFAULT_KV_MAX_CHARS = NamesrvConfig().kv_max_chars
 ORDER_TOPIC_CONFIG_NAMESPACE = "ORDER_TOPIC_CONFIG"   # KV namespace of ordered topics' queue layout
 
 
@@ -73,12 +78,16 @@ class _Broker:
 class RouteTable:
     """Clusters, brokers, their liveness, topic routes and KV config of one NameServer."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_brokers: int = DEFAULT_MAX_BROKERS, kv_max_chars: int = DEFAULT_KV_MAX_CHARS) -> None:
         self._clusters: dict[str, set[str]] = {}
         self._brokers: dict[str, _Broker] = {}
         self._live: dict[str, BrokerLive] = {}
         self._topics: dict[str, dict[str, QueueData]] = {}
         self._kv: dict[str, dict[str, str]] = {}
+        # Bounds on what registrations and KV puts may make the table hold (BrokerBusyError past them).
+        self.max_brokers = max_brokers
+        self.kv_max_chars = kv_max_chars
+        self._kv_chars = 0
 
     # -----------------------------------------------------------------------------------------
     # Broker registration and liveness
@@ -264,11 +273,18 @@ class RouteTable:
     # KV config (RocketMQ KVConfigManager)
     # -----------------------------------------------------------------------------------------
     def put_kv(self, namespace: str, key: str, value: str) -> None:
+        """Set one key; BrokerBusyError (nothing changed) if the KV config would pass ``kv_max_chars``."""
         check_text("namespace", namespace)
         check_text("key", key)
         if not isinstance(value, str):
             raise invalid("value", "must be a string", value)
+        old = self._kv.get(namespace, {}).get(key)
+        grown = self._kv_chars + len(value) - (len(old) if old is not None else -len(namespace) - len(key))
+        if grown > self.kv_max_chars and grown > self._kv_chars:
+            raise BrokerBusyError(f"the KV config would hold {grown} characters; namesrv.kv_max_chars is "
+                                  f"{self.kv_max_chars} (delete keys first)")
         self._kv.setdefault(namespace, {})[key] = value
+        self._kv_chars = grown
 
     def get_kv(self, namespace: str, key: str) -> str | None:
         check_text("namespace", namespace)
@@ -282,7 +298,7 @@ class RouteTable:
         values = self._kv.get(namespace)
         if values is None or key not in values:
             return False
-        del values[key]
+        self._kv_chars -= len(namespace) + len(key) + len(values.pop(key))
         if not values:
             del self._kv[namespace]
         return True
@@ -312,6 +328,7 @@ class RouteTable:
             if values:
                 loaded[ns] = dict(values)
         self._kv = loaded
+        self._kv_chars = sum(len(ns) + len(k) + len(v) for ns, values in loaded.items() for k, v in values.items())
 
     # -----------------------------------------------------------------------------------------
     # Internals: every change below runs only after its caller validated all input
@@ -327,6 +344,9 @@ class RouteTable:
         ha = check_optional_text("ha_address", ha_address)
         check_int("data_version", data_version)
         check_int("now_ms", now_ms)
+        if address not in self._live and len(self._live) >= self.max_brokers:
+            raise BrokerBusyError(f"the NameServer already has {len(self._live)} broker addresses "
+                                  f"(namesrv.max_brokers); {address!r:.120} was not registered")
         row = self._brokers.get(broker_name)
         if row is not None and row.cluster != cluster:
             raise invalid("cluster", f"broker {broker_name!r} is registered in cluster {row.cluster!r}; "

@@ -73,7 +73,7 @@ class NamesrvService:
 
     def __init__(self, config: NamesrvConfig, kv_path: str | None = None, clock_ms=_now_ms) -> None:
         self.config = config
-        self.table = RouteTable()
+        self.table = RouteTable(config.max_brokers, config.kv_max_chars)
         self.pending = PagedRegistrations(config.register_max_pages, config.register_pending_bytes,
                                           round(config.register_page_timeout_s * 1000))
         self.kv_path = kv_path

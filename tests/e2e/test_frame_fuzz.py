@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 
 import pytest
 import zmq
@@ -130,7 +131,7 @@ def test_the_frame_fuzzer_runs_clean_and_cleans_up(tmp_path):
 
 def test_the_fuzzer_reports_a_dead_server(tmp_path):
     """Its health check is what finds crashes: a NameServer killed under it is a failure line."""
-    root = frame_fuzz._short_dir(str(tmp_path), 1)[0]
+    root, made = frame_fuzz._short_dir(str(tmp_path), 1)
     target = frame_fuzz._Target(os.path.join(root, "r0"))
     try:
         rng = random.Random(1)
@@ -142,3 +143,5 @@ def test_the_fuzzer_reports_a_dead_server(tmp_path):
         assert list(broken) == ["namesrv"] and "namesrv-0 exited with -9" in broken["namesrv"]
     finally:
         target.close()
+        if made:
+            shutil.rmtree(root)

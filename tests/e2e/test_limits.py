@@ -6,6 +6,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
@@ -92,12 +93,12 @@ def test_replies_a_client_never_reads_stay_bounded_in_the_broker(cluster):
     with hostmq.Admin(c.root) as a:
         a.create_topic(topic, queues=1)
     with hostmq.Producer(c.root) as p:
-        for i in range(40):
-            p.send(Message(topic, os.urandom(64 << 10)), queue=MessageQueue(topic, "broker-a", 0))
+        for i in range(64):         # incompressible; a pull answer carries 256 KiB of them
+            p.send(Message(topic, os.urandom(16 << 10)), queue=MessageQueue(topic, "broker-a", 0))
     address = server_addresses(c)["broker-a"]
     with RemotingClient(address, timeout_s=10.0) as rc:
         wait_until(lambda: rc.request_raw(RequestCode.PULL_MESSAGE, {"topic": topic, "queue_id": 0, "offset": 0})
-                   .fields["max_offset"] == 40, 30, "the 40 messages to be dispatched")
+                   .fields["max_offset"] == 64, 30, "the 64 messages to be dispatched")
     pid = c.pid("broker-a")
     before = rss_bytes(pid)
     ctx = zmq.Context()
@@ -164,12 +165,24 @@ def _holder(address: str, topic: str, queues: int, count: int) -> subprocess.Pop
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
-def _next_answer(proc: subprocess.Popen, timeout_s: float):
-    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-    if not ready:
-        return None
-    line = proc.stdout.readline()
-    return orjson.loads(line) if line else None
+class _Lines:
+    """JSON lines from a child's stdout, each within a deadline (no Python buffering hides a ready line
+    from select)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.fd = proc.stdout.fileno()
+        self.buf = b""
+
+    def next(self, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self.fd, 65536) if ready else b""
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return orjson.loads(line)
 
 
 def test_held_pulls_are_capped_per_client_and_in_all_and_ping_is_answered(cluster):
@@ -186,8 +199,9 @@ def test_held_pulls_are_capped_per_client_and_in_all_and_ping_is_answered(cluste
     pid = c.pid("broker-a")
     before = rss_bytes(pid)
     proc = _holder(address, topic, queues, per_client)
+    lines = _Lines(proc)
     try:
-        rid, code, remark = _next_answer(proc, 120) or (None, None, "no answer")
+        rid, code, remark = lines.next(120) or (None, None, "no answer")
         assert (rid, code) == (per_client + 1, ResponseCode.SYSTEM_BUSY), remark
         assert "max_held_pulls_per_client" in remark
         with RemotingClient(address, timeout_s=10.0) as other:
@@ -204,7 +218,7 @@ def test_held_pulls_are_capped_per_client_and_in_all_and_ping_is_answered(cluste
                 p.send(Message(topic, b"wake queue 3"), queue=MessageQueue(topic, "broker-a", 3))
             want = sum(1 for i in range(1, per_client + 1) if i % queues == 3)
             answers = []
-            while len(answers) < want and (a := _next_answer(proc, 60)) is not None:
+            while len(answers) < want and (a := lines.next(60)) is not None:
                 answers.append(a)
             assert len(answers) == want and all(code == ResponseCode.SUCCESS and rid % queues == 3
                                                 for rid, code, _ in answers), answers[:5]

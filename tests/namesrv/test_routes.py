@@ -538,3 +538,38 @@ def test_random_operations_keep_invariants(ops):
         else:
             t.delete_topic(op[1])
         check_invariants(t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds (issue 15): what clients can make the table hold
+# ---------------------------------------------------------------------------------------------
+def test_more_broker_addresses_than_max_brokers_are_refused_and_change_nothing():
+    from hostmq.errors import BrokerBusyError
+    t = RouteTable(max_brokers=2)
+    register(t, "broker-a", A0, [tc("orders")])
+    register(t, "broker-b", B0, [tc("orders")])
+    before = snapshot(t)
+    with pytest.raises(BrokerBusyError, match="max_brokers"):
+        register(t, "broker-c", "ipc:///r/c.sock", [tc("other")])
+    assert snapshot(t) == before
+    register(t, "broker-a", A0, [tc("orders"), tc("more")], version=2)       # a known address may re-register
+    t.unregister_broker("c1", "broker-b", 0, B0, T0)
+    register(t, "broker-c", "ipc:///r/c.sock", [tc("other")])               # a freed place can be taken
+    check_invariants(t)
+
+
+def test_kv_config_is_bounded_in_characters():
+    from hostmq.errors import BrokerBusyError
+    t = RouteTable(kv_max_chars=20)
+    t.put_kv("ns", "k1", "0123456789")                 # 14 characters
+    with pytest.raises(BrokerBusyError, match="kv_max_chars"):
+        t.put_kv("ns", "k2", "01234")                  # 14 + 9 > 20
+    assert t.kv_namespace("ns") == {"k1": "0123456789"}
+    t.put_kv("ns", "k1", "0123456789abcd")             # replacing counts only the difference: 18
+    t.put_kv("ns", "k1", "x")                          # and shrinking is always allowed
+    t.put_kv("ns", "k2", "01234")
+    assert t.delete_kv("ns", "k1") and t.delete_kv("ns", "k2")
+    t.put_kv("other", "key", "0" * 12)                 # everything freed again: 20 characters
+    t.load_kv({"ns": {"k": "v" * 100}})                # a saved file is loaded as it is ...
+    with pytest.raises(BrokerBusyError):
+        t.put_kv("ns", "k3", "x")                      # ... but nothing more fits
