@@ -89,6 +89,7 @@ class BrokerState:
                         "committed_pos"):
                 h[0][pos] = start_pos
             h[0]["last_store_ts_ms"] = last_store_ts_ms
+            h[0]["dispatch_error_pos"] = -1               # no broken record (the dispatcher's NO_ERROR)
             h[0]["broker_state"] = R.BROKER_STARTING
 
         return cls(Segment.create(name, total, R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init))

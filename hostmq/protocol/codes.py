@@ -52,12 +52,9 @@ class RequestCode(enum.IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_TOPICS_BY_CLUSTER = 224
-    # hostmq only: a producer's shared-memory ingress ring is opened/closed over the control path
-    OPEN_PRODUCER_SESSION = 900
-    CLOSE_PRODUCER_SESSION = 901
+    # hostmq only. 900, 901, 903 and 904 opened/closed producer rings and consumer wake-up words over
+    # this socket; rings now go over session.sock (protocol.session) and consumers register nothing.
     PING = 902
-    OPEN_WAITER = 903               # a consumer's wake-up word, posted by the dispatcher on arrival
-    CLOSE_WAITER = 904
     AUTO_CREATE_TOPIC = 905         # a producer's first send to a topic no broker serves yet
 
 

@@ -119,22 +119,6 @@ class KvConfigRequest(ControlMessage):
 # --- clients ⇄ broker ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class OpenSessionRequest(ControlMessage):
-    """OPEN_PRODUCER_SESSION / OPEN_WAITER: a client registers a shared-memory segment it created."""
-
-    name: str               # the segment (and semaphore) name, under the broker's IPC prefix
-    pid: int                # the client process (its liveness is watched)
-
-
-@dataclass(frozen=True)
-class CloseSessionRequest(ControlMessage):
-    """CLOSE_PRODUCER_SESSION / CLOSE_WAITER."""
-
-    slot: int
-    generation: int
-
-
-@dataclass(frozen=True)
 class TopicRequest(ControlMessage):
     """UPDATE_AND_CREATE_TOPIC (all fields) / DELETE_TOPIC_IN_BROKER and AUTO_CREATE_TOPIC (topic only)."""
 

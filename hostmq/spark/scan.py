@@ -140,6 +140,13 @@ def iter_batches(root: str, key: QueueKey, start: int, end: int, fail_on_data_lo
         off = start
         while off < end:
             b = r.get_batch(topic, qid, off, min(chunk, end - off))
+            if getattr(b, "skipped", 0) and b.next_offset > off:
+                # Records no decoder accepts (logged by the reader) are passed over, as consumers do:
+                # they are not data lost to retention.
+                if len(b):
+                    yield b
+                off = b.next_offset
+                continue
             if b.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.MESSAGE_WAS_REMOVING) or \
                     (len(b) and int(b.queue_offsets[0]) != off):
                 first = first_live_offset(r, topic, qid)
