@@ -258,11 +258,12 @@ class MessageStore:
             self._check_writable(queue_id, now_ms)
         if topic.__class__ is not str or topic not in self._topics:
             self._topic_bytes(topic)
-        start = self.commitlog.max_offset()
+        cl = self.commitlog
+        start, q_before = cl.max_offset(), cl.topic_queue_table.get((topic, queue_id))
         try:
-            r = self.commitlog.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+            q0, phys = self._append_chunks(topic, queue_id, blob, starts, sizes, now_ms)
         except OSError as e:
-            raise self._append_failed(e, start) from None
+            raise self._append_failed(e, start, (topic, queue_id), q_before) from None
         if self.pool is not None:
             self._commit_step(now_ms)
         cfg = self.config
@@ -270,11 +271,37 @@ class MessageStore:
             status = self._after_append(now_ms)
         else:
             status = PutStatus.PUT_OK
-        return PutBatchResult(status, queue_id, r.queue_offset, r.phys_offsets, self.commitlog.host_hex)
+        return PutBatchResult(status, queue_id, q0, phys, cl.host_hex)
 
-    def _append_failed(self, e: OSError, start: int) -> StoreFullError:
+    def _append_chunks(self, topic: str, queue_id: int, blob, starts: np.ndarray, sizes: np.ndarray | None,
+                       now_ms: int) -> tuple[int, np.ndarray]:
+        """A batch never spans commitlog files (``CommitLog.append_batch``); the embedded store, whose
+        results carry every record's position, splits one larger than a file into file-sized runs."""
+        cl = self.commitlog
+        if sizes is None:
+            sizes = R.batch_record_sizes(blob, starts)
+        room = cl.file_bytes - R.MIN_BLANK_BYTES
+        if int(sizes.sum()) <= room:
+            r = cl.append_batch(topic, queue_id, blob, starts, sizes, now_ms=now_ms)
+            return r.queue_offset, r.phys_offsets
+        q0, parts, i, n = None, [], 0, len(starts)
+        ends = np.cumsum(sizes)
+        while i < n:
+            j = max(int(np.searchsorted(ends, (ends[i - 1] if i else 0) + room, side="right")), i + 1)
+            r = cl.append_batch(topic, queue_id, blob, starts[i:j], sizes[i:j], now_ms=now_ms)
+            q0 = r.queue_offset if q0 is None else q0
+            parts.append(r.phys_offsets)
+            i = j
+        return q0, np.concatenate(parts)
+
+    def _append_failed(self, e: OSError, start: int, key=None, queue_offset: int | None = None) -> StoreFullError:
         """ENOSPC / EIO creating the next commitlog file: undo what the append copied, say why."""
         self.commitlog.rollback(start)
+        if key is not None:         # a split batch: runs before the failing one counted their records
+            if queue_offset is None:
+                self.commitlog.topic_queue_table.pop(key, None)
+            else:
+                self.commitlog.topic_queue_table[key] = queue_offset
         why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else os.strerror(e.errno or 0)
         return StoreFullError(f"cannot append to {self.path}: {why}; nothing was stored")
 

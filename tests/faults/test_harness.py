@@ -40,10 +40,17 @@ def short_tmp():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def no_children_left():
+def no_children_left(before=frozenset()):
+    """Children of this test process still running (``before``: pids that predate the test, such as
+    multiprocessing's resource tracker an earlier test started)."""
     me = psutil.Process()
-    gone, alive = psutil.wait_procs(me.children(recursive=True), timeout=20)
+    gone, alive = psutil.wait_procs([p for p in me.children(recursive=True) if p.pid not in before], timeout=20)
     return alive
+
+
+@pytest.fixture
+def older_children():
+    return frozenset(p.pid for p in psutil.Process().children(recursive=True))
 
 
 def check(summary) -> None:
@@ -54,21 +61,21 @@ def check(summary) -> None:
         f"broken promises {broken}\n{table}\n{failures_text(summary)}"
 
 
-def test_short_run_with_the_default_store(short_tmp):
+def test_short_run_with_the_default_store(short_tmp, older_children):
     kinds = parse_kinds(ASYNC_KINDS)
     summary = run(RunOptions(trials=len(kinds), kinds=tuple(kinds), configs=("async",), seed=15,
                              work_dir=os.path.join(short_tmp, "w")), progress=print)
     assert sorted(r.kind for r in summary.rows) == sorted(k.name for k in kinds)
-    assert not no_children_left()
+    assert not no_children_left(older_children)
     check(summary)
 
 
-def test_short_run_with_the_pool_and_sync_flush(short_tmp):
+def test_short_run_with_the_pool_and_sync_flush(short_tmp, older_children):
     summary = run(RunOptions(trials=3, kinds=tuple(parse_kinds(OTHER_KINDS)), configs=("pool", "sync"), seed=15,
                              work_dir=os.path.join(short_tmp, "w"), fuzz_cases=200), progress=print)
     assert sorted((r.config, r.kind) for r in summary.rows) == [
         ("pool", "broker:kill"), ("pool", "broker@mid-commit"), ("sync", "broker:kill")]
-    assert not no_children_left()
+    assert not no_children_left(older_children)
     assert not [f for f in summary.fuzz if f.failures], failures_text(summary)
     check(summary)
 

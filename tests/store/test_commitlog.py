@@ -27,6 +27,8 @@ def test_rolls_across_many_files_with_blank_padding(open_store):
     sent: list[tuple[str, int, bytes]] = []          # (topic, queue_id, body) in append order
     counts: dict[tuple[str, int], int] = {}
 
+    runs: list[int] = []                               # bytes of each batch (an upper bound)
+
     def note(topic, qid, body):
         sent.append((topic, qid, body))
         counts[(topic, qid)] = counts.get((topic, qid), 0) + 1
@@ -37,7 +39,8 @@ def test_rolls_across_many_files_with_blank_padding(open_store):
         for _ in range(rng.randrange(10, 60)):
             i = counts.get((topic, qid), 0) + len(msgs)
             msgs.append(Message(topic, body_for(topic, qid, i, rng.randrange(0, 3000)), tags="r"))
-        store.put_batch(msgs, queue_id=qid)
+        r = store.put_batch(msgs, queue_id=qid)
+        runs.append(int(r.phys_offsets[-1]) - int(r.phys_offsets[0]) + len(msgs[-1].body) + 200)
         for m in msgs:
             note(topic, qid, m.body)
         for _ in range(rng.randrange(1, 5)):       # single puts between the batches
@@ -63,9 +66,10 @@ def test_rolls_across_many_files_with_blank_padding(open_store):
             assert blank.kind == R.RecordKind.BLANK, path
             assert blank.phys + blank.total == start + CL_FILE_BYTES and stop == CL_FILE_BYTES
             assert blank.total >= R.MIN_BLANK_BYTES
-            # The blank is there because the next file's first record did not fit.
+            # The blank is there because the next file's first record — or the batch it starts, a batch
+            # never spans files — did not fit.
             nxt, _ = parse_file(files[n + 1])
-            assert blank.total < nxt[0].total + R.MIN_BLANK_BYTES
+            assert blank.total < max(nxt[0].total, max(runs)) + R.MIN_BLANK_BYTES
         else:
             assert recs[-1].kind == R.RecordKind.MESSAGE
             assert start + stop == store.commitlog.max_offset()
@@ -149,25 +153,32 @@ def _encoded(topic: str, bodies: list[bytes], queue_id: int = 0) -> tuple[bytes,
     return R.encode_batch(recs)
 
 
-def test_append_batch_spans_files_and_continues_queue_offsets(tmp_path):
+def test_a_batch_starts_the_next_file_rather_than_span_two(tmp_path):
+    """RocketMQ's batch append: a batch that does not fit what is left of a file starts the next one,
+    so a batch's records are contiguous (the message ids producers compute assume it); a batch
+    larger than a file is refused with nothing written."""
     cl = CommitLog(str(tmp_path), SMALL_FILE, store_host=HOST)
     singles = [cl.append("B", b"B", 3, b"single-%d" % i, b"", now_ms=100) for i in range(3)]
     assert [s.queue_offset for s in singles] == [0, 1, 2]
-    bodies = [b"batch-%04d-" % i + b"p" * (i * 37 % 400) for i in range(120)]
+    bodies = [b"batch-%04d-" % i + b"p" * (150 + i * 37 % 100) for i in range(13)]
     blob, starts = _encoded("B", bodies, queue_id=3)
+    assert len(blob) < SMALL_FILE < cl.max_offset() + len(blob) + R.MIN_BLANK_BYTES
     r = cl.append_batch("B", 3, blob, starts, now_ms=200)
     assert r.queue_offset == 3 and r.store_ts_ms == 200
+    assert int(r.phys_offsets[0]) == SMALL_FILE                        # the next file's first byte
+    assert (np.diff(r.phys_offsets) == r.sizes[:-1]).all()             # contiguous
     recs = parse_log(tmp_path)
-    assert len(recs) == 123 and len(os.listdir(cl.directory)) > 3
     assert [x.body for x in recs] == [b"single-%d" % i for i in range(3)] + bodies
-    assert [x.queue_offset for x in recs] == list(range(123))
+    assert [x.queue_offset for x in recs] == list(range(16))
     assert [x.phys for x in recs[3:]] == r.phys_offsets.tolist()
-    assert [x.header_phys for x in recs] == [x.phys for x in recs]
-    assert [x.total for x in recs[3:]] == r.sizes.tolist()
-    assert {x.store_ts_ms for x in recs[3:]} == {200}
-    assert cl.max_offset() == recs[-1].phys + recs[-1].total
+    too_big = [b"x" * 1000 for _ in range(SMALL_FILE // 1000 + 1)]
+    blob, starts = _encoded("B", too_big, queue_id=3)
+    end = cl.max_offset()
+    with pytest.raises(ValidationError, match="does not fit a commitlog file"):
+        cl.append_batch("B", 3, blob, starts, now_ms=300)
+    assert cl.max_offset() == end
     after = cl.append("B", b"B", 3, b"after", b"", now_ms=300)
-    assert after.queue_offset == 123 and after.phys_offset == cl.max_offset() - after.size
+    assert after.queue_offset == 16 and after.phys_offset == cl.max_offset() - after.size
     cl.close()
 
 
