@@ -1,8 +1,9 @@
 """Every binary layout of hostmq, declared once, with pure encode/decode functions.
 
 The store layouts are big-endian and follow RocketMQ so its documentation applies; the
-shared-memory layouts (native byte order, never on disk) are in ``hostmq/shm_layouts.py`` and
-re-exported here, so every layout is ``records.NAME``.
+shared-memory layouts (native byte order, never on disk) are in ``hostmq/shm_layouts.py`` and the
+topic / property names and the PROPERTIES codec in ``hostmq/record_fields.py``, both re-exported
+here, so every layout is ``records.NAME``.
 
 Commitlog record (RocketMQ message format V1)::
 
@@ -36,11 +37,13 @@ import struct
 import time
 import zlib
 from collections import namedtuple
-from typing import Mapping
 
 import numpy as np
 
 from .errors import CorruptRecordError, ValidationError
+# Topic and group names, property names and the PROPERTIES codec (kept apart only for size).
+from .record_fields import *  # noqa: F401,F403
+from .record_fields import MAX_TOPIC_CHARS, decode_properties  # used below
 
 # ---------------------------------------------------------------------------------------------
 # Commitlog record
@@ -66,7 +69,6 @@ BLANK = struct.Struct(">iI")               # TOTALSIZE, BLANK_MAGIC_CODE
 MIN_BLANK_BYTES = BLANK.size               # every file ends with at least this much blank record
 SIZE_MAGIC = struct.Struct(">iI")          # the first two fields of any record
 
-MAX_TOPIC_CHARS = 127
 MAX_PROPERTIES_BYTES = (1 << 15) - 1       # PROPERTIESLENGTH is a u16 and RocketMQ limits it to < 32 KiB
 MAX_BODY_BYTES_DEFAULT = 4 * 1024 * 1024
 
@@ -78,22 +80,6 @@ SYSFLAG_TX_COMMIT = 0x2 << 2
 SYSFLAG_TX_ROLLBACK = 0x3 << 2
 SYSFLAG_TX_MASK = 0x3 << 2
 
-# Property names (RocketMQ MessageConst)
-PROP_TAGS = "TAGS"
-PROP_KEYS = "KEYS"
-PROP_UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
-PROP_DELAY = "DELAY"
-PROP_REAL_TOPIC = "REAL_TOPIC"
-PROP_REAL_QUEUE_ID = "REAL_QID"
-PROP_RETRY_TOPIC = "RETRY_TOPIC"
-PROP_ORIGIN_MSG_ID = "ORIGIN_MESSAGE_ID"
-PROP_TRANSACTION_PREPARED = "TRAN_MSG"
-PROP_PRODUCER_GROUP = "PGROUP"
-KEY_SEPARATOR = " "
-NAME_VALUE_SEP = "\x01"
-PROPERTY_SEP = "\x02"
-
-_TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+")    # used with fullmatch: "$" would accept a trailing \n
 _MSG_ID_RE = re.compile(r"[0-9A-Fa-f]{32}")     # bytes.fromhex alone would skip embedded whitespace
 
 
@@ -228,127 +214,6 @@ def decode_record(buf, pos: int = 0, limit: int | None = None, verify_crc: bool 
 
 
 # ---------------------------------------------------------------------------------------------
-# Properties
-# ---------------------------------------------------------------------------------------------
-def encode_properties(props: Mapping[str, str]) -> bytes:
-    """``name\\x01value\\x02`` for each pair (RocketMQ ``messageProperties2String``)."""
-    parts = []
-    for k, v in props.items():
-        k, v = str(k), str(v)
-        if not k or NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
-            raise ValidationError(f"property {k!r}: names must be non-empty and neither name nor value "
-                                  "may contain \\x01 or \\x02")
-        parts.append(f"{k}\x01{v}\x02")
-    try:
-        return "".join(parts).encode("utf-8")
-    except UnicodeEncodeError as e:    # lone surrogates have no UTF-8 form
-        raise ValidationError(f"properties are not encodable as UTF-8: {e}") from None
-
-
-def decode_properties(data: bytes) -> dict[str, str]:
-    """Inverse of :func:`encode_properties`; malformed input raises CorruptRecordError."""
-    if not data:
-        return {}
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _fail(0, f"properties are not UTF-8: {e}") from None
-    out = {}
-    for pair in text.split(PROPERTY_SEP):
-        if not pair:
-            continue
-        name, sep, value = pair.partition(NAME_VALUE_SEP)
-        if not sep or not name:
-            raise _fail(0, f"malformed property pair {pair[:40]!r}")
-        out[name] = value
-    return out
-
-
-# System properties whose values the broker itself acts on: a record is refused unless each is well
-# formed (the scheduler delivers to REAL_TOPIC/REAL_QID, the dispatcher schedules by DELAY).
-_INT_PROPS = {PROP_DELAY: (0, (1 << 31) - 1), PROP_REAL_QUEUE_ID: (0, (1 << 31) - 1)}
-_BOOL_PROPS = (PROP_TRANSACTION_PREPARED,)
-
-
-def check_properties(data) -> None:
-    """Raise ValidationError unless PROPERTIES bytes are what an encoder makes: UTF-8,
-    ``name\x01value\x02`` pairs with non-empty names, and well-formed values for the system
-    properties the broker acts on (REAL_TOPIC, REAL_QID, DELAY, TRAN_MSG, RETRY_TOPIC).
-
-    A record that passes decodes everywhere (:func:`decode_properties`, the SQL92 filter).
-    :func:`check_properties_many` is the same check for many records at once."""
-    if not data:
-        return
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValidationError(f"properties are not UTF-8: {e}") from None
-    if text[-1] != PROPERTY_SEP:
-        raise ValidationError("properties do not end with \\x02")
-    for pair in text[:-1].split(PROPERTY_SEP):
-        name, sep, value = pair.partition(NAME_VALUE_SEP)
-        if not sep or not name or NAME_VALUE_SEP in value:
-            raise ValidationError(f"malformed property pair {pair[:40]!r}")
-        _check_reserved(name, value)
-
-
-_RESERVED_MARKS = tuple(f"{n}{NAME_VALUE_SEP}".encode() for n in
-                        (*_INT_PROPS, *_BOOL_PROPS, PROP_REAL_TOPIC, PROP_RETRY_TOPIC))
-
-
-def check_properties_many(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
-    """:func:`check_properties` of the PROPERTIES at ``u8[starts[i]:starts[i] + lengths[i]]`` for all i
-    at once; returns -1 if all pass, else the index of the first record that fails (check it alone
-    for the reason). Vectorised: the regions are gathered into one buffer; since a valid region ends
-    with ``\x02``, no UTF-8 sequence can cross a boundary, so one decode of the whole buffer and one
-    alternation check of its separators decide every region; the rare records naming a system
-    property are checked one by one."""
-    n = len(starts)
-    ends = starts + lengths
-    nonempty = lengths > 0
-    if nonempty.any() and (u8[ends[nonempty] - 1] != 2).any():
-        return _first_failing(u8, starts, lengths)
-    total = int(lengths.sum())
-    if total == 0:
-        return -1
-    before = np.cumsum(lengths) - lengths            # where each region starts in the gathered buffer
-    blob = u8[np.repeat(starts - before, lengths) + np.arange(total)]
-    raw = blob.tobytes()
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return _first_failing(u8, starts, lengths)
-    sep = np.flatnonzero((blob == 1) | (blob == 2))
-    kinds = blob[sep]
-    empty_name = (kinds == 1) & ((sep == 0) | (blob[np.maximum(sep - 1, 0)] == 2))
-    if len(kinds) % 2 or (kinds[0::2] != 1).any() or (kinds[1::2] != 2).any() or empty_name.any():
-        return _first_failing(u8, starts, lengths)
-    if any(m in raw for m in _RESERVED_MARKS):
-        return _first_failing(u8, starts, lengths)
-    return -1
-
-
-def _first_failing(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
-    for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
-        try:
-            check_properties(u8[s:s + n].tobytes())
-        except ValidationError:
-            return i
-    return -1
-
-
-def _check_reserved(name: str, value: str) -> None:
-    if name in _INT_PROPS:
-        lo, hi = _INT_PROPS[name]
-        if not (value.isascii() and value.isdigit() and lo <= int(value) <= hi):
-            raise ValidationError(f"property {name} must be an integer in {lo}..{hi}, got {value[:40]!r}")
-    elif name == PROP_REAL_TOPIC or name == PROP_RETRY_TOPIC:
-        validate_topic(value)
-    elif name in _BOOL_PROPS and value not in ("true", "false"):
-        raise ValidationError(f"property {name} must be true or false, got {value[:40]!r}")
-
-
-# ---------------------------------------------------------------------------------------------
 # Batches: records encoded back to back, patched in place by the writer with numpy
 # ---------------------------------------------------------------------------------------------
 # The fields the appender fills in — QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP — as one
@@ -477,27 +342,8 @@ os.register_at_fork(after_in_child=_seed_unique_ids)
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation and hashing
+# Hashing
 # ---------------------------------------------------------------------------------------------
-def validate_topic(topic) -> bytes:
-    """Encoded topic, or ValidationError (RocketMQ ``TopicValidator`` rules)."""
-    if not isinstance(topic, str) or not topic:
-        raise ValidationError(f"topic must be a non-empty string, got {topic!r}")
-    if len(topic) > MAX_TOPIC_CHARS:
-        raise ValidationError(f"topic is {len(topic)} characters; at most {MAX_TOPIC_CHARS} allowed")
-    if not _TOPIC_RE.fullmatch(topic):
-        raise ValidationError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
-    return topic.encode("ascii")
-
-
-@functools.lru_cache(maxsize=65536)
-def validate_consumer_group(group) -> str:
-    """A consumer group name: a non-empty string without '@' (offset keys are ``topic@group``)."""
-    if not isinstance(group, str) or not group or "@" in group:
-        raise ValidationError(f"consumer group must be a non-empty string without '@', got {group!r}")
-    return group
-
-
 def tag_hash(tag: str) -> int:
     """Java ``String.hashCode`` of a tag (a signed 32-bit int), as stored in the consume queue."""
     return java_string_hash(tag)

@@ -190,7 +190,7 @@ def run(workdir: str, cases: int, seed: int) -> list[FuzzResult]:
     t0 = time.monotonic()
     write_pos = 0
     try:
-        with LocalCluster(root, config=CONFIG) as cluster, Producer(root, retries=0) as good, Admin(root) as admin:
+        with LocalCluster(root, config=CONFIG), Producer(root, retries=0) as good, Admin(root) as admin:
             admin.create_topic(TOPIC.decode(), queues=2)
             good.send(Message(TOPIC.decode(), b"warm-up"))
             pids = admin.brokers()[0]["pids"]
