@@ -68,6 +68,8 @@ def root(tmp_path):
 def cluster(root):
     made: list[LocalCluster] = []
     me = psutil.Process()
+    # Processes an earlier test left on purpose (multiprocessing's resource tracker) are not this test's.
+    older = {p.pid for p in me.children(recursive=True)}
 
     def _make(brokers: int = 1, namesrvs: int = 1, **overrides) -> LocalCluster:
         c = LocalCluster(root, brokers=brokers, namesrvs=namesrvs, config=merge(TEST_CONFIG, overrides))
@@ -79,7 +81,8 @@ def cluster(root):
     for c in made:
         names |= set(c.brokers)
         c.stop()
-    wait_until(lambda: not me.children(recursive=True), 20, "child processes to exit")
+    wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older], 20,
+               "child processes to exit")
     socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
     left = leftovers(root, names or {"broker-a"})
     for n in left:
