@@ -39,8 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import records as R
-from ..errors import RingCorruptError, SegmentError, ValidationError
-from ..shm.ring import IngressRing
+from ..errors import RingCorruptError, ValidationError
 from ..shm.signal import notify_if_waiting, wait_for
 from ..store import cleanup
 from ..store.commitlog import CommitLog
@@ -50,9 +49,10 @@ from ..store.transient_pool import TransientStorePool, salvage
 from .refusals import WriteRefusals
 from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
-                    BrokerState, open_broker_fd, open_doorbell)
+                    BrokerState, open_doorbell)
 from .topics import TopicTable, topics_path
 from .validate import frame_records, single_record
+from .writer_sessions import RingSessions, _Attached
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,6 @@ W_FLUSH_ERROR = _W["flush_error"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
-
-
-class _Attached(NamedTuple):
-    slot: int
-    generation: int
-    ring: IngressRing
 
 
 class _Pending(NamedTuple):
@@ -90,7 +84,7 @@ def torn_tail_bytes(config) -> int:
     return config.broker.writer_batch_bytes + MAX_RING_DATA_BYTES // 2 + 4096
 
 
-class Writer:
+class Writer(RingSessions):
     """The writer's state and loop body (``run_once``), usable without spawning a process."""
 
     def __init__(self, rt: BrokerRuntime) -> None:
@@ -200,7 +194,6 @@ class Writer:
                 other.set_positions(other.file_bytes)
         self.cl._cur = None
 
-    # -- sessions -------------------------------------------------------------------------------------
     def _load_topics(self) -> None:
         self._topics_seen = self.state.w[W_TOPICS_VERSION]
         try:
@@ -208,97 +201,6 @@ class Writer:
         except Exception:
             log.exception("writer: cannot reload topics; keeping the previous table")
         self._queues = {n.encode(): self.topics.writable_queues(n) for n in self.topics.topics}
-
-    def _sync_sessions(self) -> None:
-        """Follow the session table: attach ACTIVE rings; append what a CLOSING ring published (even
-        one never attached: a producer killed right after its first frame), then mark the slot
-        drained (``attached = ~generation``) so the broker may free it; forget FREE slots."""
-        st = self.state
-        self._sessions_seen = st.w[W_SESSIONS_VERSION]
-        slots = set(st.active_slots()) | set(self.rings) | set(np.flatnonzero(st.attached).tolist())
-        for slot in sorted(slots):
-            state, gen, *_ = st.slot(slot)
-            a = self.rings.get(slot)
-            if a is not None and (a.generation != gen or state == R.SLOT_FREE):
-                self._detach(a)
-                a = None
-            if state == R.SLOT_ACTIVE:
-                if a is None:
-                    self._attach(slot, gen)
-            elif state == R.SLOT_CLOSING:
-                if st.attached[slot] == ~gen:
-                    continue                        # drained already
-                if a is None:
-                    a = self._attach(slot, gen)
-                if a is not None:
-                    self._drain(a)
-                    self._detach(a)
-                st.attached[slot] = ~gen            # nothing of it is left to append
-            else:
-                st.attached[slot] = 0
-
-    def _attach(self, slot: int, gen: int) -> _Attached | None:
-        st = self.state
-        _, _, _, fd, name = st.slot(slot)
-        try:
-            own = open_broker_fd(st.broker_pid, fd)
-        except OSError as e:                # the session ended meanwhile (the broker closed fd)
-            log.debug("writer: session %d (%s) is gone: %s", slot, name, e)
-            st.attached[slot] = 0
-            return None
-        try:
-            ring = IngressRing.from_fd(own, name)
-        except (SegmentError, RingCorruptError) as e:
-            log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
-            st.attached[slot] = 0
-            return None
-        finally:
-            os.close(own)
-        if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES:
-            log.warning("writer: session %d: ring %s is not the one registered", slot, name)
-            ring.close()
-            st.attached[slot] = 0
-            return None
-        a = _Attached(slot, gen, ring)
-        self.rings[slot] = a
-        st.attached[slot] = gen
-        self._rebuild_lists()
-        return a
-
-    def _resume_staged(self, a: _Attached) -> None:
-        """Completions a predecessor staged but did not publish: now (ASYNC) or after a flush (SYNC)."""
-        ring = a.ring
-        if ring.staged_position == ring._cwpos and ring.handed_position == ring._rpos:
-            return
-        if self.sync:
-            self._add_pending(a, ring._cwpos, ring.staged_position, ring.handed_position,
-                              self.state.w[W_WRITE_POS])
-        else:
-            self._complete(a, ring.staged_position, ring.handed_position)
-
-    def _detach(self, a: _Attached, keep_attached: bool = False) -> None:
-        self.rings.pop(a.slot, None)
-        a.ring.close()
-        if not keep_attached:
-            self.state.attached[a.slot] = 0
-        self.pending = deque(p for p in self.pending if p.slot != a.slot)
-        self._rebuild_lists()
-
-    def _rebuild_lists(self) -> None:
-        self._serving = list(self.rings.values())
-        self._flags = [self.state.writer_waiting] + [a.ring.writer_waiting for a in self._serving]
-
-    def _drain(self, a: _Attached) -> None:
-        """Append whatever a closing session published (a dead producer's last frames)."""
-        for _ in range(1000):
-            if not a.ring.has_frames() or a.ring.dropped:
-                break
-            self._serve(a)
-        deadline = time.monotonic() + self.sync_timeout_s
-        while self.pending and any(p.slot == a.slot for p in self.pending) and time.monotonic() < deadline:
-            self._publish_synced(time.monotonic())
-            if self.pending:
-                time.sleep(0.0005)
 
     # -- the hot path ---------------------------------------------------------------------------------
     def run_once(self) -> int:
