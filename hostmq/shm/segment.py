@@ -259,16 +259,7 @@ class Segment:
         except OSError as e:
             raise SegmentError(name, f"cannot map it: {os.strerror(e.errno)}") from None
         seg = cls(name, mm, owner=False)
-        try:
-            info = seg.info()
-            if info.kind.encode() != kb:
-                raise SegmentError(name, f"is a {info.kind!r} segment, expected {kind!r}")
-            if info.layout_version != version:
-                raise SegmentError(name, f"layout version {info.layout_version}, this code reads {version}")
-        except BaseException:
-            seg.close()
-            raise
-        return seg
+        return seg._checked(kb, kind, version)
 
     @classmethod
     def attach(cls, name: str, kind: str, version: int, *, readonly: bool = False) -> "Segment":
@@ -280,16 +271,21 @@ class Segment:
         kb = _kind_bytes(name, kind)
         mm = _map_existing(name, readonly)
         seg = cls(name, mm, owner=False)
+        return seg._checked(kb, kind, version)
+
+    def _checked(self, kb: bytes, kind: str, version: int) -> "Segment":
+        """This attached segment, if its header is valid and of ``kind`` and ``version``; else closed
+        and SegmentError naming what did not match."""
         try:
-            info = seg.info()
+            info = self.info()
             if info.kind.encode() != kb:
-                raise SegmentError(name, f"is a {info.kind!r} segment, expected {kind!r}")
+                raise SegmentError(self.name, f"is a {info.kind!r} segment, expected {kind!r}")
             if info.layout_version != version:
-                raise SegmentError(name, f"layout version {info.layout_version}, this code reads {version}")
+                raise SegmentError(self.name, f"layout version {info.layout_version}, this code reads {version}")
         except BaseException:
-            seg.close()
+            self.close()
             raise
-        return seg
+        return self
 
     # -- header --------------------------------------------------------------------------------
     def info(self) -> SegmentInfo:

@@ -38,6 +38,25 @@ def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: f
         time.sleep(step_s)
 
 
+def consume_bodies(root: str, topic: str, expect: int, group: str, linger_s: float = 0.0) -> list[bytes]:
+    """Bodies a new group reads from the first offset of ``topic`` until ``expect`` arrived (30 s at
+    most), then ``linger_s`` more so that anything stored that should not be shows up too."""
+    import hostmq
+    pc = hostmq.PullConsumer(root, group=group, consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
+    try:
+        pc.subscribe(topic, "*")
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < expect and time.monotonic() < deadline:
+            got += [m.body for m in pc.poll(timeout=0.5)]
+        end = time.monotonic() + linger_s
+        while time.monotonic() < end:
+            got += [m.body for m in pc.poll(timeout=0.2)]
+        return got
+    finally:
+        pc.close()
+
+
 def prefixes(root: str, brokers) -> list[str]:
     names = [shm_name(root, b, "x") for b in brokers] + [shm_name(root, "", "x")]
     return [n.rsplit(".", 2)[0] + "." for n in names]

@@ -17,7 +17,7 @@ import hostmq
 from hostmq import Message, SendStatus
 from hostmq.errors import BrokerBusyError, StoreFullError
 from hostmq.root import RootPaths
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import consume_bodies, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 MiB = 1 << 20
@@ -90,22 +90,6 @@ def _writer_pid(root: str) -> int:
         return a.brokers()[0]["pids"]["writer"]
 
 
-def _read_all(root: str, topic: str, expect: int, group: str) -> list[bytes]:
-    pc = hostmq.PullConsumer(root, group=group, consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
-    try:
-        pc.subscribe(topic, "*")
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < expect and time.monotonic() < deadline:
-            got += [m.body for m in pc.poll(timeout=0.5)]
-        extra_deadline = time.monotonic() + 1.0        # anything stored that should not be shows up too
-        while time.monotonic() < extra_deadline:
-            got += [m.body for m in pc.poll(timeout=0.2)]
-        return got
-    finally:
-        pc.close()
-
-
 def test_a_full_disk_refuses_writes_with_a_typed_error_and_recovers_when_space_is_back(store_tmpfs, cluster):
     c = cluster(store=SMALL)
     root = c.root
@@ -145,14 +129,14 @@ def test_a_full_disk_refuses_writes_with_a_typed_error_and_recovers_when_space_i
                 acked.append(b)
         assert _writer_pid(root) == writer                      # no crash loop
         # Reads are still served while writes are refused.
-        got = _read_all(root, "full", len(acked), "g-during")
+        got = consume_bodies(root, "full", len(acked), "g-during", linger_s=1.0)
         assert sorted(got) == sorted(acked)
         os.unlink(filler)                                        # space is back
         after = wait_until(lambda: _try_send(p, b"after" + body), 30, "writes to be accepted again")
         assert after.status == SendStatus.SEND_OK
         acked.append(b"after" + body)
         assert _writer_pid(root) == writer
-    got = _read_all(root, "full", len(acked), "g-after")
+    got = consume_bodies(root, "full", len(acked), "g-after", linger_s=1.0)
     assert sorted(got) == sorted(acked) and not set(got) & set(refused)
 
 

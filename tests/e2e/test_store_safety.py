@@ -15,22 +15,9 @@ import hostmq
 from hostmq import Message, SendStatus
 from hostmq.root import RootPaths, shm_name
 from hostmq.shm import list_segments
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import consume_bodies, wait_until
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _consume(root: str, topic: str, expect: int, group: str) -> list[bytes]:
-    pc = hostmq.PullConsumer(root, group=group, consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
-    try:
-        pc.subscribe(topic, "*")
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < expect and time.monotonic() < deadline:
-            got += [m.body for m in pc.poll(timeout=0.5)]
-        return got
-    finally:
-        pc.close()
 
 
 def test_changing_file_sizes_in_the_config_never_deletes_or_hides_data(root):
@@ -38,14 +25,14 @@ def test_changing_file_sizes_in_the_config_never_deletes_or_hides_data(root):
     consume_queue_file_entries left 299 of 300 messages unreachable. The store's sizes are recorded
     in store.json at creation and used from then on; a differing configuration is logged."""
     small = {"store": {"commitlog_file_bytes": 1 << 20, "consume_queue_file_entries": 100}}
-    with hostmq.LocalCluster(root, config=small) as c, hostmq.Producer(root) as p:
+    with hostmq.LocalCluster(root, config=small), hostmq.Producer(root) as p:
         for i in range(300):
             assert p.send(Message("sizes", b"m%03d" % i)).status == SendStatus.SEND_OK
     store = RootPaths(root).store_dir("broker-a")
     files = sorted(os.listdir(os.path.join(store, "commitlog")))
     other = {"store": {"commitlog_file_bytes": 4 << 20, "consume_queue_file_entries": 300_000}}
     with hostmq.LocalCluster(root, config=other) as c:
-        got = _consume(root, "sizes", 300, "g-sizes")
+        got = consume_bodies(root, "sizes", 300, "g-sizes")
         log = c.log_tail("broker-a", 200)
     assert sorted(got) == sorted(b"m%03d" % i for i in range(300))
     assert sorted(os.listdir(os.path.join(store, "commitlog"))) == files
@@ -59,9 +46,9 @@ def test_nothing_a_root_creates_is_readable_by_other_users(root):
     directory and shared-memory segment of a root is for its owner (and group) only."""
     old = os.umask(0o022)
     try:
-        with hostmq.LocalCluster(root) as c, hostmq.Producer(root) as p:
+        with hostmq.LocalCluster(root), hostmq.Producer(root) as p:
             p.send(Message("secret", b"the body nobody else may read"))
-            wait_until(lambda: _consume(root, "secret", 1, "g-secret"), 20, "the message")
+            wait_until(lambda: consume_bodies(root, "secret", 1, "g-secret"), 20, "the message")
             prefixes = [shm_name(root, "broker-a", "x").rsplit(".", 2)[0] + ".",
                         shm_name(root, "", "x").rsplit(".", 2)[0] + "."]
             segs = [s for pre in prefixes for s in list_segments(pre)]
@@ -107,7 +94,7 @@ def test_a_whole_broker_kill_loses_nothing_acknowledged_from_the_transient_store
         c.signal_group("broker-a", signal.SIGKILL)         # broker, writer and all die at once
         c.processes["broker-a"].wait(30)
         c.start_broker("broker-a")
-        got = _consume(root, "pool", len(acked), "g-pool")
+        got = consume_bodies(root, "pool", len(acked), "g-pool")
         assert sorted(got) == sorted(acked)
         assert "transient store pool" in c.log_tail("broker-a", 100)
     finally:
@@ -117,7 +104,7 @@ def test_a_whole_broker_kill_loses_nothing_acknowledged_from_the_transient_store
 def test_a_wall_clock_step_breaks_no_session_and_no_view(root):
     """Item 5: a wall-clock step made every live process look dead (psutil create_time moves with
     the clock). Liveness uses boot-relative start ticks: sessions and consumer views survive."""
-    with hostmq.LocalCluster(root) as c, hostmq.Producer(root) as p:
+    with hostmq.LocalCluster(root), hostmq.Producer(root) as p:
         assert p.send(Message("clock", b"before")).status == SendStatus.SEND_OK
         pc = hostmq.PullConsumer(root, group="g-clock", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
         try:
