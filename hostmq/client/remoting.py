@@ -43,7 +43,8 @@ import zmq
 
 from ..errors import ConnectError, ProtocolError, SendTimeout
 from ..protocol.codes import ResponseCode, code_name, error_for_response
-from ..protocol.frames import Frame, decode, encode_request, encode_response, peek_request_id
+from ..protocol.frames import (MAX_RESPONSE_HEADER_BYTES, Frame, decode, encode_request, encode_response,
+                               peek_request_id)
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class _IOLoop:
     def _on_message(self, msg: list[bytes]) -> None:
         address = self.client.address
         try:
-            frame = decode(msg)
+            frame = decode(msg, MAX_RESPONSE_HEADER_BYTES)
         except ProtocolError as e:
             req = self.pending.pop(peek_request_id(msg[0]), None)
             log.warning("bad response from %s: %s", address, e)

@@ -2,7 +2,9 @@
 
 A control message is a list of byte strings (zmq frames)::
 
-    frame 0      one orjson object, at most MAX_HEADER_BYTES (1 MiB):
+    frame 0      one orjson object, at most MAX_HEADER_BYTES (1 MiB) in a request and
+                 MAX_RESPONSE_HEADER_BYTES (64 MiB) in a response (a client trusts its servers; a
+                 list of 100,000 topics is about 10 MiB):
                  {"v": 1, "code": 11, "id": 42, "resp": false, "remark": "", "f": {...}}
     frame 1..n   raw binary bodies (message bytes, batches), never interpreted here
 
@@ -35,7 +37,8 @@ import orjson
 from ..errors import ProtocolError
 
 PROTOCOL_VERSION = 1
-MAX_HEADER_BYTES = 1 << 20          # frame 0 larger than this is refused unparsed
+MAX_HEADER_BYTES = 1 << 20          # frame 0 of a request larger than this is refused unparsed
+MAX_RESPONSE_HEADER_BYTES = 64 << 20     # ... of a response (only clients decode responses)
 # Every frame of a request is at most this big. No request carries body frames today (message data
 # travels through shared memory, and a broker registers its topics in pages of frame 0), so every
 # legitimate request fits; servers set it as libzmq's ZMQ_MAXMSGSIZE (hostmq.transport), which drops
@@ -80,13 +83,14 @@ def encode_response(code: int, request_id: int, fields: dict | None = None, bodi
     return _encode(code, request_id, fields, bodies, True, remark)
 
 
-def decode(frames: Sequence[bytes]) -> Frame:
-    """The Frame carried by ``frames``; ProtocolError(why) on anything malformed."""
+def decode(frames: Sequence[bytes], max_header_bytes: int = MAX_HEADER_BYTES) -> Frame:
+    """The Frame carried by ``frames``; ProtocolError(why) on anything malformed (a frame 0 over
+    ``max_header_bytes`` included: servers keep the request limit, clients pass the response one)."""
     if isinstance(frames, (bytes, bytearray, memoryview, str)) or not isinstance(frames, Sequence):
         raise ProtocolError(f"expected a sequence of frames, got {type(frames).__name__}")
     if len(frames) == 0:
         raise ProtocolError("message has no frames")
-    header = _parse_header(frames[0])
+    header = _parse_header(frames[0], max_header_bytes)
     _check_header(header)
     return Frame(code=header["code"], request_id=header["id"], fields=header["f"],
                  bodies=tuple(_body(b, i) for i, b in enumerate(frames[1:], 1)),
@@ -116,19 +120,20 @@ def _encode(code: Any, request_id: Any, fields: Any, bodies: Any, response: bool
         frame0 = orjson.dumps(header)
     except TypeError as e:                  # orjson.JSONEncodeError is a TypeError
         raise ProtocolError(f"frame 0 is not JSON-encodable: {e}") from None
-    if len(frame0) > MAX_HEADER_BYTES:
-        raise ProtocolError(f"frame 0 is {len(frame0)} bytes; the limit is {MAX_HEADER_BYTES} "
+    limit = MAX_RESPONSE_HEADER_BYTES if response else MAX_HEADER_BYTES
+    if len(frame0) > limit:
+        raise ProtocolError(f"frame 0 is {len(frame0)} bytes; the limit is {limit} "
                             f"(send large data as body frames)")
     if isinstance(bodies, (bytes, bytearray, memoryview, str)):
         raise ProtocolError("bodies must be a sequence of byte strings, not a single one")
     return [frame0, *(_body(b, i) for i, b in enumerate(bodies, 1))]
 
 
-def _parse_header(frame0: Any) -> dict:
+def _parse_header(frame0: Any, max_header_bytes: int = MAX_HEADER_BYTES) -> dict:
     if not isinstance(frame0, (bytes, bytearray, memoryview)):
         frame0 = _buffer(frame0, 0)
-    if len(frame0) > MAX_HEADER_BYTES:
-        raise ProtocolError(f"frame 0 is {len(frame0)} bytes; the limit is {MAX_HEADER_BYTES}")
+    if len(frame0) > max_header_bytes:
+        raise ProtocolError(f"frame 0 is {len(frame0)} bytes; the limit is {max_header_bytes}")
     try:
         header = orjson.loads(frame0)
     except orjson.JSONDecodeError as e:
