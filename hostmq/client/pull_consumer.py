@@ -197,13 +197,16 @@ class PullConsumer:
         """Up to ``max_poll_records`` messages from the assigned queues, waiting up to ``timeout``
         seconds for some to arrive; [] if none did."""
         deadline = time.monotonic() + max(0.0, timeout)
+        # Auto-commit what earlier polls returned — the application has had them since, and calls
+        # poll again — never what this poll is about to return (RocketMQ's and Kafka's rule): a
+        # consumer killed before handling a batch gets it again (at least once).
+        self._maybe_autocommit()
         while True:
             self._maybe_rebalance()
             self._maybe_reload_offsets()
             seqs = self._seqs()
             msgs = self._fetch(self.max_poll_records)
             if msgs or time.monotonic() >= deadline:
-                self._maybe_autocommit()
                 return msgs
             self._wait(seqs, deadline)
 
@@ -213,13 +216,13 @@ class PullConsumer:
         if max_count < 1:
             raise ValidationError("max_count must be ≥ 1")
         deadline = time.monotonic() + max(0.0, timeout)
+        self._maybe_autocommit()            # what earlier polls returned, as in poll()
         while True:
             self._maybe_rebalance()
             self._maybe_reload_offsets()
             seqs = self._seqs()
             b = self._fetch_batch(max_count)
             if b is not None:
-                self._maybe_autocommit()
                 return b
             if time.monotonic() >= deadline:
                 return MessageBatch(None, _EMPTY, [], None, _EMPTY, _EMPTY, GetStatus.NO_MESSAGE_IN_QUEUE, 0)

@@ -159,3 +159,39 @@ def test_a_consumer_can_wait_on_a_broker_that_has_stored_nothing_yet(cluster):
         got = wait_until(lambda: pc.poll(0.5), 10, "the first message")
         assert [(m.queue, m.queue_offset, m.body, m.msg_id) for m in got] == [(queues[1], 0, b"one", r.msg_id)]
         assert pc.poll(0.05) == []                    # nothing new: the unchanged broker is not re-read
+
+
+_POLL_THEN_DIE = """
+import os, signal, sys, hostmq
+pc = hostmq.PullConsumer(sys.argv[1], group="g-die", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
+                         auto_commit_interval_s=0.0)
+pc.subscribe("die", "*")
+got = []
+while not got:
+    got = pc.poll(timeout=5.0)
+print(len(got), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)          # before handling them, and before the next poll
+"""
+
+
+def test_auto_commit_never_commits_what_a_poll_is_returning(cluster):
+    """A consumer killed right after a poll gets that poll's messages again: auto-commit covers what
+    earlier polls returned, never the batch being returned (at least once, as RocketMQ and Kafka)."""
+    import subprocess
+    import sys
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("die", queues=1)
+    with hostmq.Producer(c.root) as p:
+        for i in range(5):
+            p.send(Message("die", b"m%d" % i))
+    out = subprocess.run([sys.executable, "-c", _POLL_THEN_DIE, c.root], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == -9 and int(out.stdout.split()[0]) == 5, out.stderr[-2000:]
+    pc = hostmq.PullConsumer(c.root, group="g-die", consume_from=ConsumeFrom.LAST_OFFSET)
+    try:
+        pc.subscribe("die", "*")
+        got = wait_until(lambda: pc.poll(timeout=0.5), 20, "the messages the killed consumer never handled")
+        assert [m.body for m in got] == [b"m%d" % i for i in range(5)]
+    finally:
+        pc.close()
