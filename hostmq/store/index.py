@@ -366,19 +366,22 @@ class IndexService:
 
     def build_index(self, reqs: Sequence[DispatchRequest]) -> int:
         """Index each request's unique id and keys, in order; returns the entries added. Prepared and
-        rolled-back transaction messages are skipped, and so are requests already indexed (phys offset
-        below, or equal to, the last one indexed): re-dispatch after recovery is harmless."""
+        rolled-back transaction messages are skipped, and so are entries already indexed (see
+        :meth:`_resume`): re-dispatch after recovery is harmless."""
         if not self.enabled or not reqs:
             return 0
         with self._lock:
-            last = self._last_indexed()
-            batch = batch_keys(reqs, *last) if len(reqs) >= SCALAR_BELOW_REQUESTS else None
+            last, done = self._resume()
+            batch = batch_keys(reqs, last, False) if len(reqs) >= SCALAR_BELOW_REQUESTS else None
             if batch is None:
-                keys, phys_offsets, store_ts_ms = collect_keys(reqs, *last)
-                for key, phys_offset, ts_ms in zip(keys, phys_offsets, store_ts_ms):
+                keys, phys_offsets, store_ts_ms = collect_keys(reqs, last, False)
+                first = _skip_done(np.asarray(phys_offsets, dtype=np.int64), last, done)
+                for key, phys_offset, ts_ms in zip(keys[first:], phys_offsets[first:], store_ts_ms[first:]):
                     self._writable_file().put_key(key, phys_offset, ts_ms)   # never full: see there
-                return len(keys)
-            return self._put_entries(*batch)
+                return len(keys) - first
+            hashes, phys_offsets, store_ts_ms = batch
+            first = _skip_done(phys_offsets, last, done)
+            return self._put_entries(hashes[first:], phys_offsets[first:], store_ts_ms[first:])
 
     def build_index_hashes(self, key_hashes: np.ndarray, phys_offsets: np.ndarray,
                            store_ts_ms: np.ndarray) -> int:
@@ -390,8 +393,7 @@ class IndexService:
         if (phys_offsets[1:] < phys_offsets[:-1]).any():
             raise ValidationError("index entries must come in commitlog order (phys offsets not decreasing)")
         with self._lock:
-            last_phys_offset, any_indexed = self._last_indexed()
-            first = int(np.searchsorted(phys_offsets, last_phys_offset, "right" if any_indexed else "left"))
+            first = _skip_done(phys_offsets, *self._resume())
             return self._put_entries(np.asarray(key_hashes, dtype=np.int32)[first:], phys_offsets[first:],
                                      np.asarray(store_ts_ms, dtype=np.int64)[first:])
 
@@ -408,6 +410,23 @@ class IndexService:
             return 0, False
         newest = self._files[-1]
         return newest.header.end_phys_offset, newest.header.index_count > 1 or len(self._files) > 1
+
+    def _resume(self) -> tuple[int, int]:
+        """``(phys offset of the last message indexed, how many of its entries are in)``. A message's
+        entries (its unique id, then each key) may have gone in only partly — a dispatcher killed
+        between two, or a batch that filled a file — so re-dispatch skips exactly those, not the
+        whole message: its other keys would be lost from the index for good."""
+        last, any_indexed = self._last_indexed()
+        if not any_indexed:
+            return last, 0
+        done = 0
+        for f in reversed(self._files):
+            tail = f._entry_view[1:f.header.index_count]["phys_offset"]
+            same = len(tail) - int(np.flatnonzero(tail != last)[-1]) - 1 if (tail != last).any() else len(tail)
+            done += same
+            if same < len(tail):
+                break
+        return last, done
 
     def _writable_file(self) -> IndexFile:
         """The newest file, or a new one if it is full (RocketMQ ``getAndCreateLastIndexFile``)."""
@@ -485,3 +504,12 @@ class IndexService:
                 f.flush()
                 f.close()
             self._files = []
+
+
+def _skip_done(phys_offsets: np.ndarray, last: int, done: int) -> int:
+    """Index of the first entry still to add: past every entry of a message before ``last``, and past
+    the first ``done`` entries of the message at ``last`` (entries come in commitlog order, and a
+    message's in one fixed order)."""
+    lo = int(np.searchsorted(phys_offsets, last, "left"))
+    hi = int(np.searchsorted(phys_offsets, last, "right"))
+    return lo + min(done, hi - lo)

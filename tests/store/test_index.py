@@ -438,3 +438,27 @@ def test_batch_equals_one_at_a_time_property(seed, slots, entries):
             assert file_bytes(batched) == file_bytes(one)
         finally:
             one.close(), batched.close()
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_message_indexed_only_in_part_gets_its_other_keys_on_redispatch(make_service, many):
+    """A dispatcher killed between a message's entries left its unique id indexed but not its keys:
+    re-dispatch must add exactly the missing entries (the whole-broker kill trials of the fault suite
+    found keys that no query returned any more)."""
+    svc = make_service()
+    first = [req(100 + i, uniq_key=f"U{i}", keys=f"k{i} j{i}") for i in range(3)]
+    svc.build_index(first[:2])
+    partial = req(120, uniq_key="UP", keys="kp jp")
+    # What a kill leaves: only the unique id's entry of the message at 120 went in.
+    from hostmq.store.index_keys import batch_keys
+    hashes, phys, ts = batch_keys([partial], 0, False)
+    assert svc.build_index_hashes(hashes[:1], phys[:1], ts[:1]) == 1
+    assert 120 in svc.query("T", "UP") and 120 not in svc.query("T", "kp")
+    again = first[:2] + [partial] + [req(130 + i, uniq_key=f"V{i}", keys=f"m{i}") for i in range(2)]
+    pad = [req(200 + i, uniq_key=f"W{i}") for i in range(SCALAR_BELOW_REQUESTS)] if many else []
+    added = svc.build_index(again + pad)
+    assert added == 2 + 4 + len(pad)                  # kp, jp, then two messages of two entries each
+    # (a query answers a superset — equal hashes — which a reader confirms against the record)
+    assert 120 in svc.query("T", "kp") and 120 in svc.query("T", "jp") and 120 in svc.query("T", "UP")
+    assert 131 in svc.query("T", "m1")
+    assert svc.build_index(again + pad) == 0          # nothing twice
