@@ -158,7 +158,32 @@ class IndexFile:
         if not (1 <= h.index_count <= entries and 0 <= h.begin_phys_offset <= h.end_phys_offset):
             f.close()
             return None
+        if writable:
+            f.repair_slots()
         return f
+
+    def repair_slots(self) -> int:
+        """Point every hash slot that names an entry past ``index_count`` back at its real chain head.
+
+        An append writes its entries, then the slots, then the header; a process killed before the
+        header leaves slots naming entries that do not count. Left so, the slot hides its whole older
+        chain (a lookup and the next append both treat it as empty), so every message hashed there
+        would be lost to queries for good. The head is recomputed from the entries (the newest one of
+        that bucket below ``index_count``). Returns how many slots were repaired."""
+        count = self.header.index_count
+        slots = self._slot_view
+        bad = np.flatnonzero(slots.astype(np.int64) >= count)
+        if not len(bad):
+            return 0
+        buckets = self._entry_view[1:count]["key_hash"].astype(np.int64) % self.slots
+        mine = np.isin(buckets, bad)
+        heads = np.zeros(self.slots, np.int64)
+        np.maximum.at(heads, buckets[mine], np.flatnonzero(mine) + 1)
+        slots[bad] = heads[bad]
+        self.dirty = True
+        log.warning("index file %s: %d hash slots named entries a killed dispatcher never counted; "
+                    "repaired from the entries", self.path, len(bad))
+        return len(bad)
 
     def is_write_full(self) -> bool:
         return self.header.index_count >= self.entries

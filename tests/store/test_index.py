@@ -462,3 +462,27 @@ def test_a_message_indexed_only_in_part_gets_its_other_keys_on_redispatch(make_s
     assert 120 in svc.query("T", "kp") and 120 in svc.query("T", "jp") and 120 in svc.query("T", "UP")
     assert 131 in svc.query("T", "m1")
     assert svc.build_index(again + pad) == 0          # nothing twice
+
+
+def test_slots_a_killed_append_left_pointing_past_the_count_are_repaired_at_open(make_service, tmp_path):
+    """An append writes entries, then slots, then the header: a kill before the header leaves slots
+    naming uncounted entries, which hid every older key of their bucket from queries for good."""
+    svc = make_service(slots=7)                          # few slots: buckets shared by many keys
+    old = [req(100 + i, uniq_key=f"U{i}", keys=f"k{i}") for i in range(20)]
+    svc.build_index(old)
+    path = svc.files()[-1]
+    svc.close()
+    f = IndexFile.open(Path(path), 7, 1000)
+    before = f.header
+    from hostmq.store.index_keys import batch_keys
+    hashes, phys, ts = batch_keys([req(500 + i, uniq_key=f"N{i}", keys=f"n{i}") for i in range(10)], 0, False)
+    f.put_key_hashes(hashes, phys, ts)
+    f._set_header(before)                                # the header never made it: the kill
+    f.flush()
+    f.close()
+    svc = make_service(slots=7)                          # the dispatcher's restart reopens (repairs)
+    for i in range(20):
+        assert 100 + i in svc.query("T", f"U{i}") and 100 + i in svc.query("T", f"k{i}"), i
+    svc.build_index(old + [req(500 + i, uniq_key=f"N{i}", keys=f"n{i}") for i in range(10)])
+    assert all(500 + i in svc.query("T", f"n{i}") for i in range(10))
+    assert all(100 + i in svc.query("T", f"U{i}") for i in range(20))
