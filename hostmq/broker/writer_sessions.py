@@ -20,6 +20,7 @@ import numpy as np
 from .. import records as R
 from ..errors import RingCorruptError, SegmentError
 from ..shm.ring import IngressRing
+from ..shm.signal import notify_if_waiting
 from .runtime import MAX_RING_DATA_BYTES
 from .state import W_SESSIONS_VERSION, W_WRITE_POS, open_broker_fd
 
@@ -73,15 +74,22 @@ class RingSessions:
             st.attached[slot] = 0
             return None
         try:
-            ring = IngressRing.from_fd(own, name)
+            # The producer may have rewritten its header or cursors since it registered: such a
+            # ring is marked dropped (its producer woken) rather than left unserved and unanswered.
+            ring = IngressRing.from_fd(own, name, drop_corrupt=True)
         except (SegmentError, RingCorruptError) as e:
             log.warning("writer: cannot attach session %d (%s): %s", slot, name, e)
             st.attached[slot] = 0
             return None
         finally:
             os.close(own)
-        if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES:
-            log.warning("writer: session %d: ring %s is not the one registered", slot, name)
+        bad = ("it was dropped before" if ring.dropped else
+               "it is not the ring registered" if ring.segment.generation != gen or ring.capacity > MAX_RING_DATA_BYTES
+               else "")
+        if bad:
+            log.warning("writer: not serving session %d (%s): %s", slot, name, bad)
+            ring.mark_dropped()
+            notify_if_waiting(ring.producer_waiting, ring.completion_word)
             ring.close()
             st.attached[slot] = 0
             return None

@@ -97,6 +97,15 @@ def ring_geometry(data_bytes: int, completion_entries: int) -> tuple[int, int, i
     return comp_off, data_off, data_off + data_bytes
 
 
+def _drop_header(seg: Segment) -> None:
+    """Mark a ring dropped and wake its producer through the header words alone (its geometry may be
+    impossible, so no :class:`IngressRing` can be built over it)."""
+    words = seg.array(np.int64, R.RING_HEADER.itemsize // 8)
+    words[_W["writer_state"]] = R.RING_STATE_DROPPED
+    FutexWord(words, _COMP_WRITE_POS).wake()
+    del words
+
+
 class IngressRing(WriterSide):
     """A producer's ingress ring (see module docstring). Build with :meth:`create` or :meth:`from_fd`."""
 
@@ -155,20 +164,26 @@ class IngressRing(WriterSide):
         return cls(seg)
 
     @classmethod
-    def from_fd(cls, fd: int, name: str = "ring") -> "IngressRing":
+    def from_fd(cls, fd: int, name: str = "ring", *, drop_corrupt: bool = False) -> "IngressRing":
         """Map a producer's ring from its descriptor (writer side; ``fd`` stays the caller's);
-        SegmentError / RingCorruptError if it is not a sealed ring of a possible geometry."""
+        SegmentError / RingCorruptError if it is not a sealed ring of a possible geometry.
+
+        ``drop_corrupt`` (the writer attaching a registered ring): a ring whose header or cursors
+        fail the checks is also marked dropped and its producer woken — the producer may have written
+        them after registering, and must get an answer rather than wait for a writer that never reads.
+        """
         seg = Segment.from_fd(fd, R.RING_KIND, R.RING_LAYOUT_VERSION, name=name)
+        ring = None
         try:
             ring = cls(seg)
-        except BaseException:
-            seg.close()
-            raise
-        ring.writer_waiting.clear()     # a previous writer may have died while blocked
-        try:
+            ring.writer_waiting.clear()     # a previous writer may have died while blocked
             ring._check_journal()
-        except BaseException:
-            ring.close()
+        except BaseException as e:
+            if drop_corrupt and isinstance(e, RingCorruptError):
+                _drop_header(seg)
+            if ring is not None:
+                ring.close()                # its views too (closes the segment)
+            seg.close()
             raise
         return ring
 

@@ -318,3 +318,28 @@ def test_a_session_closed_before_the_writer_saw_it_still_has_its_frames_appended
         assert [m.body for m in got] == [b"published, then gone"]
     finally:
         pc.close()
+
+
+@pytest.mark.parametrize("write_pos", [-8, 3, 1 << 40])
+def test_a_ring_corrupted_before_the_writer_attached_it_is_dropped_not_left_hanging(cluster, write_pos):
+    """Found by the ring fuzzer on a loaded machine: a producer that wrote an impossible cursor right
+    after registering, before the writer attached its ring, was neither served nor dropped (the attach
+    failed its checks and the writer left the session ACTIVE): its sends waited forever. The writer
+    must drop such a ring and wake its producer, and keep serving everyone else."""
+    c = cluster()
+    with hostmq.Producer(c.root) as good:
+        good.send(Message("early", b"warm-up"))
+        writer = _pids(c.root)["writer"]
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            rogue = _session(good)
+            rogue.ring._q[R.RING_WORD["data_write_pos"]] = write_pos    # before the writer ever looked
+            assert not rogue.ring.dropped
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        try:
+            wait_until(lambda: rogue.ring.dropped, 10, "the writer to drop the ring")
+            assert good.send(Message("early", b"still served")).status == hostmq.SendStatus.SEND_OK
+        finally:
+            _close(rogue)
+        assert _pids(c.root)["writer"] == writer
