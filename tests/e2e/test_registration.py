@@ -52,7 +52,9 @@ def test_100k_topics_register_and_their_routes_stay_whole_while_registering_agai
 
         def create():
             try:
-                with hostmq.Admin(c.root) as a:
+                # 30 s like the route client above: on a loaded machine the NameServer may take
+                # seconds over 100,000 topics' pages, and this test is about routes, not latency.
+                with hostmq.Admin(c.root, timeout_s=30.0) as a:
                     a.create_topic("late-topic", queues=2)     # a new data version: all pages again
             except Exception as e:
                 failures.append(repr(e))
@@ -75,7 +77,7 @@ def test_100k_topics_register_and_their_routes_stay_whole_while_registering_agai
         assert route_queues(ns, "late-topic") == 2
         assert all(route_queues(ns, t) == 4 for t in random.sample(names, 1000))
         # Lists of every topic are far over a request's 1 MiB: a response may carry them.
-        with hostmq.Admin(c.root) as a:
+        with hostmq.Admin(c.root, timeout_s=30.0) as a:
             assert len(a.topics()) >= len(names)
             assert a.brokers()[0]["alive"]
     assert all(p.poll() is None for p in c.processes.values())
