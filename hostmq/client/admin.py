@@ -115,7 +115,7 @@ class Admin:
                            "pids": {}, "state": {}}
                     try:
                         rt = self.instance.broker_request(addr, RequestCode.GET_BROKER_RUNTIME_INFO,
-                                                          timeout_s=2.0).fields
+                                                          timeout_s=self.instance.timeout_s).fields
                         st = rt["state"]
                         row.update(alive=True, state=st, topics=rt["topics"], queues=rt["queues"],
                                    sessions=rt["sessions"], groups=rt["groups"],
