@@ -145,8 +145,54 @@ def proc_state(pid: int) -> str:
     return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3].decode() or "X"
 
 
-def signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
+class Targets:
+    """Processes to signal, held by pidfd: once one dies, the kernel may give its pid to another
+    process (pid_max is 32768 here), and a SIGSTOP or SIGKILL meant for the dead one must never
+    reach the newcomer — on a shared machine, some other program. ``belongs(pid)`` is checked after
+    the pidfd is open (so it speaks of the process the pidfd holds); a pid that fails it, or is
+    gone, is left out."""
+
+    def __init__(self, pids: list[int], belongs: Callable[[int], bool] = lambda pid: True) -> None:
+        self.pids: list[int] = []
+        self._fds: list[int] = []
+        for pid in pids:
+            if pid <= 0:                    # never 0 or -1: kill(2) would read them as groups
+                continue
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            if belongs(pid):
+                self.pids.append(pid)
+                self._fds.append(fd)
+            else:
+                os.close(fd)
+
+    def signal(self, sig: int) -> None:
+        for fd in self._fds:
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __enter__(self) -> "Targets":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def signal_all(targets: "Targets | list[int]", sig: int) -> None:
+    """Signal every target (a :class:`Targets`, or pids of the caller's own unreaped children)."""
+    if isinstance(targets, Targets):
+        targets.signal(sig)
+        return
+    for pid in targets:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -172,11 +218,12 @@ class AimResult:
     detail: str
 
 
-def step_into(window: str, pids: list[int], look: Callable[[], Facts], timeout_s: float,
+def step_into(window: str, targets: "Targets | list[int]", look: Callable[[], Facts], timeout_s: float,
               uniform: Callable[[float, float], float]) -> AimResult:
-    """Step the processes ``pids`` (SIGSTOP / look / SIGCONT) until ``look()`` shows them inside
+    """Step the processes ``targets`` (SIGSTOP / look / SIGCONT) until ``look()`` shows them inside
     ``window``, for at most ``timeout_s``. They are left STOPPED either way: the caller kills them
     (inside the window on a hit, wherever they are on a miss)."""
+    pids = targets.pids if isinstance(targets, Targets) else targets
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     steps = 0
@@ -186,14 +233,14 @@ def step_into(window: str, pids: list[int], look: Callable[[], Facts], timeout_s
             time.sleep(0.005)
             facts = look()
             continue
-        signal_all(pids, signal.SIGSTOP)
+        signal_all(targets, signal.SIGSTOP)
         wait_stopped(pids)
         steps += 1
         facts = look()
         if in_window(window, facts):
             return AimResult(True, steps, time.monotonic() - t0, facts.describe())
-        signal_all(pids, signal.SIGCONT)
+        signal_all(targets, signal.SIGCONT)
         time.sleep(uniform(0.0, step_s(window, facts)))
-    signal_all(pids, signal.SIGSTOP)
+    signal_all(targets, signal.SIGSTOP)
     wait_stopped(pids)
     return AimResult(False, steps, time.monotonic() - t0, look().describe())

@@ -39,7 +39,7 @@ from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
-from .aim import Facts, file_facts, signal_all, step_into
+from .aim import Facts, Targets, file_facts, signal_all, step_into
 from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
@@ -190,19 +190,28 @@ class ClusterUnderTest:
             return self._aimed(kind)
         time.sleep(rng.uniform(*self.opts.load_s))
         pids, handle = self._target(kind.target)
-        fault = Fault(kind, pids, handle)
-        sig = signal.SIGKILL if kind.action == "kill" else signal.SIGSTOP
-        if kind.target == "broker":
-            self.cluster.signal_group(BROKER, sig)
-        else:
-            signal_all(pids, sig)
-        if kind.action == "stop":
-            time.sleep(rng.uniform(*self.opts.stop_s))
+        with self._targets(kind.target, pids) as targets:
+            fault = Fault(kind, pids, handle)
+            sig = signal.SIGKILL if kind.action == "kill" else signal.SIGSTOP
             if kind.target == "broker":
-                self.cluster.signal_group(BROKER, signal.SIGCONT)
+                self.cluster.signal_group(BROKER, sig)
             else:
-                signal_all(pids, signal.SIGCONT)
+                signal_all(targets, sig)
+            if kind.action == "stop":
+                time.sleep(rng.uniform(*self.opts.stop_s))
+                if kind.target == "broker":
+                    self.cluster.signal_group(BROKER, signal.SIGCONT)
+                else:
+                    signal_all(targets, signal.SIGCONT)
         return fault
+
+    def _targets(self, target: str, pids: list[int]) -> Targets:
+        """``pids`` held by pidfd; a broker child (read from the state words) only while it is still
+        a process of this broker — by the time it is signalled its pid could name another process."""
+        if target in CHILDREN or target == "broker":
+            broker = self.cluster.pid(BROKER)
+            return Targets(pids, lambda pid: pid == broker or _pgid(pid) == broker)
+        return Targets(pids)
 
     def _target(self, target: str) -> tuple[list[int], WorkerHandle | None]:
         if target in CHILDREN:
@@ -224,13 +233,14 @@ class ClusterUnderTest:
     def _aimed(self, kind: FaultKind) -> Fault:
         time.sleep(self.rng.uniform(0.1, 0.3))          # let the load start
         pids = self._group_pids() if kind.target == "broker" else [int(self.state.get(f"{kind.target}_pid"))]
-        res = step_into(kind.window, pids, self._look, self.opts.aim_timeout_s, self.rng.uniform)
-        fault = Fault(kind, pids)
-        fault.aim = res
-        if kind.target == "broker":
-            self.cluster.signal_group(BROKER, signal.SIGKILL)
-        else:
-            signal_all(pids, signal.SIGKILL)
+        with self._targets(kind.target, pids) as targets:
+            res = step_into(kind.window, targets, self._look, self.opts.aim_timeout_s, self.rng.uniform)
+            fault = Fault(kind, pids)
+            fault.aim = res
+            if kind.target == "broker":
+                self.cluster.signal_group(BROKER, signal.SIGKILL)
+            else:
+                signal_all(targets, signal.SIGKILL)
         return fault
 
     def _look(self) -> Facts:
@@ -402,6 +412,13 @@ def _fill(row: TrialRow, v: TrialVerdict) -> None:
     row.acked = v.acked
     for c in TrialVerdict.COUNTS:
         setattr(row, c, getattr(v, c))
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return -1
 
 
 def _proc(pid: int):

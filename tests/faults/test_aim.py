@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from hostmq import records as R
-from hostmq.faults.aim import (WINDOWS, Facts, approaching, file_facts, in_window, proc_state, step_into, step_s,
-                               wait_stopped)
+from hostmq.faults.aim import (WINDOWS, Facts, Targets, approaching, file_facts, in_window, proc_state, signal_all,
+                               step_into, step_s, wait_stopped)
 
 pytestmark = pytest.mark.timeout(60)
 FB = 1 << 20
@@ -127,3 +127,22 @@ def test_proc_state_of_a_gone_process():
     p.wait(10)
     assert proc_state(p.pid) == "X"
     assert wait_stopped([p.pid], 0.1)
+
+
+def test_targets_hold_their_processes_by_pidfd_and_leave_out_what_does_not_belong(sleeper):
+    """The harness signals broker children it read from the state words; by then a pid may name
+    another process. Targets signal only the process they opened, and only if it still belongs."""
+    assert Targets([sleeper.pid], belongs=lambda pid: False).pids == []
+    assert Targets([0, -1]).pids == []              # kill(0) / kill(-1) would hit whole groups
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(30)                                   # reaped: its pid may be anyone's now
+    with Targets([sleeper.pid, gone.pid]) as t:
+        assert t.pids == [sleeper.pid]
+        signal_all(t, signal.SIGSTOP)
+        assert wait_stopped([sleeper.pid]) and proc_state(sleeper.pid) == "T"
+        signal_all(t, signal.SIGCONT)
+    held = Targets([sleeper.pid])
+    sleeper.kill()
+    sleeper.wait(10)
+    held.signal(signal.SIGKILL)                     # the process it held is gone: nothing is signalled
+    held.close()
