@@ -31,7 +31,7 @@ from .consume_queue import ConsumeQueue
 from .cq_manifest import Manifest, read_manifest, write_manifest
 from .dispatch import DispatchBatch, index_entries, scan_batch
 from .entry_check import check_entries, holds_record
-from .index import IndexService
+from .index_service import IndexService
 from .index_keys import index_key_hashes, prefix_hash
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from hostmq.errors import ConfigError, ValidationError
 from hostmq.records import (INDEX_HEADER, SYSFLAG_TX_COMMIT, SYSFLAG_TX_PREPARED, SYSFLAG_TX_ROLLBACK,
                             IndexHeader, index_file_bytes, java_string_hash)
 from hostmq.store.dispatch import DispatchRequest
-from hostmq.store.index import (INDEX_DIR, SCALAR_BELOW_REQUESTS, IndexFile, IndexService, collect_keys,
-                                index_file_name, index_key, index_key_hash, index_key_hashes,
-                                next_index_file_name)
+from hostmq.store.index import (INDEX_DIR, SCALAR_BELOW_REQUESTS, IndexFile, collect_keys, index_file_name,
+                                index_key, index_key_hash, index_key_hashes, next_index_file_name)
+from hostmq.store.index_service import IndexService
 
 pytestmark = pytest.mark.timeout(60)
 
