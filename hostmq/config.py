@@ -62,6 +62,8 @@ class BrokerConfig:
     transaction_check_interval_s: float = 60.0
     transaction_check_max: int = 15      # check-backs before a half message is given up
     transaction_timeout_s: float = 6.0   # a half message is first checked back once this old (RocketMQ transactionTimeOut)
+    transaction_resolve_lease_s: float = 30.0   # a producer allowed to end a transaction has this long to store
+                                         # its commit and op; if it dies first, the half is checked back after
     cluster_name: str = "DefaultCluster" # cluster the broker registers under
     session_slots: int = 256             # producer sessions (ingress rings) served at once
     waiter_slots: int = 256              # ignored: consumers now sleep on the broker's dispatch_seq futex
@@ -91,8 +93,8 @@ class BrokerConfig:
             raise ConfigError("broker.max_sessions_per_client and broker.max_session_connections must be ≥ 1")
         if self.default_topic_queues < 1:
             raise ConfigError("broker.default_topic_queues must be ≥ 1")
-        if self.transaction_check_interval_s <= 0:
-            raise ConfigError("broker.transaction_check_interval_s must be > 0")
+        if self.transaction_check_interval_s <= 0 or self.transaction_resolve_lease_s <= 0:
+            raise ConfigError("broker.transaction_check_interval_s and transaction_resolve_lease_s must be > 0")
         if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):
             raise ConfigError(f"broker.message_delay_level must be space-separated durations such as "
                               f"'1s 5m 2h', got {self.message_delay_level!r}")

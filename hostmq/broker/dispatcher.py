@@ -74,7 +74,17 @@ class Dispatcher:
         for cq in self.cqs.all_consume_queues():
             cq.recover()
             cq.truncate_dirty(dispatched)
-        self.cqs.dispatched_phys = dispatched
+        start = dispatched
+        index = self.cqs.index
+        if index is not None and index.dropped_files:
+            # Index files found damaged at open were deleted (a dispatcher killed while it created
+            # one): what they held lies below dispatched_pos, so dispatch again from the end of the
+            # index that is left — consume queues skip what they hold, the index re-adds the keys.
+            start = max(min(dispatched, index.max_indexed_phys_offset()), self.cl.min_offset())
+            if start < dispatched:
+                log.warning("dispatcher: %d damaged index files deleted; re-indexing the commitlog from %d "
+                            "(dispatched_pos %d)", index.dropped_files, start, dispatched)
+        self.cqs.dispatched_phys = start
 
     # -- the hot path ---------------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -96,7 +106,8 @@ class Dispatcher:
         n = done[0] if ok else 0
         error = self.cqs.dispatch_error if ok else None
         if self.cqs.dispatched_phys != start:
-            w[W_DISPATCHED_POS] = self.cqs.dispatched_phys        # publish: entries are complete below it
+            # Publish (entries are complete below it); never backwards while re-indexing below it.
+            w[W_DISPATCHED_POS] = max(w[W_DISPATCHED_POS], self.cqs.dispatched_phys)
             w[W_RECORDS] += n
             w[W_SEQ] += 1
             # Consumers cannot tell us they wait (their mapping is read-only): always wake. A

@@ -85,7 +85,7 @@ class BrokerService:
             self.topics.put(TopicConfig(topic, 1, 1))
         b = rt.config.broker
         self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
-                                             b.transaction_check_max)
+                                             b.transaction_check_max, b.transaction_resolve_lease_s)
         self.offsets = OffsetTable(rt.config_file("consumerOffset.json"))
         self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None

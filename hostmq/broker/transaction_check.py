@@ -3,8 +3,9 @@
 its progress file are in ``transaction.py``.
 
 * END_TRANSACTION: may this half be resolved now? Not if an op message says it was, it was given up,
-  the state is UNKNOWN, or another producer was told yes moments ago (``BUSY_S``: that producer is
-  storing the commit and op; if it dies first, the half is checked again afterwards).
+  the state is UNKNOWN, or another producer was told yes moments ago (its lease,
+  ``broker.transaction_resolve_lease_s``: that producer is storing the commit and op; if it dies
+  first, the half is checked again once the lease ends).
 * the check walk (timer, every ``transaction_check_interval_s``): ops are read to learn what is
   resolved; halves due a check wait in ``pending`` under their producer group.
 * CHECK_TRANSACTION_STATE: a transaction producer polls for the checks of its group; each is handed
@@ -23,15 +24,16 @@ from .transaction import (HALF_TOPIC, OP_TOPIC, PROP_CHECK_IMMUNITY_S, STATES, H
 
 log = logging.getLogger(__name__)
 
-BUSY_S = 30.0               # a producer told "resolve it" has this long to store the op
+BUSY_S = 30.0               # default lease of a producer told "resolve it" (BrokerConfig.transaction_resolve_lease_s)
 MAX_WALK = 20_000           # halves one walk reads at most (the rest wait for the next)
 MAX_CHECKS_PER_POLL = 256
 MAX_POLL_BYTES = 4 << 20    # half bytes one poll answer carries at most (at least one half)
 
 
 class TransactionCheck:
-    def __init__(self, progress_path: str, timeout_s: float, check_max: int) -> None:
+    def __init__(self, progress_path: str, timeout_s: float, check_max: int, lease_s: float = BUSY_S) -> None:
         self.progress = TransactionProgress(progress_path)
+        self.lease_s = lease_s
         self.timeout_ms = int(timeout_s * 1000)
         self.check_max = check_max
         self.resolved: dict[int, int] = {}      # half queue offset → op queue offset that resolved it
@@ -79,7 +81,7 @@ class TransactionCheck:
             why = "being resolved by another producer"
         if why is not None:
             return {"resolve": False, "reason": why}
-        self.busy[queue_offset] = now + BUSY_S
+        self.busy[queue_offset] = now + self.lease_s
         for checks in self.pending.values():
             checks.pop(queue_offset, None)
         return {"resolve": True, "op_topic": OP_TOPIC, "op_queue_id": 0}

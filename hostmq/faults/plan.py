@@ -33,10 +33,12 @@ assert all(w in WINDOWS and t in ("broker", WINDOW_PROCESS[w]) for t, ws in AIMS
 
 # Every configuration starts from BASE_CONFIG: small files, so trials roll commitlog, consume-queue
 # and index files; fast registration (a restarted NameServer learns the routes within a second) and
-# fast transaction check-backs (a half left open by a killed producer is resolved within the trial).
+# fast transaction check-backs and a short resolve lease (a half left open by a killed producer, or by
+# one whose commit a broker kill cut off, is resolved within the trial's settle time).
 BASE_CONFIG = {
     "namesrv": {"scan_interval_s": 1.0, "broker_expiry_s": 30.0},
-    "broker": {"register_interval_s": 1.0, "transaction_check_interval_s": 1.0, "transaction_timeout_s": 2.0},
+    "broker": {"register_interval_s": 1.0, "transaction_check_interval_s": 1.0, "transaction_timeout_s": 2.0,
+               "transaction_resolve_lease_s": 5.0},
     "store": {"commitlog_file_bytes": 512 << 10, "consume_queue_file_entries": 4000, "index_slots": 4000,
               "index_entries": 16000},
 }

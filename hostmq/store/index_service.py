@@ -39,6 +39,7 @@ class IndexService:
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._files: list[IndexFile] = []
+        self.dropped_files = 0          # damaged files deleted at open: what they held is re-indexed
         try:
             names = sorted(n for n in os.listdir(self.dir) if _NAME_RE.match(n))
         except FileNotFoundError:
@@ -77,6 +78,7 @@ class IndexService:
                       names[0], len(names) - 1)
         for n in names:
             (self.dir / n).unlink(missing_ok=True)
+        self.dropped_files += len(names)
 
     def build_index(self, reqs: Sequence[DispatchRequest]) -> int:
         """Index each request's unique id and keys, in order; returns the entries added. Prepared and

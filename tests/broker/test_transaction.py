@@ -180,3 +180,16 @@ def test_a_poll_answer_carries_a_bounded_number_of_bytes(tmp_path, monkeypatch):
     assert sizes == [[600]] * 4                   # 2 × 600 > 1000: one half per answer, none lost
     tc.pending["tx"] = {0: (0, 1, b"x" * 5000)}
     assert len(tc.poll("tx", 32)[1]) == 1         # a half bigger than the bound still goes out
+
+
+def test_a_resolve_lease_ends_and_the_half_may_be_resolved_again(tmp_path):
+    """A producer told "resolve it" holds the half for ``transaction_resolve_lease_s``; if it died
+    before storing its commit and op, another producer (a check-back's answer) may resolve it after."""
+    tc = TransactionCheck(str(tmp_path / "transaction.json"), timeout_s=6.0, check_max=15, lease_s=0.2)
+    assert tc.end(None, "tx", 7, 700, "COMMIT")["resolve"]
+    again = tc.end(None, "tx", 7, 700, "COMMIT")
+    assert not again["resolve"] and again["reason"] == "being resolved by another producer"
+    deadline = time.monotonic() + 10
+    while not tc.end(None, "tx", 7, 700, "COMMIT")["resolve"]:
+        assert time.monotonic() < deadline, "the lease never ended"
+        time.sleep(0.05)

@@ -13,6 +13,7 @@ import pytest
 import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq import records as R
+from hostmq.root import RootPaths
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -144,3 +145,32 @@ def test_a_full_disk_stalls_dispatch_and_it_resumes_when_space_is_back(small_sto
         assert _bodies(c.root, "late", 5) == [b"l%d" % i for i in range(5)]
         assert _bodies(c.root, "early", 8) == [b"e%d" % i for i in range(8)]
         assert _state(c.root)[1]["dispatcher"] == dispatcher
+
+
+def test_index_files_deleted_as_damaged_at_a_dispatcher_restart_are_rebuilt(cluster):
+    """Found by the fault suite (dispatcher@mid-dispatch): a restarted dispatcher that deletes a
+    damaged index file (one a killed dispatcher was creating) must index again what that file held —
+    it lies below dispatched_pos, and dispatch went on from there, so those keys were lost for good."""
+    c = cluster()
+    root = c.root
+    with hostmq.Admin(root) as a:
+        a.create_topic("keyed", queues=2)
+    with hostmq.Producer(root) as p:
+        for i in range(40):
+            p.send(Message("keyed", b"body %d" % i, keys=[f"k{i}"]))
+    with hostmq.Admin(root) as a:
+        wait_until(lambda: len(a.query_by_key("keyed", "k39")) == 1, 20, "the last key to be indexed")
+        index_dir = os.path.join(RootPaths(root).store_dir("broker-a"), "index")
+        (newest,) = sorted(os.listdir(index_dir))[-1:]
+        dispatcher = _state(root)[1]["dispatcher"]
+        os.kill(dispatcher, signal.SIGSTOP)
+        with open(os.path.join(index_dir, newest), "r+b") as f:      # as if killed while creating it
+            f.write(bytes(R.INDEX_HEADER.size))
+        os.kill(dispatcher, signal.SIGKILL)
+        wait_until(lambda: _state(root)[1]["dispatcher"] not in (dispatcher, 0), 30, "a new dispatcher")
+        for i in range(40):
+            got = wait_until(lambda: a.query_by_key("keyed", f"k{i}"), 20, f"key k{i} to be indexed again")
+            assert [bytes(m.body) for m in got] == [b"body %d" % i]
+        with hostmq.Producer(root) as p:                            # and indexing goes on
+            p.send(Message("keyed", b"after", keys=["k-after"]))
+        wait_until(lambda: a.query_by_key("keyed", "k-after"), 20, "a new key")
