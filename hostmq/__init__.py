@@ -1,6 +1,6 @@
 """hostmq: Apache RocketMQ's design on one host.
 
-The public names of API.md are importable from here; the embedded store is ``hostmq.store``.
+The public names of docs/api.md are importable from here; the embedded store is ``hostmq.store``.
 """
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,

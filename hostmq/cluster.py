@@ -1,4 +1,4 @@
-"""``LocalCluster``: NameServers and brokers as real processes under one root (API.md "Running a cluster").
+"""``LocalCluster``: NameServers and brokers as real processes under one root (docs/api.md "Running a cluster").
 
 Each server is started the way an operator (or systemd) would start it — ``python -m hostmq.cli.main
 namesrv|broker ROOT --config FILE`` — with its output in ``ROOT/logs/``. The config given to

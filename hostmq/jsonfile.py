@@ -1,6 +1,6 @@
-"""Config JSON files written atomically (DESIGN §4): write a temp file, fsync, keep the old file as
-``.bak``, rename into place, fsync the directory. Reading falls back to ``.bak`` when the file is
-missing or torn, as RocketMQ's ``ConfigManager`` does.
+"""Config JSON files written atomically (docs/internals.md: store formats): write a temp file,
+fsync, keep the old file as ``.bak``, rename into place, fsync the directory. Reading falls back to
+``.bak`` when the file is missing or torn, as RocketMQ's ``ConfigManager`` does.
 
 Ownership: each file has one writing process (the broker's control loop for ``topics.json`` and
 ``consumerOffset.json``, a NameServer for its KV file); readers in other processes may read it at any

@@ -1,4 +1,4 @@
-"""The user's nouns: Message, MessageExt, MessageQueue, SendResult and the enums of API.md.
+"""The user's nouns: Message, MessageExt, MessageQueue, SendResult and the enums of docs/api.md.
 
 ``MessageExt`` is built per received message, so it is cheap to make: it keeps a private copy of the
 record's bytes and decodes header fields and properties only when first read (see ``records``).

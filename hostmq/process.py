@@ -1,4 +1,4 @@
-"""How hostmq processes are launched, stopped and supervised (OS_NOTES 12, 13).
+"""How hostmq processes are launched, stopped and supervised (docs/internals.md facts 12, 13).
 
 What a process *runs* is a module with ``run(config, stop) -> int`` (``stop`` is a
 ``threading.Event`` set on SIGTERM); *how* it is launched is here, so a test can call ``run`` in a

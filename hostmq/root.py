@@ -1,4 +1,4 @@
-"""Resolve a hostmq root ("connect by path") and every name derived from it (DESIGN §3).
+"""Resolve a hostmq root ("connect by path") and every name derived from it (docs/internals.md: the root).
 
 A root is a directory that *is* an installation: sockets, stores and config live under it, and the
 names of its shared-memory segments and semaphores are derived from a hash of its real path (plus the
@@ -30,7 +30,7 @@ def resolve_root(root: str | os.PathLike | None = None) -> str:
 
 
 def broker_store_dir(root: str, broker: str) -> str:
-    """``ROOT/brokers/NAME/store`` (DESIGN §3)."""
+    """``ROOT/brokers/NAME/store`` (docs/internals.md: the root)."""
     return os.path.join(root, "brokers", broker, "store")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 # ---------------------------------------------------------------------------------------------
 # These layouts never leave the host, so unlike the store formats above they use the machine's
 # NATIVE byte order: cursors and flags are published with aligned native int64 stores
-# (``memoryview.cast("q")``, OS_NOTES 14), and every other field must agree with them.
+# (``memoryview.cast("q")``, docs/internals.md fact 14), and every other field must agree with them.
 #
 # Segment header — the first 128 bytes of every hostmq shared-memory segment; the payload starts
 # at SEGMENT_PAYLOAD_OFFSET (one page, so rings inside are page aligned)::
@@ -156,8 +156,8 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # of what is on disk; ``committed_pos`` the end of what is in the commitlog files — with a transient
 # store pool the writer appends into a buffer and commits to the files later, so dispatcher, flusher
 # and readers stop at ``min(write_pos, committed_pos)`` (without a pool both are equal). Readers may
-# see an older value, never a torn one (OS_NOTES 14). Consumers sleep on the futex of ``dispatch_seq``
-# (through their read-only mapping), which the dispatcher wakes after every publish.
+# see an older value, never a torn one (docs/internals.md fact 14). Consumers sleep on the futex of
+# ``dispatch_seq`` (through their read-only mapping), which the dispatcher wakes after every publish.
 BROKER_STATE_KIND = "broker"
 BROKER_STATE_VERSION = 7          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,

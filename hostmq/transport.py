@@ -44,7 +44,7 @@ ends (a libzmq limit; the number of connections is bounded by the process's file
 
 Ownership: the process that binds an ``ipc://`` path owns its socket file and unlinks it on close if
 the file is still the one it created. libzmq's bind silently replaces an existing file, so a caller
-that must be the only server on a path (a broker) takes its lock *before* ``bind()`` (OS_NOTES 3).
+that must be the only server on a path (a broker) takes its lock *before* ``bind()`` (docs/internals.md fact 3).
 """
 from __future__ import annotations
 

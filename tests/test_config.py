@@ -13,7 +13,7 @@ from hostmq.errors import ConfigError, HostMQError
 
 pytestmark = pytest.mark.timeout(60)
 
-# The keys API.md promises, with their documented defaults.
+# The keys docs/api.md documents, with their documented defaults.
 API_DEFAULTS = {
     "namesrv": {"scan_interval_s": 10.0, "broker_expiry_s": 120.0},
     "broker": {"register_interval_s": 30.0, "auto_create_topic": True, "default_topic_queues": 4,

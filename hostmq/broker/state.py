@@ -5,7 +5,7 @@ Created by the broker process (owner) before it starts its children; the writer,
 flusher attach read-write and store only into their own lines; clients attach read-only to watch
 positions (a consumer sleeps on the futex of ``dispatch_seq``) and liveness (``broker_pid``).
 
-Word access is ``state.w[W_WRITE_POS]`` (an aligned native int64, OS_NOTES 14); the hot loops use
+Word access is ``state.w[W_WRITE_POS]`` (an aligned native int64, docs/internals.md fact 14); the hot loops use
 the ``W_*`` constants directly. Tables are numpy views of ``records.STATE_SLOT`` rows.
 """
 from __future__ import annotations
@@ -153,7 +153,8 @@ class BrokerState:
         return min(w[W_WRITE_POS], w[W_COMMITTED_POS])
 
     def readable_pos(self) -> int:
-        """How far consumers may read: dispatched, and under SYNC_FLUSH also flushed (DESIGN §5)."""
+        """How far consumers may read: dispatched, and under SYNC_FLUSH also flushed
+        (docs/internals.md: shared-memory rules)."""
         w = self.w
         d = w[W_DISPATCHED_POS]
         return min(d, w[W_FLUSHED_POS]) if self.sync_flush else d

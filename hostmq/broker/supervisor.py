@@ -1,7 +1,7 @@
 """The broker process (``hostmq broker ROOT --name NAME``): recovery, the writer / dispatcher / flusher /
 scheduler children, and the control loop.
 
-Start-up, in this order (OS_NOTES 3):
+Start-up, in this order (docs/internals.md fact 3):
 
 1. ``flock(brokers/NAME/broker.lock)`` — one broker per name and root — before touching shared
    memory or binding the socket (libzmq's bind silently steals a socket path);

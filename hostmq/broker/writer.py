@@ -1,4 +1,4 @@
-"""The writer process: the only appender of the commitlog (DESIGN §2, §5).
+"""The writer process: the only appender of the commitlog (docs/internals.md: processes, shared-memory rules).
 
 It serves every producer session of its broker: it drains each ingress ring in batches — copying
 the frames out of the ring first, so a producer cannot change what was checked — validates every
@@ -368,7 +368,7 @@ class Writer(RingSessions):
         if self.pool is not None and self.cl.uncommitted_bytes():      # ... and so may the commit step
             deadline = min(deadline, max(now, self._next_commit_s))
         # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
-        # then, and only the configured minimum when the writer has been idle (OS_NOTES 15).
+        # then, and only the configured minimum when the writer has been idle (docs/internals.md fact 15).
         spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
         return wait_for(self._ready, self.doorbell, deadline, flag=self._flags, spin_s=spin, stop=stop)
 

@@ -1,4 +1,4 @@
-"""Administration (API.md "Administration"; RocketMQ's ``MQAdminExt``): topics, routes, brokers, progress,
+"""Administration (docs/api.md "Administration"; RocketMQ's ``MQAdminExt``): topics, routes, brokers, progress,
 message lookup.
 
 Control requests go to the NameServers and brokers; message lookups (``view_message``,

@@ -1,4 +1,4 @@
-"""The producer (API.md "Producing"): messages travel through shared memory, never a socket.
+"""The producer (docs/api.md "Producing"): messages travel through shared memory, never a socket.
 
 ``send`` validates the message (nothing leaves the process if it is bad), picks a queue — explicit,
 by ``selector`` / ``sharding_key``, or round-robin with RocketMQ's latency fault strategy

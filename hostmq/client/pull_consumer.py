@@ -1,4 +1,4 @@
-"""The pull consumer (API.md "Consuming"; RocketMQ's lite pull consumer) — the read side.
+"""The pull consumer (docs/api.md "Consuming"; RocketMQ's lite pull consumer) — the read side.
 
 ``assign`` queues, then ``poll``: messages are read straight from the broker's store files through
 read-only maps (``broker_view``), never over a socket. Positions start at the group's committed

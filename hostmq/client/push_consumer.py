@@ -1,4 +1,4 @@
-"""The push consumer (API.md "Consuming"; RocketMQ ``DefaultMQPushConsumer``, concurrent mode).
+"""The push consumer (docs/api.md "Consuming"; RocketMQ ``DefaultMQPushConsumer``, concurrent mode).
 
 One pull thread does everything that talks to brokers — membership and rebalance, fetching, offset
 commits — through a :class:`PullConsumer` it owns; a pool of ``threads`` runs the listener on

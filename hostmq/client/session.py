@@ -1,4 +1,4 @@
-"""A producer's session with one broker: its own ingress ring (DESIGN §2).
+"""A producer's session with one broker: its own ingress ring (docs/internals.md: processes).
 
 The producer creates (and owns) its ring — a memfd sealed against shrinking, labelled
 ``ring.<pid>-<n>`` — and hands it to the broker over ``session.sock`` (``protocol.session``); the broker

@@ -1,4 +1,4 @@
-"""The transaction producer (API.md "Producing"; RocketMQ ``TransactionMQProducer``).
+"""The transaction producer (docs/api.md "Producing"; RocketMQ ``TransactionMQProducer``).
 
 ``send_in_transaction(msg, local, arg)`` stores ``msg`` as a half message (``broker.transaction``:
 consumers do not see it), runs ``local(msg, arg)`` — the local transaction — and ends the

@@ -1,4 +1,4 @@
-"""Shared-memory building blocks of the data path (DESIGN §2, §5).
+"""Shared-memory building blocks of the data path (docs/internals.md: processes, shared-memory rules).
 
 * :mod:`.segment` — shared-memory segments with an owner header (named POSIX ones, sealed
   memfds); liveness; reclaim.

@@ -1,4 +1,5 @@
-"""Ingress ring: one producer session → the broker's writer, in one sealed memfd segment (DESIGN §2, §5).
+"""Ingress ring: one producer session → the broker's writer, in one sealed memfd segment
+(docs/internals.md: processes, shared-memory rules).
 
 Layout (declared in :mod:`hostmq.records`, "Shared-memory layouts"): segment header page, then the
 ring header (cursors, waiting flags, states — one cache line per side), the completion ring
@@ -14,7 +15,7 @@ Ownership — who writes what (every word has exactly one writer):
   ``data_read_pos``, ``completion_write_pos``, ``writer_waiting`` and ``writer_state``.
 
 Publishing: bytes first (payload, then frame header, with ``pack_into``/slice copies), then the
-cursor with one aligned int64 store (OS_NOTES 14). A reader trusts only what lies below the
+cursor with one aligned int64 store (docs/internals.md fact 14). A reader trusts only what lies below the
 cursor it loaded — and not even that: the producer can still change published bytes, so
 :meth:`IngressRing.frames` first copies the range it hands out into private memory and parses and
 validates only the copy (a check of ring memory followed by a copy of it would let a producer swap

@@ -1,4 +1,4 @@
-"""Shared-memory segments with an owner header (OS_NOTES 4-6): named POSIX ones, and sealed memfds.
+"""Shared-memory segments with an owner header (docs/internals.md facts 4-6): named POSIX ones, and sealed memfds.
 
 A :class:`Segment` is one ``posix_ipc.SharedMemory`` object — or one anonymous ``memfd`` — mapped with
 ``mmap``. Its first page holds :data:`hostmq.records.SEGMENT_HEADER` (magic, layout version, kind tag,
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 SHM_DIR = "/dev/shm"
 SEM_FILE_PREFIX = "sem."          # Linux names a semaphore /x as /dev/shm/sem.x
 DEFAULT_PREFIX = "/hostmq."
-DEFAULT_MODE = 0o660              # access control is the group (OS_NOTES 9); umask applies
+DEFAULT_MODE = 0o660              # access control is the group (docs/internals.md fact 9); umask applies
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_MEMFD_BYTES = 1 << 31         # a client's segment larger than this is refused before mapping
 MEMFD_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -389,7 +389,7 @@ def read_info(name: str) -> SegmentInfo:
 
 
 def shm_free_bytes() -> int:
-    """Free bytes in /dev/shm, to check at start-up (OS_NOTES 6) before creating big segments."""
+    """Free bytes in /dev/shm, to check at start-up (docs/internals.md fact 6) before creating big segments."""
     st = os.statvfs(SHM_DIR)
     return st.f_bavail * st.f_frsize
 
@@ -444,7 +444,7 @@ def reclaim_stale(prefix: str = DEFAULT_PREFIX, *, grace_s: float = 60.0,
     """Unlink segments under ``prefix`` whose owner is dead, with their same-name semaphores.
 
     A segment without a readable header (no magic) is unlinked only once older than ``grace_s``.
-    With ``orphan_semaphores`` (for the holder of the broker lock, OS_NOTES 3) semaphores that have
+    With ``orphan_semaphores`` (for the holder of the broker lock, docs/internals.md fact 3) semaphores that have
     no segment of their name are unlinked too. Returns every name unlinked, segments first.
     """
     gone: list[str] = []

@@ -1,4 +1,4 @@
-"""Wake-ups between processes: futex words plus waiting flags (OS_NOTES 2, 7, 15-16).
+"""Wake-ups between processes: futex words plus waiting flags (docs/internals.md facts 2, 7, 15-16).
 
 Data is always found through cursors in shared memory; a wake-up only says "look again", and is
 posted only when the peer says it is waiting. The wake-up itself is a :class:`~hostmq.shm.futex.FutexWord`
@@ -17,7 +17,7 @@ Protocol (spin, then block, post only if the peer waits):
 
 Both sides execute :func:`fence` between their store (flag / cursor) and their load (cursor /
 flag): pure Python has no memory barrier, and x86 may otherwise let each side read the other's old
-value — the lost wake-up of OS_NOTES 16. ``fence`` acquires and releases a ``threading.Lock``,
+value — the lost wake-up of docs/internals.md fact 16. ``fence`` acquires and releases a ``threading.Lock``,
 whose glibc implementation is an atomic read-modify-write (a full barrier on x86). Arming the word
 before the last re-check closes the remaining window (a post between the check and the sleep
 changes the word, and the kernel does not sleep); the slice timeout is only a backstop, and

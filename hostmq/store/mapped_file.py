@@ -200,7 +200,7 @@ class MappedFile:
 
     # -- page cache ---------------------------------------------------------------------------------
     def warm(self) -> None:
-        """Pre-fault every page so the hot path never takes a fresh-page fault (OS_NOTES 18)."""
+        """Pre-fault every page so the hot path never takes a fresh-page fault (docs/internals.md fact 18)."""
         try:
             self.mm.madvise(MADV_POPULATE_WRITE)
         except OSError:
@@ -301,7 +301,7 @@ def populate_region(u8: np.ndarray) -> bool:
 def lock_region(u8: np.ndarray, what: str) -> bool:
     """``mlock`` the memory behind ``u8``. Refused (RLIMIT_MEMLOCK, no CAP_IPC_LOCK): one warning per
     process saying how to allow it, False, and nothing else changes — locking is an optimisation,
-    never a condition (OS_NOTES 10)."""
+    never a condition (docs/internals.md fact 10)."""
     global _mlock_warned
     if _libc.mlock(ctypes.c_void_p(u8.ctypes.data), ctypes.c_size_t(u8.nbytes)) == 0:
         return True

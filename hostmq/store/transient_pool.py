@@ -15,8 +15,9 @@ never reused while it holds uncommitted bytes, and one buffer is enough; RocketM
 because its commit thread may trail the appender by several files.
 
 Where the buffers live: in the broker, shared-memory segments (``pool.<n>``) created by the broker
-process and unlinked at its stop, so what the writer appended survives the writer (DESIGN §5: a
-killed writer loses no acknowledged message). The embedded ``MessageStore`` uses anonymous memory.
+process and unlinked at its stop, so what the writer appended survives the writer
+(docs/internals.md, shared-memory rules: a killed writer loses no acknowledged message). The
+embedded ``MessageStore`` uses anonymous memory.
 A killed *broker* (its whole process group) leaves the buffers and its state segment in /dev/shm:
 the next start commits what was published from them before recovering
 (``broker.supervisor.salvage_pool``). Only an OS crash loses what was appended but not committed —
