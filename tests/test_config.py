@@ -13,7 +13,7 @@ from hostmq.errors import ConfigError, HostMQError
 
 pytestmark = pytest.mark.timeout(60)
 
-# The keys docs/api.md documents, with their documented defaults.
+# The keys the public contract promises (docs/api.md), with their documented defaults.
 API_DEFAULTS = {
     "namesrv": {"scan_interval_s": 10.0, "broker_expiry_s": 120.0},
     "broker": {"register_interval_s": 30.0, "auto_create_topic": True, "default_topic_queues": 4,
@@ -210,3 +210,20 @@ def test_valid_values_survive_a_dict_round_trip(file_bytes, ratio, queues, flag,
     assert again == c
     assert (c.store.commitlog_file_bytes, c.store.disk_max_used_ratio, c.store.warm_mapped_file,
             c.store.file_reserved_hours, c.broker.default_topic_queues) == (file_bytes, ratio, flag, hours, queues)
+
+
+def test_the_configuration_reference_lists_every_key_with_its_default():
+    """docs/api.md "Configuration reference" is the user's list of settings: it must not fall behind."""
+    import os
+    import re
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md"), encoding="utf-8").read()
+    ref = doc[doc.index("## Configuration reference"):]
+    for section, cls in (("namesrv", NamesrvConfig), ("broker", BrokerConfig), ("store", StoreConfig)):
+        part = ref[ref.index(f"### `[{section}]`"):]
+        part = part[:part.index("### ", 4)] if "### " in part[4:] else part
+        rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)`", part, re.M))
+        for f in dataclasses.fields(cls):
+            assert f.name in rows, f"docs/api.md does not list {section}.{f.name}"
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            assert rows[f.name] in (repr(default), f"{default:,}" if isinstance(default, int) else ""), \
+                f"{section}.{f.name}: docs/api.md says {rows[f.name]}, the code {default!r}"
