@@ -137,10 +137,9 @@ class IndexService:
             return last, 0
         done = 0
         for f in reversed(self._files):
-            tail = f._entry_view[1:f.header.index_count]["phys_offset"]
-            same = len(tail) - int(np.flatnonzero(tail != last)[-1]) - 1 if (tail != last).any() else len(tail)
+            same, whole = f.trailing_entries(last)
             done += same
-            if same < len(tail):
+            if not whole:
                 break
         return last, done
 

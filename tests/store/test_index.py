@@ -486,3 +486,23 @@ def test_slots_a_killed_append_left_pointing_past_the_count_are_repaired_at_open
     svc.build_index(old + [req(500 + i, uniq_key=f"N{i}", keys=f"n{i}") for i in range(10)])
     assert all(500 + i in svc.query("T", f"n{i}") for i in range(10))
     assert all(100 + i in svc.query("T", f"U{i}") for i in range(20))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), max_size=300), st.integers(0, 8))
+def test_trailing_entries_counts_the_newest_entries_of_one_message(runs, probe):
+    """What re-dispatch skips of a partly indexed message: the newest entries at one phys offset,
+    counted backwards — compared with the whole column, as it was counted before."""
+    with tempfile.TemporaryDirectory() as d:
+        f = IndexFile.create(os.path.join(d, "f"), 7, 1200)
+        try:
+            phys = [100 * (i + 1) for i, n in enumerate(runs) for _ in range(n)]
+            for p in phys:
+                assert f.put_key(f"t#{p}", p, T0_MS)
+            last = phys[-1] if phys and probe else 100 * probe
+            want = 0
+            while want < len(phys) and phys[-1 - want] == last:
+                want += 1
+            assert f.trailing_entries(last) == (want, want == len(phys))
+        finally:
+            f.close()
