@@ -225,7 +225,6 @@ class Writer(RingSessions):
         except RingCorruptError as e:
             log.warning("writer: dropping session %d: %s", a.slot, e)
             ring.mark_dropped()
-            notify_if_waiting(ring.producer_waiting, ring.completion_word)
             self._detach(a, keep_attached=False)
             return 0
         n = len(frames)

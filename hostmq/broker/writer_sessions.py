@@ -20,7 +20,6 @@ import numpy as np
 from .. import records as R
 from ..errors import RingCorruptError, SegmentError
 from ..shm.ring import IngressRing
-from ..shm.signal import notify_if_waiting
 from .runtime import MAX_RING_DATA_BYTES
 from .state import W_SESSIONS_VERSION, W_WRITE_POS, open_broker_fd
 
@@ -89,7 +88,6 @@ class RingSessions:
         if bad:
             log.warning("writer: not serving session %d (%s): %s", slot, name, bad)
             ring.mark_dropped()
-            notify_if_waiting(ring.producer_waiting, ring.completion_word)
             ring.close()
             st.attached[slot] = 0
             return None

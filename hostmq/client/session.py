@@ -239,7 +239,8 @@ class ProducerSession:
             if self._read_lock.acquire(blocking=False):
                 try:
                     if not waiter.done:
-                        wait_for(lambda: ring.has_completions() or self._next_check <= time.monotonic(),
+                        wait_for(lambda: ring.has_completions() or ring.dropped or
+                                 self._next_check <= time.monotonic(),
                                  ring.completion_word, min(deadline, self._next_check),
                                  flag=ring.producer_waiting, spin_s=self.spin_s)
                         self._drain()
@@ -331,11 +332,12 @@ class ProducerSession:
     def _check_alive(self, now: float) -> None:
         if self.broken is not None:
             raise self.broken
-        if now < self._next_check:
+        dropped = self.ring.dropped             # one word: looked at on every wake-up
+        if now < self._next_check and not dropped:
             return
         self._next_check = now + LIVENESS_CHECK_S
         why = None
-        if self.ring.dropped:
+        if dropped:
             why = "dropped this session (malformed frames)"
         elif self.state.get("broker_state") == R.BROKER_STOPPING:
             why = "is shutting down"

@@ -227,5 +227,8 @@ class WriterSide:
         self.publish_completions()
 
     def mark_dropped(self) -> None:
-        """Writer: stop serving this ring (after RingCorruptError); the producer sees ``dropped``."""
+        """Writer: stop serving this ring (after RingCorruptError); the producer sees ``dropped`` and,
+        if it sleeps on its completion word, is woken — without moving that word: it is the
+        completion cursor, and a bump would hand the producer a stale completion slot as an answer."""
         self._q[_W["writer_state"]] = R.RING_STATE_DROPPED
+        self.completion_word.wake()

@@ -343,3 +343,29 @@ def test_a_ring_corrupted_before_the_writer_attached_it_is_dropped_not_left_hang
         finally:
             _close(rogue)
         assert _pids(c.root)["writer"] == writer
+
+
+def test_a_dropped_ring_gets_no_phantom_completion_and_its_sends_fail_at_once(cluster):
+    """The writer wakes a waiting producer when it drops its ring; the wake must not move the
+    completion cursor (it did: the producer then read a stale completion slot as an answer), and a
+    send waiting on that session fails with ConnectError at once, not at its next liveness check."""
+    c = cluster()
+    with hostmq.Producer(c.root) as good:
+        good.send(Message("drops", b"warm-up"))
+        rogue = _session(good)
+        ring = rogue.ring
+        try:
+            published = ring._q[R.RING_WORD["completion_write_pos"]]
+            ring.producer_waiting.set()                   # as if a send were sleeping on its answer
+            R.FRAME_HEADER.pack_into(ring._data, ring._wpos & ring._mask, 1 << 30, R.FRAME_MESSAGE, 9, 1, 0)
+            ring._q[R.RING_WORD["data_write_pos"]] = ring._wpos + 64
+            notify_if_waiting(ring.writer_waiting, rogue.wake)
+            wait_until(lambda: ring.dropped, 10, "the writer to drop the ring")
+            assert ring._q[R.RING_WORD["completion_write_pos"]] == published
+            assert len(ring.completions()) == 0
+            ring.producer_waiting.clear()
+            rogue._next_check = time.monotonic() + 3600   # no liveness check due: the drop alone must tell
+            with pytest.raises(ConnectError, match="dropped"):
+                rogue._check_alive(time.monotonic())
+        finally:
+            _close(rogue)
