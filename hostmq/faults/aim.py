@@ -187,18 +187,6 @@ class Targets:
         self.close()
 
 
-def signal_all(targets: "Targets | list[int]", sig: int) -> None:
-    """Signal every target (a :class:`Targets`, or pids of the caller's own unreaped children)."""
-    if isinstance(targets, Targets):
-        targets.signal(sig)
-        return
-    for pid in targets:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def wait_stopped(pids: list[int], timeout_s: float = STOPPED_WAIT_S) -> bool:
     """Wait until every process is stopped (or gone); False if one still runs after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -218,12 +206,12 @@ class AimResult:
     detail: str
 
 
-def step_into(window: str, targets: "Targets | list[int]", look: Callable[[], Facts], timeout_s: float,
+def step_into(window: str, targets: Targets, look: Callable[[], Facts], timeout_s: float,
               uniform: Callable[[float, float], float]) -> AimResult:
     """Step the processes ``targets`` (SIGSTOP / look / SIGCONT) until ``look()`` shows them inside
     ``window``, for at most ``timeout_s``. They are left STOPPED either way: the caller kills them
     (inside the window on a hit, wherever they are on a miss)."""
-    pids = targets.pids if isinstance(targets, Targets) else targets
+    pids = targets.pids
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     steps = 0
@@ -233,14 +221,14 @@ def step_into(window: str, targets: "Targets | list[int]", look: Callable[[], Fa
             time.sleep(0.005)
             facts = look()
             continue
-        signal_all(targets, signal.SIGSTOP)
+        targets.signal(signal.SIGSTOP)
         wait_stopped(pids)
         steps += 1
         facts = look()
         if in_window(window, facts):
             return AimResult(True, steps, time.monotonic() - t0, facts.describe())
-        signal_all(targets, signal.SIGCONT)
+        targets.signal(signal.SIGCONT)
         time.sleep(uniform(0.0, step_s(window, facts)))
-    signal_all(targets, signal.SIGSTOP)
+    targets.signal(signal.SIGSTOP)
     wait_stopped(pids)
     return AimResult(False, steps, time.monotonic() - t0, look().describe())

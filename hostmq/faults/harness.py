@@ -39,7 +39,7 @@ from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
-from .aim import Facts, Targets, file_facts, signal_all, step_into
+from .aim import Facts, Targets, file_facts, step_into
 from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
@@ -196,13 +196,13 @@ class ClusterUnderTest:
             if kind.target == "broker":
                 self.cluster.signal_group(BROKER, sig)
             else:
-                signal_all(targets, sig)
+                targets.signal(sig)
             if kind.action == "stop":
                 time.sleep(rng.uniform(*self.opts.stop_s))
                 if kind.target == "broker":
                     self.cluster.signal_group(BROKER, signal.SIGCONT)
                 else:
-                    signal_all(targets, signal.SIGCONT)
+                    targets.signal(signal.SIGCONT)
         return fault
 
     def _targets(self, target: str, pids: list[int]) -> Targets:
@@ -240,7 +240,7 @@ class ClusterUnderTest:
             if kind.target == "broker":
                 self.cluster.signal_group(BROKER, signal.SIGKILL)
             else:
-                signal_all(targets, signal.SIGKILL)
+                targets.signal(signal.SIGKILL)
         return fault
 
     def _look(self) -> Facts:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hostmq import records as R
-from hostmq.faults.aim import (WINDOWS, Facts, Targets, approaching, file_facts, in_window, proc_state, signal_all,
+from hostmq.faults.aim import (WINDOWS, Facts, Targets, approaching, file_facts, in_window, proc_state,
                                step_into, step_s, wait_stopped)
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,7 +108,8 @@ def test_step_into_leaves_the_target_stopped_inside_the_window(sleeper):
     def look() -> Facts:
         looks.append(proc_state(sleeper.pid))
         return facts(intent_valid=1 if len(looks) >= 6 else 0)
-    res = step_into("mid-journal", [sleeper.pid], look, 10.0, random.Random(1).uniform)
+    with Targets([sleeper.pid]) as t:
+        res = step_into("mid-journal", t, look, 10.0, random.Random(1).uniform)
     assert res.hit and res.steps == 5 and "intent_valid=1" in res.detail
     assert proc_state(sleeper.pid) == "T"
     assert all(s == "T" for s in looks[1:])        # every look after the first was at a stopped process
@@ -116,7 +117,8 @@ def test_step_into_leaves_the_target_stopped_inside_the_window(sleeper):
 
 
 def test_step_into_gives_up_and_still_leaves_it_stopped(sleeper):
-    res = step_into("mid-journal", [sleeper.pid], facts, 0.2, random.Random(1).uniform)
+    with Targets([sleeper.pid]) as t:
+        res = step_into("mid-journal", t, facts, 0.2, random.Random(1).uniform)
     assert not res.hit and res.steps > 0
     assert wait_stopped([sleeper.pid]) and proc_state(sleeper.pid) == "T"
     os.kill(sleeper.pid, signal.SIGCONT)
@@ -138,9 +140,9 @@ def test_targets_hold_their_processes_by_pidfd_and_leave_out_what_does_not_belon
     gone.wait(30)                                   # reaped: its pid may be anyone's now
     with Targets([sleeper.pid, gone.pid]) as t:
         assert t.pids == [sleeper.pid]
-        signal_all(t, signal.SIGSTOP)
+        t.signal(signal.SIGSTOP)
         assert wait_stopped([sleeper.pid]) and proc_state(sleeper.pid) == "T"
-        signal_all(t, signal.SIGCONT)
+        t.signal(signal.SIGCONT)
     held = Targets([sleeper.pid])
     sleeper.kill()
     sleeper.wait(10)
