@@ -6,6 +6,7 @@ their own module only to keep each file readable. Every layout is declared once,
 from __future__ import annotations
 
 import struct
+import zlib
 
 import numpy as np
 
@@ -150,6 +151,9 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +512 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
 #                               i counts commitlog flushes that took [2^(i-1), 2^i) µs (bucket 0: < 1 µs)
+#     +512 + 72·S + 8·H         queue wake words: QUEUE_WAKE_WORDS × i64 (writer); the writer adds one to
+#                               the word of every queue a batch appended to (``queue_wake_word``) and
+#                               wakes its futex once the batch is readable
 #
 # ``write_pos`` is the end of the commitlog records the writer has finished (never a torn record
 # below it); ``dispatched_pos`` the end of what consume queues and index cover; ``flushed_pos`` the end
@@ -157,12 +161,17 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # store pool the writer appends into a buffer and commits to the files later, so dispatcher, flusher
 # and readers stop at ``min(write_pos, committed_pos)`` (without a pool both are equal). Readers may
 # see an older value, never a torn one (docs/internals.md fact 14). Consumers sleep on the futex of
-# ``dispatch_seq`` (through their read-only mapping), which the dispatcher wakes after every publish.
+# ``dispatch_seq`` (through their read-only mapping), which the dispatcher wakes after every publish,
+# and on the queue wake words of the queues they read, which the writer wakes as soon as a batch is
+# readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
+# under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 7          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 8          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
+                                  # 8: queue wake words (consumers read past dispatched_pos)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
+QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
     (0, ["flush_disk_type", "session_slots", "doorbell_fd", "broker_pid", "store_host",
          "commitlog_file_bytes", "started_ms", "consume_queue_file_entries"]),
@@ -204,12 +213,20 @@ SLOT_FREE, SLOT_ACTIVE, SLOT_CLOSING = 0, 1, 2
 STATE_SLOT_NAME_BYTES = STATE_SLOT.fields["name"][0].itemsize
 
 
-def broker_state_bytes(session_slots: int) -> tuple[int, int, int, int]:
-    """``(sessions_offset, attach_offset, histogram_offset, total_bytes)`` of a broker state payload."""
+def broker_state_bytes(session_slots: int) -> tuple[int, int, int, int, int]:
+    """``(sessions_offset, attach_offset, histogram_offset, queue_wake_offset, total_bytes)`` of a broker
+    state payload."""
     sessions = BROKER_STATE.itemsize
     attach = sessions + session_slots * STATE_SLOT.itemsize
     histogram = attach + session_slots * 8
-    return sessions, attach, histogram, histogram + FLUSH_HISTOGRAM_BUCKETS * 8
+    wake = histogram + FLUSH_HISTOGRAM_BUCKETS * 8
+    return sessions, attach, histogram, wake, wake + QUEUE_WAKE_WORDS * 8
+
+
+def queue_wake_word(topic_b: bytes, queue_id: int) -> int:
+    """The queue wake word of a queue (writer and consumers compute the same; CRC32 is stable across
+    processes, unlike ``hash``)."""
+    return (zlib.crc32(topic_b) + queue_id) % QUEUE_WAKE_WORDS
 
 
 def histogram_bucket(latency_us: int) -> int:

@@ -101,6 +101,10 @@ class Flusher:
         w[_W["flush_latency_us"]] = took_us
         self.state.flush_histogram[R.histogram_bucket(took_us)] += 1
         notify_if_waiting(self.state.writer_waiting, self.doorbell)
+        if self.state.sync_flush:
+            # Under SYNC_FLUSH a record becomes readable when it is flushed: wake the consumers that
+            # sleep on flush_count (they cannot say they wait: their mapping is read-only).
+            self.state.flush_count_word.wake()
         return end
 
     def _failed(self, e: OSError) -> None:

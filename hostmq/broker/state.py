@@ -3,7 +3,8 @@ the broker's processes share (layout and ownership: ``records.BROKER_STATE``).
 
 Created by the broker process (owner) before it starts its children; the writer, dispatcher and
 flusher attach read-write and store only into their own lines; clients attach read-only to watch
-positions (a consumer sleeps on the futex of ``dispatch_seq``) and liveness (``broker_pid``).
+positions (a consumer sleeps on the futexes of ``dispatch_seq`` and of its queues' wake words) and
+liveness (``broker_pid``).
 
 Word access is ``state.w[W_WRITE_POS]`` (an aligned native int64, docs/internals.md fact 14); the hot loops use
 the ``W_*`` constants directly. Tables are numpy views of ``records.STATE_SLOT`` rows.
@@ -51,12 +52,14 @@ class BrokerState:
         self.consume_queue_file_entries = int(hdr["consume_queue_file_entries"])
         self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
         self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
-        sess, attach, histogram, total = R.broker_state_bytes(self.session_slots)
+        sess, attach, histogram, wake, total = R.broker_state_bytes(self.session_slots)
         if total > segment.size or self.session_slots < 1:
             raise SegmentError(self.name, "broker state tables do not fit the segment")
         self.sessions = segment.array(R.STATE_SLOT, self.session_slots, sess)
         self.attached = segment.array(np.int64, self.session_slots, attach)
         self.flush_histogram = segment.array(np.int64, R.FLUSH_HISTOGRAM_BUCKETS, histogram)
+        self.queue_wake = segment.array(np.int64, R.QUEUE_WAKE_WORDS, wake)
+        self.queue_wake_words = [FutexWord(self.queue_wake, i) for i in range(R.QUEUE_WAKE_WORDS)]
         self.writer_waiting = Flag(self.w, _W["writer_waiting"])
         self.dispatcher_waiting = Flag(self.w, _W["dispatcher_waiting"])
         self.flusher_waiting = Flag(self.w, _W["flusher_waiting"])
@@ -66,6 +69,7 @@ class BrokerState:
         self.dispatch_wake = FutexWord(words, _W["dispatch_wake"])
         self.flush_wake = FutexWord(words, _W["flush_wake"])
         self.dispatch_seq_word = FutexWord(words, W_DISPATCH_SEQ)
+        self.flush_count_word = FutexWord(words, _W["flush_count"])    # the flusher wakes it per flush
 
     @classmethod
     def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
@@ -197,8 +201,9 @@ class BrokerState:
     def close(self) -> None:
         if self.segment.closed:
             return
-        self.sessions = self.attached = self.flush_histogram = None
-        self.dispatch_wake = self.flush_wake = self.dispatch_seq_word = None
+        self.sessions = self.attached = self.flush_histogram = self.queue_wake = None
+        self.dispatch_wake = self.flush_wake = self.dispatch_seq_word = self.flush_count_word = None
+        self.queue_wake_words = []
         for f in (self.writer_waiting, self.dispatcher_waiting, self.flusher_waiting):
             f.release()
         self.w.release()

@@ -125,6 +125,11 @@ class Writer(RingSessions):
         self.pending: deque[_Pending] = deque()
         self.refusals = WriteRefusals()
         self._next_disk_check_s = 0.0
+        # Consumers read records past dispatched_pos from the commitlog (store/tail.py): wake the
+        # ones sleeping on a queue as soon as a batch for it is readable — at once unless a pool
+        # (readable at the commit: the dispatcher wakes them) or SYNC_FLUSH (the flusher does).
+        self.wake_queues = self.pool is None and not self.sync
+        self._woken: set[int] = set()      # queue wake words of the batch being appended
         self._recover()
         st.set("writer_pid", os.getpid())
 
@@ -259,8 +264,20 @@ class Writer(RingSessions):
         else:
             self._complete(a, ring.staged_position, ring.handed_position)
         if appended:
+            if self._woken:
+                self._wake_queues()
             notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
         return n
+
+    def _wake_queues(self) -> None:
+        """Consumers of the queues the batch appended to may read it now (after ``write_pos``)."""
+        st = self.state
+        qw, words = st.queue_wake, st.queue_wake_words
+        for b in self._woken:
+            qw[b] += 1
+        for b in self._woken:
+            words[b].wake()
+        self._woken.clear()
 
     def _append_frames(self, frames) -> tuple[list[tuple], int]:
         """Validate and append each frame's records; a completion row per frame and the records appended.
@@ -274,6 +291,7 @@ class Writer(RingSessions):
         now_ms = int(time.time() * 1000)
         appended = 0
         rows = []
+        woken = self._woken if self.wake_queues else None
         for f in frames:
             if refusal:
                 rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
@@ -287,6 +305,8 @@ class Writer(RingSessions):
                         continue
                     r = cl.append_record(topic_b.decode(), qid, f.payload, size, now_ms)
                     rows.append((f.seq, R.COMPLETION_SEND_OK, 1, r.queue_offset, r.phys_offset, r.store_ts_ms))
+                    if woken is not None:
+                        woken.add(R.queue_wake_word(topic_b, qid))
                 else:
                     fr = frame_records(f.payload, f.record_count, max_body, max_props)
                     if fr.queue_id >= queues.get(fr.topic_b, 0):
@@ -296,6 +316,8 @@ class Writer(RingSessions):
                                         now_ms=now_ms, patch_host=True)
                     rows.append((f.seq, R.COMPLETION_SEND_OK, f.record_count, r.queue_offset,
                                  int(r.phys_offsets[0]), r.store_ts_ms))
+                    if woken is not None:
+                        woken.add(R.queue_wake_word(fr.topic_b, fr.queue_id))
             except ValidationError as e:
                 log.debug("writer: refused frame %d: %s", f.seq, e)
                 rows.append((f.seq, R.COMPLETION_BAD_RECORD, f.record_count, 0, 0, 0))

@@ -9,6 +9,7 @@ segment) is noticed by :meth:`stale`; the owner then builds a new view.
 """
 from __future__ import annotations
 
+from .. import records as R
 from ..broker.state import W_DISPATCH_SEQ, BrokerState
 from ..config import StoreConfig
 from ..errors import SegmentError
@@ -18,9 +19,11 @@ from ..store.readonly import StoreReader, infer_store_config
 
 class BrokerView:
     def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None, *,
-                 by_id: bool = False) -> None:
+                 by_id: bool = False, tail: bool = False) -> None:
         """``by_id``: a view for reading messages by id (Admin), bounded by what is stored rather
-        than by what consumers may read (dispatched), so a message is found as soon as it is acked."""
+        than by what consumers may read (dispatched), so a message is found as soon as it is acked.
+        ``tail``: a consumer's view, which also reads the records stored past the dispatched position
+        from the commitlog (``store/tail.py``): a message is readable one hop after the writer."""
         self.broker = broker
         self.state: BrokerState | None = None
         try:
@@ -40,7 +43,9 @@ class BrokerView:
         self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
                                   limit_phys=None if self.state is None else
                                   (self.state.stored_pos if by_id else self.state.readable_pos),
-                                  consumed_below=None if self.state is None else self.state.consumed_below)
+                                  consumed_below=None if self.state is None else self.state.consumed_below,
+                                  tail_limit=self.state.stored_pos if tail and self.state is not None else None)
+        self.tailing = self.reader.tail is not None
 
     @property
     def live(self) -> bool:
@@ -58,9 +63,27 @@ class BrokerView:
         return int(self.state.get("offsets_reset_version")) if self.state is not None else 0
 
     def readable_mark(self) -> int | None:
-        """The broker's readable position: while it is unchanged no queue of this broker has new
-        messages (None for a view of a stopped broker, which is static)."""
-        return self.state.readable_pos() if self.state is not None else None
+        """The broker's readable position (stored, for a tailing view): while it is unchanged no queue
+        of this broker has new messages (None for a view of a stopped broker, which is static)."""
+        if self.state is None:
+            return None
+        return self.state.stored_pos() if self.tailing else self.state.readable_pos()
+
+    def wake_words(self, queues) -> list:
+        """The futex words whose change may mean news for ``queues`` (MessageQueues of this broker):
+        the dispatcher's ``dispatch_seq`` (it publishes after the pool's commit and past the tail's
+        bound), under SYNC_FLUSH ``flush_count``, and for a tailing view each queue's wake word, which
+        the writer wakes as soon as a batch is readable."""
+        st = self.state
+        if st is None:
+            return []
+        words = [st.dispatch_seq_word]
+        if st.sync_flush:
+            words.append(st.flush_count_word)
+        if self.tailing:
+            for b in sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues}):
+                words.append(st.queue_wake_words[b])
+        return words
 
     def stale(self) -> bool:
         """True if the broker this view follows has gone (or one started since a static view)."""

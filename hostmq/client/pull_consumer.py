@@ -33,7 +33,8 @@ from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..root import shm_name
 from ..shm.segment import SHM_DIR
 from ..store.reader import GetStatus, MessageBatch
-from ..shm.signal import wait_for
+from ..shm.futex import MAX_WAITV
+from ..shm.signal import WaitStats, wait_for
 from .broker_view import BrokerView
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
@@ -86,6 +87,7 @@ class PullConsumer:
         self._next_commit = time.monotonic() + auto_commit_interval_s
         self._next_stale_check = 0.0
         self.skipped_records = 0        # records this consumer's polls passed over (undecodable)
+        self.wait_stats = WaitStats()   # how its polls waited (spins, futex sleeps, slice timeouts)
         self.closed = False
 
     # -- assignment -----------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ class PullConsumer:
     def _view(self, broker: str) -> BrokerView:
         v = self.views.get(broker)
         if v is None:
-            v = self.views[broker] = BrokerView(self.root, broker)
+            v = self.views[broker] = BrokerView(self.root, broker, tail=True)
             self._reset_seen[broker] = v.offsets_reset_version()     # resets before we came are in the offsets
         return v
 
@@ -293,22 +295,29 @@ class PullConsumer:
         self._seen[mq] = (view, mark, r.refresh_queue(mq.topic, mq.queue_id))
         return r
 
-    def _seqs(self) -> dict[str, int]:
-        """Each broker's dispatch sequence, read once per poll round (which also lets go of the store
-        files every consumer group has read, ``broker.consumed``: one word read per broker)."""
-        for v in self.views.values():
+    def _seqs(self) -> list[tuple]:
+        """What to sleep on until there may be news, read once per poll round before fetching: each
+        broker's wake words (``BrokerView.wake_words``) with their current values. Also lets go of the
+        store files every consumer group has read (``broker.consumed``: one word read per broker)."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in self.positions:
+            by_broker.setdefault(mq.broker, []).append(mq)
+        lists = []
+        for name, v in self.views.items():
             v.reader.drop_consumed()
-        return {name: v.dispatch_seq() for name, v in self.views.items()}
+            lists.append(v.wake_words(by_broker.get(name, ())))
+        if sum(map(len, lists)) > MAX_WAITV:     # one futex_waitv takes at most 128 words: the
+            lists = [ws[:2] for ws in lists]     # dispatchers' (and flushers') words then, not the queues'
+        return [(w, w.arm()) for ws in lists for w in ws]
 
-    def _wait(self, seqs: dict[str, int], deadline: float) -> None:
-        views = self.views
+    def _wait(self, seqs: list[tuple], deadline: float) -> None:
         end = min(deadline, time.monotonic() + STALE_CHECK_S)
-        words = [v.state.dispatch_seq_word for v in views.values() if v.state is not None]
-        if not words:           # no broker running: nothing can wake us before the stale check
+        if not seqs:            # no broker running: nothing can wake us before the stale check
             time.sleep(max(0.0, end - time.monotonic()))
             return
-        wait_for(lambda: any(v.dispatch_seq() != seqs.get(n) for n, v in views.items()), words, end,
-                 spin_s=self.spin_s)
+        words = [w for w, _ in seqs]
+        wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, spin_s=self.spin_s,
+                 stats=self.wait_stats)
 
     def _refresh_stale(self) -> None:
         """Rebuild views of brokers that restarted (or started) since they were made."""

@@ -34,6 +34,7 @@ from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
 from .reader import GetResult, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
+from .tail import CommitlogTail, TailedQueue
 
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
@@ -50,7 +51,10 @@ def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfi
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
-                 scan_queues: bool = True, consumed_below: Callable[[], int] | None = None) -> None:
+                 scan_queues: bool = True, consumed_below: Callable[[], int] | None = None,
+                 tail_limit: Callable[[], int] | None = None) -> None:
+        """``tail_limit``: a live broker's stored position; records between ``limit_phys`` (dispatched)
+        and it are read from the commitlog itself (``tail.CommitlogTail``) — a consumer's view."""
         self.path = os.path.abspath(path)
         if not os.path.isdir(os.path.join(self.path, "commitlog")):
             raise MessageNotFoundError(f"{self.path} is not a hostmq store (no commitlog directory)")
@@ -64,6 +68,8 @@ class StoreReader:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._max: dict[tuple[str, int], int] = {}
         self.readable_end = 0
+        self._tail_limit = tail_limit
+        self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         if scan_queues:
             self.refresh()
         else:       # queues are opened one by one with refresh_queue (a consumer's few queues)
@@ -138,15 +144,35 @@ class StoreReader:
     # -- one queue, incrementally (the consumer's hot path) -------------------------------------------
     def refresh_queue(self, topic: str, queue_id: int) -> int:
         """Bring one queue up to date with the limit, looking only at entries not seen before; its
-        readable max offset. Cheap enough to call before every read of a live broker's queue."""
+        readable max offset (with the tail's entries that continue it, for a tailing reader). Cheap
+        enough to call before every read of a live broker's queue."""
+        if self._limit is not None:
+            self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
+        m = self._refresh_consume_queue(topic, queue_id)
+        tail = self.tail
+        if tail is None:
+            return m
+        # The tail continues from the same readable_end the consume queue was bounded by: every record
+        # below it is in a consume queue, every record from it on is scanned.
+        tail.advance(self.readable_end, int(self._tail_limit()))
+        return m + tail.count_after(topic, queue_id, m)
+
+    def _tailed(self, topic: str, queue_id: int):
+        """The queue to read: its consume queue, followed by its tail entries when there are some."""
+        cq = self.queues.get((topic, queue_id))
+        if self.tail is None:
+            return cq
+        m = cq.max_offset() if cq is not None else 0
+        n = self.tail.count_after(topic, queue_id, m)
+        return TailedQueue(cq, self.tail, topic, queue_id, m, n) if n else cq
+
+    def _refresh_consume_queue(self, topic: str, queue_id: int) -> int:
         key = (topic, queue_id)
         cq = self.queues.get(key)
         if cq is None:
             cq = self._open_queue(topic, queue_id)
             if cq is None:
                 return 0
-        if self._limit is not None:
-            self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
         if self._consumed_below is not None:
             self.drop_consumed()
         cl_last = self.commitlog.mfq.last()
@@ -240,13 +266,13 @@ class StoreReader:
             expression: str | None = "*") -> GetResult:
         from .message_store import _check_read, _tag_filter
         _check_read(queue_offset, max_count)
-        return get_messages(self.queues.get((topic, queue_id)), self.commitlog, queue_offset, max_count,
+        return get_messages(self._tailed(topic, queue_id), self.commitlog, queue_offset, max_count,
                             _tag_filter(expression), self.config.max_transfer_bytes, self.broker)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
         from .message_store import _check_read
         _check_read(queue_offset, max_count)
-        return get_batch(self.queues.get((topic, queue_id)), self.commitlog,
+        return get_batch(self._tailed(topic, queue_id), self.commitlog,
                          MessageQueue(topic, self.broker, queue_id), queue_offset, max_count)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:

@@ -125,9 +125,10 @@ def test_the_segment_has_the_documented_size_and_header(shm):  # noqa: F811
     st = make(shm, sync_flush=True, session_slots=4, doorbell_fd=9)
     after_ms = int(time.time() * 1000)
     try:
-        # header, sessions, attach words, flush latency histogram
-        assert st.segment.size == 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
+        # header, sessions, attach words, flush latency histogram, queue wake words
+        assert st.segment.size == 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS + 8 * R.QUEUE_WAKE_WORDS
         assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 512 + 72 * 4
+        assert st.queue_wake.ctypes.data - st.segment.u8.ctypes.data == 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
         assert _word(st, 0) == 1                                 # flush_disk_type: SYNC
         assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 9, os.getpid())
         assert bytes(st.segment.buf[32:40]) == b"\x01\x02\x03\x04\x00\x00\x00\x09"
@@ -338,7 +339,7 @@ def test_segments_of_another_kind_or_version_are_refused(shm):  # noqa: F811
         old.unlink()
 
 
-@pytest.mark.parametrize("sessions,size", [(4, 512), (4, 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS - 1),
+@pytest.mark.parametrize("sessions,size", [(4, 512), (4, R.broker_state_bytes(4)[-1] - 1),
                                            (0, 4096), (-1, 4096)])
 def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, size):  # noqa: F811
     def init(seg):
@@ -359,7 +360,7 @@ def test_a_header_with_tables_that_exactly_fit_is_accepted(shm):  # noqa: F811
         h = seg.array(R.BROKER_STATE, count=1)
         h[0]["session_slots"] = 4
 
-    seg = Segment.create(shm.name("state"), 512 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS,
+    seg = Segment.create(shm.name("state"), R.broker_state_bytes(4)[-1],
                          R.BROKER_STATE_KIND, R.BROKER_STATE_VERSION, init=init)
     try:
         st = BrokerState.attach(seg.name)

@@ -1,0 +1,134 @@
+"""The commitlog tail: records a consumer may read before the dispatcher has put them in a consume queue.
+
+Delivery does not wait for the dispatcher (issue 16). The writer publishes a batch (``write_pos``)
+and wakes the consumers of its queues at once (``records.queue_wake_word``); a consumer whose
+position is at the end of its consume queue finds the newer records here: ``CommitlogTail`` scans the
+commitlog from ``dispatched_pos`` up to what is stored (``BrokerState.stored_pos``) with the
+dispatcher's own record-by-record scan (``dispatch.scan_records`` — the same checks, the same
+consume-queue entry for each record: queue offset, position, size, tag code), and keeps the entries
+per queue. ``TailedQueue`` then serves a queue as its consume queue followed by its tail entries, so
+the read side (``reader.get_messages`` / ``get_batch``) reads and re-checks the records as it reads
+any other.
+
+Nothing here writes. Entries below ``dispatched_pos`` are dropped as the dispatcher covers them (the
+consume queue has them then); the tail is bounded (``max_bytes``): past that the consumer waits for
+the dispatcher, as it did before. A queue's tail entries are used only when they continue its consume
+queue exactly (queue offsets consecutive from the consume queue's end): anything else — a record the
+scan stopped at, a consume queue seen at another moment — shows nothing until the next refresh.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..records import CQ_ENTRY
+from .dispatch import SCHEDULE_TOPIC
+
+TAIL_MAX_BYTES = 4 << 20        # commitlog bytes a consumer tails past dispatched_pos at most
+SCAN_RECORDS = 4096             # records scanned per refresh at most
+
+
+class CommitlogTail:
+    """Consume-queue entries of the records in [``start``, ``cursor``) of a commitlog, per queue."""
+
+    def __init__(self, commitlog, max_bytes: int = TAIL_MAX_BYTES) -> None:
+        self.cl = commitlog
+        self.max_bytes = max_bytes
+        self.start = 0          # dispatched_pos the entries continue from
+        self.cursor = 0         # scanned up to here (a record boundary)
+        self.queues: dict[tuple[str, int], deque] = {}     # (topic, qid) → deque of (qoff, phys, size, tag)
+        self.capped = False     # the tail reached max_bytes: newer records wait for the dispatcher
+        self.stopped_at: tuple[int, str] | None = None      # a record the scan cannot read (the dispatcher reports it)
+
+    def advance(self, dispatched: int, stored: int) -> None:
+        """Drop what the dispatcher covered (below ``dispatched``), scan new records up to ``stored``."""
+        if dispatched > self.start:
+            self.start = dispatched
+            if dispatched >= self.cursor:
+                self.cursor = dispatched
+                self.queues.clear()
+            else:
+                for key in list(self.queues):
+                    d = self.queues[key]
+                    while d and d[0][1] < dispatched:
+                        d.popleft()
+                    if not d:
+                        del self.queues[key]
+        limit = min(stored, self.start + self.max_bytes)
+        self.capped = stored > limit
+        if self.cursor >= limit:
+            return
+        cl = self.cl
+        mfq = cl.mfq
+        last = mfq.last()
+        if last is None or limit > last.file_end_offset or self.cursor < mfq.min_offset():
+            mfq.refresh()
+        if mfq.find(self.cursor) is None:
+            return
+        reqs, nxt = cl.scan(self.cursor, limit, SCAN_RECORDS)
+        self.stopped_at = cl.scan_error
+        queues = self.queues
+        for r in reqs:
+            if r.topic == SCHEDULE_TOPIC:        # its tag code is a due time only the broker computes
+                continue
+            key = (r.topic, r.queue_id)
+            d = queues.get(key)
+            if d is None:
+                d = queues[key] = deque()
+            d.append((r.queue_offset, r.phys_offset, r.size, r.tag_hash))
+        if nxt > self.cursor:
+            self.cursor = nxt
+
+    def count_after(self, topic: str, queue_id: int, cq_max: int) -> int:
+        """How many tail entries continue the queue whose consume queue ends at ``cq_max``."""
+        d = self.queues.get((topic, queue_id))
+        if not d or d[0][0] != cq_max:
+            return 0
+        n = len(d)
+        return n if d[-1][0] == cq_max + n - 1 else _consecutive(d, cq_max)
+
+    def entries(self, topic: str, queue_id: int, from_offset: int, count: int) -> np.ndarray:
+        """Tail entries of a queue from ``from_offset`` (which the tail holds) as CQ_ENTRY rows."""
+        d = self.queues[(topic, queue_id)]
+        i = from_offset - d[0][0]
+        rows = [(p, s, t) for _, p, s, t in list(d)[i:i + count]]
+        return np.array(rows, dtype=CQ_ENTRY)
+
+    def clear(self) -> None:
+        self.queues.clear()
+        self.start = self.cursor = 0
+
+
+def _consecutive(d: deque, first: int) -> int:
+    n = 0
+    for qoff, *_ in d:
+        if qoff != first + n:
+            break
+        n += 1
+    return n
+
+
+class TailedQueue:
+    """A consume queue (or None: none exists yet) followed by ``count`` tail entries — what
+    ``reader.get_messages`` and ``get_batch`` read a queue through."""
+
+    __slots__ = ("cq", "tail", "topic", "queue_id", "cq_max", "count")
+
+    def __init__(self, cq, tail: CommitlogTail, topic: str, queue_id: int, cq_max: int, count: int) -> None:
+        self.cq, self.tail, self.topic, self.queue_id = cq, tail, topic, queue_id
+        self.cq_max, self.count = cq_max, count
+
+    def min_offset(self) -> int:
+        return self.cq.min_offset() if self.cq is not None else self.cq_max
+
+    def max_offset(self) -> int:
+        return self.cq_max + self.count
+
+    def entries(self, queue_offset: int, max_count: int) -> np.ndarray:
+        if queue_offset < self.cq_max:
+            return self.cq.entries(queue_offset, min(max_count, self.cq_max - queue_offset))
+        n = min(max_count, self.cq_max + self.count - queue_offset)
+        if n <= 0:
+            return np.empty(0, dtype=CQ_ENTRY)
+        return self.tail.entries(self.topic, self.queue_id, queue_offset, n)
