@@ -19,6 +19,7 @@ scan stopped at, a consume queue seen at another moment — shows nothing until 
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class CommitlogTail:
         """Tail entries of a queue from ``from_offset`` (which the tail holds) as CQ_ENTRY rows."""
         d = self.queues[(topic, queue_id)]
         i = from_offset - d[0][0]
-        rows = [(p, s, t) for _, p, s, t in list(d)[i:i + count]]
+        rows = [(p, s, t) for _, p, s, t in islice(d, i, i + count)]
         return np.array(rows, dtype=CQ_ENTRY)
 
     def clear(self) -> None:
