@@ -23,6 +23,11 @@ record's physical offset, 16 bytes as 32 upper-case hex digits, so a message is 
 
 Decoders raise :class:`~hostmq.errors.CorruptRecordError` for any malformed input (never IndexError
 or struct.error).
+
+The record codec — ``encode_record``, ``check_record``, ``check_stored_record``, ``record_fields``,
+``java_string_hash``, ``cq_entries`` / ``cq_entry`` — is C (``hostmq/_codec.c``, built by pip) when it
+was built (``NATIVE``); the ``py_``-prefixed functions here are its reference, which it mirrors
+exactly (same results, same exceptions and messages) and which serve when it was not built.
 """
 from __future__ import annotations
 
@@ -110,7 +115,7 @@ def record_tail(topic_b: bytes, props_b: bytes) -> bytes:
     return TOPIC_LEN.pack(len(topic_b)) + topic_b + PROPS_LEN.pack(len(props_b)) + props_b
 
 
-def encode_record(topic_b: bytes, body: bytes, props_b: bytes, *, queue_id: int = 0, flag: int = 0,
+def py_encode_record(topic_b: bytes, body: bytes, props_b: bytes, *, queue_id: int = 0, flag: int = 0,
                   sys_flag: int = 0, born_ts_ms: int = 0, born_host: bytes = b"\0" * 8,
                   store_ts_ms: int = 0, store_host: bytes = b"\0" * 8, reconsume_times: int = 0,
                   prepared_tx_offset: int = 0, queue_offset: int = 0, phys_offset: int = 0,
@@ -135,12 +140,14 @@ def _fail(pos: int, why: str) -> CorruptRecordError:
     return CorruptRecordError("", pos, why)
 
 
-def check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[int, int]:
+def py_check_record(buf, pos: int, limit: int, verify_crc: bool = True) -> tuple[int, int]:
     """Validate the record at ``pos`` (bytes up to ``limit`` are available).
 
     Returns ``(kind, total_size)``; raises CorruptRecordError for a torn, truncated or garbage record.
     """
     limit = min(limit, len(buf))    # a limit past the buffer must not turn into struct.error
+    if pos < 0:                     # struct and indexing would count it from the buffer's end
+        raise _fail(pos, f"negative position {pos}")
     if limit - pos < SIZE_MAGIC.size:
         raise _fail(pos, "truncated before size and magic")
     total, magic = SIZE_MAGIC.unpack_from(buf, pos)
@@ -195,6 +202,33 @@ def record_properties_bytes(buf, pos: int) -> bytes:
     ppos = tpos + TOPIC_LEN.size + int(buf[tpos])
     plen = PROPS_LEN.unpack_from(buf, ppos)[0]
     return bytes(buf[ppos + PROPS_LEN.size:ppos + PROPS_LEN.size + plen])
+
+
+# What record_fields returns: the header fields, then where the variable parts are.
+RecordFields = namedtuple("RecordFields", (*MSG_HEADER_DTYPE.names, "body_start", "body_len", "topic_b",
+                                           "props_start", "props_len"))
+
+
+def py_record_fields(buf, pos: int) -> tuple:
+    """Every field of the record at ``pos`` in one call, as a plain tuple laid out as
+    :data:`RecordFields` (``RecordFields._make`` names them). For a record :func:`check_record` passed;
+    on anything else it still reads nothing outside ``buf`` (CorruptRecordError instead)."""
+    n = len(buf)
+    if pos < 0 or n - pos < MSG_HEADER.size:
+        raise _fail(pos, "record header lies outside the buffer")
+    h = MSG_HEADER.unpack_from(buf, pos)
+    body_len = h[-1]
+    body_start = pos + MSG_HEADER.size
+    tpos = body_start + body_len
+    if body_len < 0 or tpos + TOPIC_LEN.size > n:
+        raise _fail(pos, "body lies outside the buffer")
+    ppos = tpos + TOPIC_LEN.size + int(buf[tpos])
+    if ppos + PROPS_LEN.size > n:
+        raise _fail(pos, "topic lies outside the buffer")
+    props_len = PROPS_LEN.unpack_from(buf, ppos)[0]
+    if ppos + PROPS_LEN.size + props_len > n:
+        raise _fail(pos, "properties lie outside the buffer")
+    return (*h, body_start, body_len, bytes(buf[tpos + TOPIC_LEN.size:ppos]), ppos + PROPS_LEN.size, props_len)
 
 
 def decode_record(buf, pos: int = 0, limit: int | None = None, verify_crc: bool = True):
@@ -354,7 +388,7 @@ _ASCII_HASH_MAX = 512
 _POW31_DESC = [pow(31, _ASCII_HASH_MAX - 1 - i, 1 << 32) for i in range(_ASCII_HASH_MAX)]
 
 
-def java_string_hash(s: str) -> int:
+def py_java_string_hash(s: str) -> int:
     """Java ``String.hashCode``: over UTF-16 code units, wrapping at 32 bits, signed."""
     n = len(s)
     if n <= _ASCII_HASH_MAX and s.isascii():
@@ -409,6 +443,28 @@ CQ_ENTRY = np.dtype([("phys_offset", ">i8"), ("size", ">i4"), ("tag_hash", ">i8"
 assert CQ_ENTRY.itemsize == 20
 CQ_ENTRY_STRUCT = struct.Struct(">qiq")
 assert CQ_ENTRY_STRUCT.size == CQ_ENTRY.itemsize
+
+
+def py_cq_entries(phys_offsets, sizes, tag_codes) -> bytes:
+    """Consume-queue entries (:data:`CQ_ENTRY`) for equally long sequences of integers; ValidationError
+    if their lengths differ or a value does not fit its field."""
+    n = len(phys_offsets)
+    if len(sizes) != n or len(tag_codes) != n:
+        raise ValidationError(f"consume-queue entries need as many sizes and tag codes as offsets, got "
+                              f"{n}, {len(sizes)} and {len(tag_codes)}")
+    pack = CQ_ENTRY_STRUCT.pack
+    parts = []
+    for i, entry in enumerate(zip(phys_offsets, sizes, tag_codes)):
+        try:
+            parts.append(pack(*entry))
+        except (struct.error, OverflowError) as e:     # OverflowError: a numpy uint64 past int64
+            raise ValidationError(f"consume-queue entry {i} does not fit (i64, i32, i64): {e}") from None
+    return b"".join(parts)
+
+
+def py_cq_entry(phys_offset: int, size: int, tag_code: int) -> bytes:
+    """One consume-queue entry: :func:`py_cq_entries` of one."""
+    return py_cq_entries((phys_offset,), (size,), (tag_code,))
 
 # ---------------------------------------------------------------------------------------------
 # Index file (RocketMQ IndexFile): header | hash slots | linked entries
@@ -466,14 +522,14 @@ assert FIELD["queue_offset"] == FIELD["queue_id"] + 8 and FIELD["phys_offset"] =
 _TOPIC_BYTES_RE = re.compile(f"[%|a-zA-Z0-9_-]{{1,{MAX_TOPIC_CHARS}}}".encode())   # _TOPIC_RE's rules
 
 
-def check_stored_record(buf, pos: int, limit: int, phys_offset: int, verify_crc: bool = True
-                        ) -> tuple[int, int]:
+def py_check_stored_record(buf, pos: int, limit: int, phys_offset: int, verify_crc: bool = True
+                           ) -> tuple[int, int]:
     """:func:`check_record` for a record read back from the commitlog at ``phys_offset``: also
     PHYSICALOFFSET must be ``phys_offset`` and QUEUEID / QUEUEOFFSET not negative.
 
     A record an appender was killed writing (fields copied, not yet patched) fails here.
     """
-    kind, total = check_record(buf, pos, limit, verify_crc)
+    kind, total = py_check_record(buf, pos, limit, verify_crc)
     if kind == RecordKind.MESSAGE:
         queue_id, queue_offset, stored_phys = _STORED_IDS.unpack_from(buf, pos + FIELD["queue_id"])
         if stored_phys != phys_offset:
@@ -495,3 +551,42 @@ MIN_RECORD_BYTES = record_size(0, 0, 0)     # a frame carries at least this much
 # The shared-memory layouts live in hostmq/shm_layouts.py (kept apart only for size); they are
 # re-exported here so every layout is reached the same way, as ``records.NAME``.
 from .shm_layouts import *  # noqa: E402,F401,F403
+
+
+# ---------------------------------------------------------------------------------------------
+# The native codec: the public names are hostmq/_codec.c's functions when it was built, else the
+# py_ references above (which tests/test_codec_native.py compares them with, byte for byte)
+# ---------------------------------------------------------------------------------------------
+try:
+    from . import _codec as NATIVE_CODEC
+except ImportError:         # not built (no compiler at install time): the references serve
+    NATIVE_CODEC = None
+NATIVE = NATIVE_CODEC is not None
+if NATIVE:
+    assert NATIVE_CODEC.LAYOUT == {
+        "MSG_HEADER": MSG_HEADER.size, "MAGIC_CODE": MAGIC_CODE, "BLANK_MAGIC_CODE": BLANK_MAGIC_CODE,
+        "MIN_RECORD_BYTES": MIN_RECORD_BYTES, "MIN_BLANK_BYTES": MIN_BLANK_BYTES, "CQ_ENTRY": CQ_ENTRY.itemsize,
+        "HOST_BYTES": MSG_HEADER_DTYPE["born_host"].itemsize, "FIELD": FIELD}, "hostmq/_codec.c's layout differs"
+    from .record_fields import _RESERVED_MARKS, check_properties  # noqa: E402
+    # The C functions hand what they do not handle themselves (odd argument types, values out of
+    # range) to these references, so both raise the same exceptions.
+    NATIVE_CODEC._bind(CorruptRecordError=CorruptRecordError, ValidationError=ValidationError,
+                       check_properties=check_properties, reserved_property_marks=_RESERVED_MARKS,
+                       encode_record=py_encode_record, check_record=py_check_record,
+                       check_stored_record=py_check_stored_record, record_fields=py_record_fields,
+                       java_string_hash=py_java_string_hash, cq_entries=py_cq_entries, cq_entry=py_cq_entry)
+    encode_record = NATIVE_CODEC.encode_record
+    check_record = NATIVE_CODEC.check_record
+    check_stored_record = NATIVE_CODEC.check_stored_record
+    record_fields = NATIVE_CODEC.record_fields
+    java_string_hash = NATIVE_CODEC.java_string_hash
+    cq_entries = NATIVE_CODEC.cq_entries
+    cq_entry = NATIVE_CODEC.cq_entry
+else:
+    encode_record = py_encode_record
+    check_record = py_check_record
+    check_stored_record = py_check_stored_record
+    record_fields = py_record_fields
+    java_string_hash = py_java_string_hash
+    cq_entries = py_cq_entries
+    cq_entry = py_cq_entry

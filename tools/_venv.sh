@@ -8,9 +8,10 @@ hostmq_venv() {
     if [ ! -x "$top/.venv/bin/python" ]; then
         python3 -m venv "$top/.venv"
     fi
-    # Reinstall only when pyproject.toml or the extras changed: keeps repeated runs fast.
+    # Reinstall only when pyproject.toml, the C codec's source or the extras changed: keeps repeated
+    # runs fast. An editable install compiles hostmq/_codec.c once; a changed source needs pip again.
     stamp="$top/.venv/.hostmq-installed"
-    want="$(sha256sum "$top/pyproject.toml" | cut -c1-16)-$extras"
+    want="$(cat "$top/pyproject.toml" "$top/hostmq/_codec.c" | sha256sum | cut -c1-16)-$extras"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$top/.venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
         local spec="$top"

@@ -131,11 +131,13 @@ _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 
 
-def single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[bytes, int, int]:
-    """Validate a one-record frame (the scalar fast path): ``(topic bytes, queue id, size)``."""
+def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[bytes, int, int]:
+    """Validate a one-record frame (the scalar fast path): ``(topic bytes, queue id, size)``.
+
+    The reference of :func:`single_record` (``hostmq/_codec.c`` when built)."""
     n = len(payload)
     try:
-        kind, total = R.check_record(payload, 0, n, verify_crc=True)
+        kind, total = R.py_check_record(payload, 0, n, verify_crc=True)
     except Exception as e:        # CorruptRecordError, or a struct error on a short buffer
         raise ValidationError(f"record 0: {getattr(e, 'why', e)}") from None
     if kind != R.RecordKind.MESSAGE or total != n:
@@ -144,13 +146,13 @@ def single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[b
     if not 0 < blen <= max_body_bytes:
         raise ValidationError(f"record 0: body of {blen} bytes is empty or over {max_body_bytes} bytes")
     tpos = _HDR + blen
-    tlen = payload[tpos]
+    tlen = int(payload[tpos])     # int(): a numpy uint8 would wrap when added to an offset
     ppos = tpos + 1 + tlen + 2
     plen = _U16.unpack_from(payload, ppos - 2)[0]
     if plen > max_props_bytes:
         raise ValidationError(f"record 0: properties over {max_props_bytes} bytes")
     try:
-        R.check_properties(payload[ppos:ppos + plen])
+        R.check_properties(bytes(payload[ppos:ppos + plen]))    # bytes(): a numpy slice has no truth value
     except ValidationError as e:
         raise ValidationError(f"record 0: {e}") from None
     # The topic is not checked here: the writer looks it up in its topic table, which holds only
@@ -160,3 +162,10 @@ def single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[b
     if qid < 0:
         raise ValidationError(f"negative queue id {qid}")
     return topic_b, qid, n
+
+
+if R.NATIVE:
+    R.NATIVE_CODEC._bind(single_record=py_single_record)     # what the C path hands back (odd arguments)
+    single_record = R.NATIVE_CODEC.single_record
+else:
+    single_record = py_single_record
