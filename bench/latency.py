@@ -271,7 +271,7 @@ def add_ratios(rows: list[dict]) -> None:
             b = ref.get((base, r["pacing"], r["neighbour"]))
             for name, _ in QUANTILES:
                 short = "shm" if base == "shm_ring" else "redis"
-                r[f"{name}_x_{short}"] = round(r[name] / b[name], 2) if b and b[name] else ""
+                r[f"{name}_x_{short}"] = round(r[name] / b[name], 3) if b and b[name] else ""
 
 
 def latency_tables(rows: list[dict]) -> list[str]:
@@ -302,7 +302,9 @@ def latency_tables(rows: list[dict]) -> list[str]:
 
 
 def fmt_x(v) -> str:
-    return f"{v:.1f}×" if isinstance(v, (int, float)) else ""
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v:.0f}×" if v >= 100 else f"{v:.1f}×" if v >= 1 else f"{v:.2f}×"
 
 
 def send_tables(s: dict) -> list[str]:
@@ -347,7 +349,7 @@ def machine(env: dict) -> list[str]:
             f"- kernel: {platform.release()}", f"- Python: {platform.python_version()}",
             f"- git commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- hostmq cluster root (removed at the end): {env['root']}; config overrides {env['config']}",
-            f"- redis: {'redis-server on 127.0.0.1:%d, no persistence' % env['redis'].port if env['redis'].proc else env['redis_note']}"]
+            f"- redis: {env['redis_desc']}"]
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -397,6 +399,14 @@ def write_outputs(out_dir: str, results: list[dict], sends: dict, env: dict, pl:
     return "\n".join(tables)
 
 
+def _redis_version() -> str:
+    try:
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, timeout=10).stdout
+        return next((w[2:] for w in out.split() if w.startswith("v=")), "")
+    except OSError:
+        return ""
+
+
 # -- main ----------------------------------------------------------------------------------------------------
 def _terminate(signum, frame):
     raise SystemExit(128 + signum)          # so every finally below runs
@@ -425,9 +435,13 @@ def main(argv=None) -> int:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="hql-", dir=args.root_dir))
         redis_server = RedisServer()
         stack.callback(redis_server.stop)
+        # described now: the report is written after the server stopped
+        redis_desc = (f"redis-server {_redis_version()} on 127.0.0.1:{redis_server.port}, no persistence"
+                      if redis_server.proc is not None else "")
         env = {"procs": procs, "stack": stack, "tmp": tmp, "root": os.path.join(os.path.realpath(tmp), "root"), "redis": redis_server,
                "redis_note": ("redis-server not installed" if "not found" in redis_server.why_not
                               else redis_server.why_not)}
+        env["redis_desc"] = redis_desc or env["redis_note"]
         config = {"store": {"commitlog_file_bytes": 256 << 20}}
         if args.dispatcher_nice is not None:
             config["broker"] = {"dispatcher_nice": args.dispatcher_nice}
