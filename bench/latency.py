@@ -167,10 +167,10 @@ def system_setup(system: str, row_id: int, env: dict, stack: contextlib.ExitStac
 
 
 def prime_topic(env: dict, topic: str) -> None:
-    """Create ``topic`` and store one message (sequence number −1: consumers skip it) read back
-    before the row starts: the first record of a queue creates its consume-queue file (and the
-    broker's first, the index file) — a one-time stall of up to 0.2 s seen in the first rows, which
-    the warm-up does not cover."""
+    """Create ``topic`` and store one message (sequence number −1: consumers skip it), read back
+    before the row starts, so the queue's first-record costs (its consume-queue file; the broker's
+    first, the index file) fall outside the row. Added after 0.1–0.2 s stalls in the first hostmq
+    row; one such stall was seen again afterwards on a heavily loaded host, so they are not (only) this."""
     queues = env["admin"].create_topic(topic, queues=1)
     if "producer" not in env:
         env["producer"] = env["stack"].enter_context(hostmq.Producer(env["root"], group="latprime"))
