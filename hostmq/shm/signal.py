@@ -21,7 +21,9 @@ value — the lost wake-up of docs/internals.md fact 16. ``fence`` acquires and 
 whose glibc implementation is an atomic read-modify-write (a full barrier on x86). Arming the word
 before the last re-check closes the remaining window (a post between the check and the sleep
 changes the word, and the kernel does not sleep); the slice timeout is only a backstop, and
-:class:`WaitStats` counts slices that timed out and waits they rescued.
+:class:`WaitStats` counts slices that timed out and waits they rescued — per caller, or in
+:data:`process_totals` for every wait of the process whose caller passed none (bench/latency.py
+reads it in its consumer processes).
 """
 from __future__ import annotations
 
@@ -108,7 +110,7 @@ def wait_for(predicate: Callable[[], object], wake: FutexWord | Iterable[FutexWo
     ``flag`` the waiter's waiting flag (or several: the writer sets its flag in every ring it
     serves), set only while blocked and always cleared on return.
     """
-    st = stats if stats is not None else _NO_STATS
+    st = stats if stats is not None else process_totals
     st.calls += 1
     if predicate():
         st.immediate += 1
@@ -174,8 +176,7 @@ def notify_if_waiting(flag_getter: Flag | Callable[[], object], wake: FutexWord,
     return False
 
 
-class _Discard(WaitStats):
-    """Stats sink for callers that pass none (attribute writes are cheap and ignored)."""
-
-
-_NO_STATS = _Discard()
+# Every wait of this process whose caller passed no ``stats`` counts here (it was a discarded sink:
+# the increments cost the same, and a benchmark can now see its process's slice timeouts and rescued
+# waits). Threads may race on an increment; the totals are for measurement, not for logic.
+process_totals = WaitStats()

@@ -1,0 +1,478 @@
+"""The processes of ``bench/latency.py`` (spawned; each talks to the bench over one ``Pipe``).
+
+Latency rows, one producer process and one consumer process per row:
+
+* consumer ``CONSUMERS[system](conn, cfg)``: set up (connect, join, map), send ``"ready"``, read
+  until ``cfg["total"]`` messages arrived or ``cfg["budget_s"]`` passed after ``"go"``, then send
+  ``{"lat_ns": int64 array (messages past the warm-up), "received": n, "waits": {...}}``;
+* producer ``PRODUCERS[system](conn, cfg)``: set up, send ``"ready"``, on ``"go"`` send
+  ``cfg["total"]`` messages on an absolute schedule (message i at start + i × ``cfg["period_s"]``),
+  then send ``{"sent": n, "late": sends more than one period behind schedule}``.
+
+Every body is 100 bytes: the send time (``time.perf_counter_ns()``, little-endian int64) and the
+message's sequence number, then padding. On Linux ``perf_counter`` is ``clock_gettime(CLOCK_MONOTONIC)``
+(``time.get_clock_info("perf_counter").implementation`` says so; ``bench/latency.py`` checks it at
+start), one clock for every process of the host — so receive time − send time taken in two
+processes is the one-way latency, with no clock offset to correct.
+
+Also here: the neighbour (a CPU-bound busy loop), the one-process send / control / consume
+measurements of the send table, and the REQ/REP echo server they compare hostmq's PING with.
+"""
+from __future__ import annotations
+
+import mmap
+import queue as queue_mod
+import struct
+import time
+
+import numpy as np
+
+STAMP = struct.Struct("<qq")              # send perf_counter_ns, sequence number
+BODY_BYTES = 100
+PAD = b"x" * (BODY_BYTES - STAMP.size)
+POLL_S = 0.2                              # longest single blocking receive (a consumer re-checks its budget)
+RING_SLOTS = 4096                         # raw shm ring: slots of RING_SLOT_BYTES
+RING_SLOT_BYTES = 128
+RING_HEADER = np.dtype([("write_seq", "<i8"), ("read_seq", "<i8")])   # see _Ring
+WRITE_SEQ, READ_SEQ = 0, 1
+assert RING_HEADER.itemsize == 16
+RING_BYTES = 64 + RING_SLOTS * RING_SLOT_BYTES        # header padded to one cache line
+SEND_BATCH = 100
+
+
+def make_body(seq: int) -> bytes:
+    return STAMP.pack(time.perf_counter_ns(), seq) + PAD
+
+
+# -- the common loops ----------------------------------------------------------------------------------
+def _produce(conn, cfg: dict, send) -> None:
+    """Paced sends: message i goes at start + i × period (sleep until then, no spin: a spinning
+    producer would take a CPU from the consumer and the broker on a 2-vCPU host). The stamp is taken
+    at the send itself, so a late send does not count as latency; ``late`` says how often the
+    schedule slipped by more than one period."""
+    conn.send("ready")
+    conn.recv()
+    period_ns = int(cfg["period_s"] * 1e9)
+    late = errors = 0
+    start = time.perf_counter_ns()
+    for i in range(cfg["total"]):
+        due = start + i * period_ns
+        wait_ns = due - time.perf_counter_ns()
+        if wait_ns > 0:
+            time.sleep(wait_ns / 1e9)
+        elif -wait_ns > period_ns:
+            late += 1
+        try:
+            send(make_body(i))
+        except Exception:       # noqa: BLE001 — counted and reported (a missing message shows in the row)
+            errors += 1
+    conn.send({"sent": cfg["total"] - errors, "late": late, "errors": errors})
+
+
+def _consume(conn, cfg: dict, receive, counters=None, stamped: bool = False, to_store: dict | None = None) -> None:
+    """``receive()`` returns a list of bodies, waiting at most about POLL_S (with ``stamped``: a list
+    of (receive perf_counter_ns, body), for a receiver that stamps them itself). A hostmq receiver
+    fills ``to_store`` (sequence number → send-to-store µs, see ``_StoreLag``)."""
+    total, warmup = cfg["total"], cfg["warmup"]
+    lat = np.zeros(total, np.int64)
+    seen = np.zeros(total, bool)
+    conn.send("ready")
+    conn.recv()
+    before = counters() if counters else {}
+    got = 0
+    end = time.monotonic() + cfg["budget_s"]
+    while got < total and time.monotonic() < end:
+        items = receive()
+        now = time.perf_counter_ns()            # one receive time for what one call returned
+        for item in items:
+            if stamped:
+                now, item = item
+            t, seq = STAMP.unpack_from(item)
+            if 0 <= seq < total and not seen[seq]:
+                seen[seq] = True
+                lat[seq] = now - t
+                got += 1
+    after = counters() if counters else {}
+    measured = [v for seq, v in (to_store or {}).items() if seq >= warmup]
+    conn.send({"lat_ns": lat[warmup:][seen[warmup:]], "received": got,
+               "waits": {k: after[k] - before[k] for k in after},
+               "to_store_us": float(np.mean(measured)) if measured else float("nan")})
+
+
+def _wait_totals() -> dict:
+    """This process's futex-wait counters (hostmq.shm.signal.process_totals)."""
+    from ..shm.signal import process_totals
+    s = process_totals
+    return {"blocked": s.blocked, "wakeups": s.wakeups, "slice_timeouts": s.slice_timeouts, "rescued": s.rescued}
+
+
+# -- raw shared-memory ring + POSIX semaphore (the bench creates and unlinks both) ---------------------
+class _Ring:
+    """The bench's ring: int64 words ``[write_seq, read_seq]`` (messages written / read so far; each
+    word has one writer and is published with an aligned int64 store, docs/internals.md fact 14),
+    padded to 64 bytes, then RING_SLOTS slots of RING_SLOT_BYTES."""
+
+    def __init__(self, shm_name: str, sem_name: str) -> None:
+        import posix_ipc
+        seg = posix_ipc.SharedMemory(shm_name)
+        self.mm = mmap.mmap(seg.fd, RING_BYTES)
+        seg.close_fd()
+        self.sem = posix_ipc.Semaphore(sem_name)
+        self._view = memoryview(self.mm)
+        self.words = self._view[:RING_HEADER.itemsize].cast("q")
+        self.slots = self._view[64:]
+
+    def close(self) -> None:
+        for v in (self.words, self.slots, self._view):
+            v.release()
+        self.mm.close()
+        self.sem.close()
+
+
+def shm_producer(conn, cfg: dict) -> None:
+    ring = _Ring(cfg["shm_name"], cfg["sem_name"])
+
+    def send(body: bytes) -> None:
+        w = ring.words[WRITE_SEQ]
+        while w - ring.words[READ_SEQ] >= RING_SLOTS:          # full: never at these rates, but never overwrite
+            time.sleep(50e-6)
+        at = (w % RING_SLOTS) * RING_SLOT_BYTES
+        ring.slots[at:at + len(body)] = body
+        ring.words[WRITE_SEQ] = w + 1                           # publish after the data
+        ring.sem.release()
+    try:
+        _produce(conn, cfg, send)
+    finally:
+        ring.close()
+
+
+def shm_consumer(conn, cfg: dict) -> None:
+    import posix_ipc
+    ring = _Ring(cfg["shm_name"], cfg["sem_name"])
+
+    def receive() -> list:
+        try:
+            ring.sem.acquire(POLL_S)            # one post per message: one acquire reads one slot
+        except posix_ipc.BusyError:
+            return []
+        r = ring.words[READ_SEQ]
+        at = (r % RING_SLOTS) * RING_SLOT_BYTES
+        body = bytes(ring.slots[at:at + BODY_BYTES])
+        ring.words[READ_SEQ] = r + 1
+        return [body]
+    try:
+        _consume(conn, cfg, receive)
+    finally:
+        ring.close()
+
+
+# -- pyzmq PUSH → PULL over ipc (no store, no acknowledgement) ------------------------------------------
+def zmq_producer(conn, cfg: dict) -> None:
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    s.connect(cfg["address"])
+    try:
+        _produce(conn, cfg, s.send)
+    finally:
+        s.close(linger=2000)
+        ctx.term()
+
+
+def zmq_consumer(conn, cfg: dict) -> None:
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    s.bind(cfg["address"])
+
+    def receive() -> list:
+        if not s.poll(int(POLL_S * 1000)):
+            return []
+        out = [s.recv()]
+        while True:
+            try:
+                out.append(s.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return out
+    try:
+        _consume(conn, cfg, receive)
+    finally:
+        s.close(linger=0)
+        ctx.term()
+
+
+# -- Redis Streams: XADD → XREAD BLOCK ----------------------------------------------------------------
+def redis_producer(conn, cfg: dict) -> None:
+    import redis
+    r = redis.Redis(port=cfg["port"])
+    r.ping()                                    # connected before the clock runs
+    _produce(conn, cfg, lambda body: r.xadd(cfg["key"], {"d": body}))
+    r.close()
+
+
+def redis_consumer(conn, cfg: dict) -> None:
+    import redis
+    r = redis.Redis(port=cfg["port"])
+    r.ping()
+    last = ["0-0"]
+
+    def receive() -> list:
+        got = r.xread({cfg["key"]: last[0]}, count=1000, block=int(POLL_S * 1000))
+        if not got:
+            return []
+        entries = got[0][1]
+        last[0] = entries[-1][0]
+        return [e[1][b"d"] for e in entries]
+    _consume(conn, cfg, receive)
+    r.close()
+
+
+# -- multiprocessing.Queue (pickled through a pipe by a feeder thread) -----------------------------------
+def mpq_producer(conn, cfg: dict) -> None:
+    q = cfg["queue"]
+    _produce(conn, cfg, q.put)
+    q.close()
+    q.join_thread()
+
+
+def mpq_consumer(conn, cfg: dict) -> None:
+    q = cfg["queue"]
+
+    def receive() -> list:
+        try:
+            return [q.get(timeout=POLL_S)]
+        except queue_mod.Empty:
+            return []
+    _consume(conn, cfg, receive)
+
+
+# -- hostmq ------------------------------------------------------------------------------------------------
+def hostmq_producer(conn, cfg: dict) -> None:
+    import hostmq
+    with hostmq.Producer(cfg["root"], group="lat") as p:
+        topic = cfg["topic"]
+        _produce(conn, cfg, lambda body: p.send(hostmq.Message(topic, body)))
+
+
+class _StoreLag:
+    """Send → stored (the writer's store timestamp) per message, from the one clock every hostmq
+    record carries: ``store_timestamp_ms`` is wall-clock milliseconds, truncated, taken when the writer
+    picks the frame up. The send time is moved onto the wall clock with this process's offset between
+    the two (both clocks are system-wide), and 0.5 ms is added back for the truncation, so the *mean*
+    over many messages is unbiased even though one value is only good to a millisecond."""
+
+    def __init__(self) -> None:
+        self.by_seq: dict[int, float] = {}
+        self.wall_minus_mono_ns = time.time_ns() - time.perf_counter_ns()
+
+    def add(self, body, store_ms: int) -> None:
+        t, seq = STAMP.unpack_from(body)
+        self.by_seq[seq] = (store_ms + 0.5) * 1000 - (t + self.wall_minus_mono_ns) / 1000
+
+
+def _pull_consumer(cfg: dict):
+    import hostmq
+    with hostmq.Admin(cfg["root"]) as a:
+        queues = a.route(cfg["topic"])
+    c = hostmq.PullConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
+                            auto_commit=False)
+    c.assign(queues)
+    c.poll(0.05)                                # maps the store files before the clock runs
+    return c
+
+
+def hostmq_poll_consumer(conn, cfg: dict) -> None:
+    lag = _StoreLag()
+
+    def receive() -> list:
+        msgs = c.poll(POLL_S)
+        for m in msgs:
+            lag.add(m.body, m.store_timestamp_ms)
+        return [m.body for m in msgs]
+    with _pull_consumer(cfg) as c:
+        _consume(conn, cfg, receive, _wait_totals, to_store=lag.by_seq)
+
+
+def hostmq_poll_batch_consumer(conn, cfg: dict) -> None:
+    lag = _StoreLag()
+
+    def receive():
+        b = c.poll_batch(POLL_S)
+        for body, store_ms in zip(b.bodies, b.store_timestamps_ms.tolist()):
+            lag.add(body, store_ms)
+        return b.bodies
+    with _pull_consumer(cfg) as c:
+        _consume(conn, cfg, receive, _wait_totals, to_store=lag.by_seq)
+
+
+def hostmq_push_consumer(conn, cfg: dict) -> None:
+    """The listener stamps the receive time; the bench loop only collects what it handed over."""
+    import hostmq
+    arrived: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+    lag = _StoreLag()
+
+    def listener(msgs):
+        now = time.perf_counter_ns()
+        for m in msgs:
+            arrived.put((now, bytes(m.body[:STAMP.size])))   # the store view may move on
+            lag.add(m.body, m.store_timestamp_ms)
+        return hostmq.ConsumeResult.SUCCESS
+    c = hostmq.PushConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
+                            threads=1)
+    c.subscribe(cfg["topic"])
+    c.register(listener)
+    c.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:   # its first rebalance
+            time.sleep(0.01)
+        _consume_stamped(conn, cfg, arrived, lag)
+    finally:
+        c.shutdown()
+
+
+def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag) -> None:
+    """``_consume`` of what the listener handed over with its own receive time."""
+    def receive() -> list:
+        try:
+            return [arrived.get(timeout=POLL_S)]
+        except queue_mod.Empty:
+            return []
+    _consume(conn, cfg, receive, _wait_totals, stamped=True, to_store=lag.by_seq)
+
+
+CONSUMERS = {"shm_ring": shm_consumer, "zmq_ipc": zmq_consumer, "redis": redis_consumer,
+             "mp_queue": mpq_consumer, "hostmq_poll": hostmq_poll_consumer,
+             "hostmq_push": hostmq_push_consumer, "hostmq_poll_batch": hostmq_poll_batch_consumer}
+PRODUCERS = {"shm_ring": shm_producer, "zmq_ipc": zmq_producer, "redis": redis_producer,
+             "mp_queue": mpq_producer, "hostmq_poll": hostmq_producer,
+             "hostmq_push": hostmq_producer, "hostmq_poll_batch": hostmq_producer}
+
+
+# -- the neighbour ------------------------------------------------------------------------------------------
+def busy_loop(started) -> None:
+    """A CPU-bound neighbour at the bench's niceness: spins until killed."""
+    started.set()
+    while True:
+        pass
+
+
+# -- the send table (one process, unpaced) ---------------------------------------------------------------
+def _rate_and_p50(n: int, one) -> tuple[float, float]:
+    """``n`` calls of ``one()``: (calls/s, p50 of one call in µs)."""
+    lat = np.empty(n, np.int64)
+    t0 = time.perf_counter()
+    for i in range(n):
+        s = time.perf_counter_ns()
+        one()
+        lat[i] = time.perf_counter_ns() - s
+    return n / (time.perf_counter() - t0), float(np.percentile(lat, 50)) / 1000
+
+
+def hostmq_send_worker(conn, cfg: dict) -> None:
+    """Sync sends, batches of 100, async sends into ``cfg["topic"]`` (which the consume test then
+    drains), and PINGs of the broker and the NameServer over the control socket."""
+    import hostmq
+    from ..client.remoting import RemotingClient
+    from ..protocol.codes import RequestCode
+    from ..root import RootPaths, ipc_address
+    topic, body = cfg["topic"], make_body(0)
+    out = {}
+    with hostmq.Producer(cfg["root"], group="lat-send") as p:
+        for _ in range(200):                    # warm-up: route, session, ring pages
+            p.send(hostmq.Message(topic, body))
+        out["sync_per_s"], out["sync_p50_us"] = _rate_and_p50(cfg["sync"], lambda: p.send(hostmq.Message(topic, body)))
+        batch = [hostmq.Message(topic, body) for _ in range(SEND_BATCH)]
+        rate, _ = _rate_and_p50(cfg["batches"], lambda: p.send_batch(batch))
+        out["batch_msgs_per_s"] = rate * SEND_BATCH
+        t0 = time.perf_counter()
+        futures = [p.send_async(hostmq.Message(topic, body)) for _ in range(cfg["async"])]
+        for f in futures:
+            f.result(60)
+        out["async_msgs_per_s"] = cfg["async"] / (time.perf_counter() - t0)
+    paths = RootPaths(cfg["root"])
+    for key, path in (("ping_broker_p50_us", paths.broker_socket("broker-a")), ("ping_namesrv_p50_us", paths.namesrv_socket())):
+        with RemotingClient(ipc_address(path)) as c:
+            for _ in range(100):
+                c.request(RequestCode.PING)
+            _, out[key] = _rate_and_p50(cfg["pings"], lambda: c.request(RequestCode.PING))
+    out["sent"] = 200 + cfg["sync"] + cfg["batches"] * SEND_BATCH + cfg["async"]
+    conn.send(out)
+
+
+def redis_send_worker(conn, cfg: dict) -> None:
+    import redis
+    r = redis.Redis(port=cfg["port"])
+    key, body = cfg["key"], make_body(0)
+    for _ in range(200):
+        r.xadd(key, {"d": body})
+    out = {}
+    out["sync_per_s"], out["sync_p50_us"] = _rate_and_p50(cfg["sync"], lambda: r.xadd(key, {"d": body}))
+
+    def batch() -> None:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(SEND_BATCH):
+            pipe.xadd(key, {"d": body})
+        pipe.execute()
+    rate, _ = _rate_and_p50(cfg["batches"], batch)
+    out["batch_msgs_per_s"] = rate * SEND_BATCH
+    _, out["ping_p50_us"] = _rate_and_p50(cfg["pings"], r.ping)
+    r.close()
+    conn.send(out)
+
+
+def rep_server(address: str, ready) -> None:
+    """Echo server for the raw REQ/REP round trip; runs until killed."""
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REP)
+    s.bind(address)
+    ready.set()
+    while True:
+        s.send(s.recv())
+
+
+def reqrep_worker(conn, cfg: dict) -> None:
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.REQ)
+    s.connect(cfg["address"])
+
+    def one() -> None:
+        s.send(b"ping")
+        s.recv()
+    for _ in range(100):
+        one()
+    _, p50_us = _rate_and_p50(cfg["pings"], one)
+    s.close(linger=0)
+    ctx.term()
+    conn.send({"p50_us": p50_us})
+
+
+def hostmq_drain_worker(conn, cfg: dict) -> None:
+    """Consume rates over a pre-filled topic: ``poll_batch`` (touching each body) and ``poll``
+    (a MessageExt per message), each a fresh group reading from the first offset."""
+    import hostmq
+    out = {}
+    with hostmq.Admin(cfg["root"]) as a:
+        queues = a.route(cfg["topic"])
+    for kind in ("poll_batch", "poll"):
+        with hostmq.PullConsumer(cfg["root"], group=f"drain-{kind}", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
+                                 auto_commit=False, max_poll_records=4096) as c:
+            c.assign(queues)
+            got, nbytes = 0, 0
+            t0 = time.perf_counter()
+            end = time.monotonic() + 120
+            while got < cfg["expect"] and time.monotonic() < end:
+                if kind == "poll_batch":
+                    b = c.poll_batch(0.5, 4096)
+                    nbytes += sum(len(v) for v in b.bodies)
+                    got += len(b)
+                else:
+                    msgs = c.poll(0.5)
+                    nbytes += sum(len(m.body) for m in msgs)
+                    got += len(msgs)
+            out[f"{kind}_msgs_per_s"] = got / (time.perf_counter() - t0)
+            out[f"{kind}_got"] = got
+    conn.send(out)
+

@@ -1,0 +1,99 @@
+"""``bench/latency.py --quick`` end to end with tiny counts: it exits 0, writes a CSV row for every
+system available (the Redis row may be missing only when the report says why), the report and the
+plot, every hostmq latency is a positive finite number — and it leaves no process, shared-memory
+segment or semaphore behind. No timing is asserted."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import psutil
+import pytest
+
+from hostmq.root import root_hash
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT_DIR, "bench", "latency.py")
+HOSTMQ = ["hostmq_poll", "hostmq_push", "hostmq_poll_batch"]
+PEERS = ["shm_ring", "zmq_ipc", "mp_queue"]          # always available (redis only with redis-server)
+QUANTILES = ["p50", "p90", "p99", "p99.9", "max"]
+RUN_ENV = "HQLAT_TEST_RUN"                            # every child inherits it: how leftovers are found
+
+
+def _bench_shm_entries() -> set[str]:
+    """The /dev/shm entries of the bench's own ring and semaphore (bench/latency.py NAME_PREFIX)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith(("hqlat.", "sem.hqlat."))}
+
+
+def _processes_with(token: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_ENV) == token:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.fixture
+def short_dir():
+    d = tempfile.mkdtemp(prefix="hqlt-")          # the cluster's socket paths must stay under 107 bytes
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir):
+    before = _bench_shm_entries()
+    token = uuid.uuid4().hex
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, SCRIPT, "--quick", "--messages", "150", "--warmup", "30",
+                        "--out", str(out), "--root-dir", short_dir],
+                       capture_output=True, text=True, timeout=280, cwd=ROOT_DIR, env={**os.environ, RUN_ENV: token})
+    try:
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        with open(out / "latency.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        report = (out / "report.md").read_text()
+        systems = {r["system"] for r in rows}
+        assert set(HOSTMQ + PEERS) <= systems
+        if "redis" not in systems:
+            assert "not measured: redis" in report, report[:2000]
+        want = {(s, n) for s in systems for n in ("quiet", "busy loop")}
+        assert {(r["system"], r["neighbour"]) for r in rows} == want       # one pacing with --quick
+        for r in rows:
+            assert int(r["measured"]) > 0, r
+        for r in rows:
+            if r["system"] in HOSTMQ:
+                for q in QUANTILES:
+                    v = float(r[q])
+                    assert math.isfinite(v) and v > 0, (r["system"], q, v)
+                for base in ("shm", "redis") if "redis" in systems else ("shm",):
+                    assert float(r[f"p50_x_{base}"]) > 0, r
+        for s in HOSTMQ + PEERS:
+            assert f"| {s} |" in report
+        assert "sync send p50" in report and "PING" in report and "poll_batch" in report
+        import matplotlib.image
+        img = matplotlib.image.imread(out / "latency_hist.png")
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+    finally:
+        leftovers = _processes_with(token)
+        for proc in leftovers:           # never leave them running, even when the assertions below fail
+            proc.kill()
+    assert not leftovers, f"the bench left processes behind: {[(x.pid, x.name()) for x in leftovers]}"
+    assert _bench_shm_entries() <= before, f"left behind: {sorted(_bench_shm_entries() - before)}"
+    roots = [os.path.join(short_dir, d, "root") for d in os.listdir(short_dir)]
+    assert not roots, f"the bench left its temporary directory: {roots}"
+    # the cluster's segments are named from its root's hash: none of this run's may remain
+    root_line = next(line for line in report.splitlines() if "cluster root" in line)
+    root = root_line.split(": ", 1)[1].split(";")[0]
+    hashes = {root_hash(root, ""), root_hash(root, "broker-a")}
+    left = [n for n in os.listdir("/dev/shm") if any(h in n for h in hashes)]
+    assert not left, f"the cluster left shared memory behind: {left}"
