@@ -145,7 +145,9 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
 #                 checkpoint_ms | flush_latency_us | flush_error (errno of a failed fdatasync, 0 = none;
 #                 once set, flushed_pos never moves again in this run: fsyncgate)
-#     line 6 +384 (broker, once, before the magic) index_slots | index_entries
+#     line 6 +384 (broker, once, before the magic) index_slots | index_entries | queue_wakes (1: the
+#                 writer wakes a queue's wake word as soon as a batch for it is readable — no transient
+#                 store pool, ASYNC_FLUSH — so a tailing consumer need not sleep on dispatch_seq)
 #     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
@@ -185,7 +187,7 @@ _STATE_FIELDS = [
            "dispatched_records", "dispatch_error_pos"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us", "flush_error"]),
-    (384, ["index_slots", "index_entries"]),
+    (384, ["index_slots", "index_entries", "queue_wakes"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped"]),
 ]
 BROKER_STATE = np.dtype({

@@ -52,6 +52,7 @@ class BrokerState:
         self.consume_queue_file_entries = int(hdr["consume_queue_file_entries"])
         self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
         self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
+        self.queue_wakes = bool(hdr["queue_wakes"])     # the writer wakes queue words (writer.wake_queues)
         sess, attach, histogram, wake, total = R.broker_state_bytes(self.session_slots)
         if total > segment.size or self.session_slots < 1:
             raise SegmentError(self.name, "broker state tables do not fit the segment")
@@ -74,7 +75,8 @@ class BrokerState:
     @classmethod
     def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
                index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int,
-               session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1) -> "BrokerState":
+               session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1,
+               queue_wakes: bool = False) -> "BrokerState":
         """Create the segment (this process owns it) with every position at ``start_pos``."""
         *_, total = R.broker_state_bytes(session_slots)
 
@@ -88,6 +90,7 @@ class BrokerState:
             h[0]["commitlog_file_bytes"] = commitlog_file_bytes
             h[0]["consume_queue_file_entries"] = consume_queue_file_entries
             h[0]["index_slots"], h[0]["index_entries"] = index_slots, index_entries
+            h[0]["queue_wakes"] = int(queue_wakes)
             h[0]["started_ms"] = int(time.time() * 1000)
             for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos",
                         "committed_pos"):

@@ -48,6 +48,7 @@ from .runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
 from .state import BrokerState
+from .writer import writer_wakes_queues
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,8 @@ class Broker:
                                         index_entries=rt.config.store.index_entries,
                                         sync_flush=rt.config.store.flush_disk_type == "SYNC_FLUSH",
                                         start_pos=end, last_store_ts_ms=last_ts,
-                                        session_slots=b.session_slots, doorbell_fd=self.doorbell.fd)
+                                        session_slots=b.session_slots, doorbell_fd=self.doorbell.fd,
+                                        queue_wakes=writer_wakes_queues(rt.config.store))
         self._create_pool()
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
         self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)

@@ -65,6 +65,7 @@ W_FLUSH_ERROR = _W["flush_error"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
+DISPATCH_WAKE_DELAY_S = 0.001       # the dispatcher is woken at most this often while consumers tail
 
 
 class _Pending(NamedTuple):
@@ -77,6 +78,13 @@ class _Pending(NamedTuple):
     data_end: int
     phys_end: int
     since_s: float
+
+
+def writer_wakes_queues(store_config) -> bool:
+    """Whether a batch is readable as soon as the writer publishes it (no transient store pool, no
+    SYNC_FLUSH), so the writer wakes its queues' consumers itself (the broker says so in its state,
+    ``queue_wakes``, for consumers to know what to sleep on)."""
+    return store_config.flush_disk_type != "SYNC_FLUSH" and not store_config.transient_store_pool_enable
 
 
 def torn_tail_bytes(config) -> int:
@@ -128,8 +136,9 @@ class Writer(RingSessions):
         # Consumers read records past dispatched_pos from the commitlog (store/tail.py): wake the
         # ones sleeping on a queue as soon as a batch for it is readable — at once unless a pool
         # (readable at the commit: the dispatcher wakes them) or SYNC_FLUSH (the flusher does).
-        self.wake_queues = self.pool is None and not self.sync
+        self.wake_queues = st.queue_wakes and self.pool is None and not self.sync
         self._woken: set[int] = set()      # queue wake words of the batch being appended
+        self._dispatch_due_s = 0.0          # monotonic time of a deferred dispatcher wake-up (0: none)
         self._recover()
         st.set("writer_pid", os.getpid())
 
@@ -259,15 +268,31 @@ class Writer(RingSessions):
         w[W_APPENDED] += appended
         ring.journal(ring.handed_position, ring.staged_position)
         w[I_VALID] = 0
+        if self._woken:         # consumers first: delivery is what waits longest on this hand-off
+            self._wake_queues()
         if self.sync and appended:
             self._add_pending(a, cw_start, ring.staged_position, ring.handed_position, end)
         else:
             self._complete(a, ring.staged_position, ring.handed_position)
         if appended:
-            if self._woken:
-                self._wake_queues()
-            notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
+            self._wake_dispatcher(self.last_work_s)
         return n
+
+    def _wake_dispatcher(self, now_s: float) -> None:
+        """Wake the dispatcher for what was appended — at once when consumers wait for it (a pool,
+        SYNC_FLUSH), else at most every ``DISPATCH_WAKE_DELAY_S``: consumers read the records from
+        the tail meanwhile, and a wake-up per message would cost this process a syscall and the
+        machine a context switch per message."""
+        if not self.wake_queues:
+            notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
+        elif not self._dispatch_due_s:
+            self._dispatch_due_s = now_s + DISPATCH_WAKE_DELAY_S
+
+    def wake_dispatcher_due(self, now_s: float) -> None:
+        """The deferred dispatcher wake-up (called from the loop)."""
+        if self._dispatch_due_s and now_s >= self._dispatch_due_s:
+            self._dispatch_due_s = 0.0
+            notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
 
     def _wake_queues(self) -> None:
         """Consumers of the queues the batch appended to may read it now (after ``write_pos``)."""
@@ -388,6 +413,8 @@ class Writer(RingSessions):
             deadline = min(deadline, self.pending[0].since_s + self.sync_timeout_s)
         if self.pool is not None and self.cl.uncommitted_bytes():      # ... and so may the commit step
             deadline = min(deadline, max(now, self._next_commit_s))
+        if self._dispatch_due_s:                                        # ... and a deferred wake-up
+            deadline = min(deadline, self._dispatch_due_s)
         # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
         # then, and only the configured minimum when the writer has been idle (docs/internals.md fact 15).
         spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
@@ -429,6 +456,7 @@ class Writer(RingSessions):
             if self.pending and not self.run_once():
                 time.sleep(0.0005)
         self.cl.commit(0)           # the dispatcher stops after us: let it cover everything
+        self.wake_dispatcher_due(float("inf"))
 
     def close(self) -> None:
         for a in list(self.rings.values()):
@@ -454,6 +482,7 @@ def run(rt: BrokerRuntime, stop) -> int:
                 w.wait(stop)
             now = time.monotonic()
             w.commit_due(now)
+            w.wake_dispatcher_due(now)
             if now >= next_housekeeping:
                 w.housekeeping(now)
                 next_housekeeping = now + IDLE_WAKE_S

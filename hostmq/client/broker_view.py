@@ -69,18 +69,28 @@ class BrokerView:
             return None
         return self.state.stored_pos() if self.tailing else self.state.readable_pos()
 
-    def wake_words(self, queues) -> list:
+    def follows_dispatcher(self) -> bool:
+        """Whether news may come from the dispatcher (or flusher) rather than the writer's queue wake
+        words: not a tailing view, a broker whose writer does not wake queues (``queue_wakes``), or a
+        tail at its bound or stopped at a record it cannot read."""
+        st, tail = self.state, self.reader.tail
+        return st is not None and (not self.tailing or not st.queue_wakes or tail.capped
+                                   or tail.stopped_at is not None)
+
+    def wake_words(self, queues, dispatch_only: bool = False) -> list:
         """The futex words whose change may mean news for ``queues`` (MessageQueues of this broker):
-        the dispatcher's ``dispatch_seq`` (it publishes after the pool's commit and past the tail's
-        bound), under SYNC_FLUSH ``flush_count``, and for a tailing view each queue's wake word, which
-        the writer wakes as soon as a batch is readable."""
+        for a tailing view each queue's wake word, which the writer wakes as soon as a batch is
+        readable; when the view follows the dispatcher (or ``dispatch_only``) also ``dispatch_seq``,
+        and under SYNC_FLUSH ``flush_count``, which the flusher wakes."""
         st = self.state
         if st is None:
             return []
-        words = [st.dispatch_seq_word]
-        if st.sync_flush:
-            words.append(st.flush_count_word)
-        if self.tailing:
+        words = []
+        if dispatch_only or self.follows_dispatcher():
+            words.append(st.dispatch_seq_word)
+            if st.sync_flush:
+                words.append(st.flush_count_word)
+        if self.tailing and not dispatch_only:
             for b in sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues}):
                 words.append(st.queue_wake_words[b])
         return words

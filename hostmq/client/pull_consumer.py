@@ -88,6 +88,7 @@ class PullConsumer:
         self._next_stale_check = 0.0
         self.skipped_records = 0        # records this consumer's polls passed over (undecodable)
         self.wait_stats = WaitStats()   # how its polls waited (spins, futex sleeps, slice timeouts)
+        self._following: list[bool] = []
         self.closed = False
 
     # -- assignment -----------------------------------------------------------------------------------
@@ -307,7 +308,8 @@ class PullConsumer:
             v.reader.drop_consumed()
             lists.append(v.wake_words(by_broker.get(name, ())))
         if sum(map(len, lists)) > MAX_WAITV:     # one futex_waitv takes at most 128 words: the
-            lists = [ws[:2] for ws in lists]     # dispatchers' (and flushers') words then, not the queues'
+            lists = [v.wake_words((), dispatch_only=True) for v in self.views.values()]   # dispatchers'
+        self._following = [v.follows_dispatcher() for v in self.views.values()]
         return [(w, w.arm()) for ws in lists for w in ws]
 
     def _wait(self, seqs: list[tuple], deadline: float) -> None:
@@ -315,6 +317,8 @@ class PullConsumer:
         if not seqs:            # no broker running: nothing can wake us before the stale check
             time.sleep(max(0.0, end - time.monotonic()))
             return
+        if [v.follows_dispatcher() for v in self.views.values()] != self._following:
+            return              # the fetch filled a tail to its bound: sleep on the dispatcher's word too
         words = [w for w, _ in seqs]
         wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, spin_s=self.spin_s,
                  stats=self.wait_stats)

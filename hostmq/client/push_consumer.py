@@ -129,7 +129,10 @@ class PushConsumer:
         pull = PullConsumer(self.root, group=self.group, auto_commit=False, consume_from=self.consume_from,
                             consume_timestamp_ms=self.consume_timestamp_ms, max_poll_records=self.pull_batch_size,
                             allocate=self.allocate, rebalance_interval_s=self.rebalance_interval_s,
-                            heartbeat_interval_s=self.heartbeat_interval_s)
+                            heartbeat_interval_s=self.heartbeat_interval_s,
+                            # No spin: a spinning thread holds the GIL, and the listener threads that
+                            # must run the messages just fetched would wait for it to sleep.
+                            spin_s=0.0)
         try:
             if self.model == MessageModel.BROADCASTING:
                 store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))
