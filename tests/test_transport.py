@@ -481,6 +481,60 @@ def test_thousands_of_requests_in_flight_at_once(serve, connect):
     assert [f.result(WAIT_S * 3).fields["f"]["i"] for f in futures] == list(range(3000))
 
 
+def test_a_waiting_caller_uses_its_own_socket_unless_async_requests_are_in_flight(serve, connect):
+    """``request`` skips the I/O thread (its thread's own connection) — except while requests made with
+    ``request_async`` are unanswered: then it queues behind them, so it never overtakes one."""
+    seen, held, arrived = [], [], threading.Event()
+
+    def record(frame, token):
+        seen.append((frame.code, token.identity))
+        if frame.code == RequestCode.PULL_MESSAGE:
+            held.append(token)
+            arrived.set()
+            return DEFER
+        return echo(frame, token)
+
+    running = serve({PING: record, RequestCode.PULL_MESSAGE: record})
+    c = connect(running.address)
+    c.request(PING)
+    other = threading.Thread(target=c.request, args=(PING,))
+    other.start()
+    other.join(WAIT_S)
+    assert seen[0][1] != seen[1][1], "two calling threads share a connection"
+    future = c.request_async(RequestCode.PULL_MESSAGE)
+    assert arrived.wait(WAIT_S)
+    answered = []
+    t = threading.Thread(target=lambda: answered.append(c.request(PING)))
+    t.start()
+    wait_until(lambda: len(seen) == 4, "the PING behind the held pull")
+    assert seen[3][1] == seen[2][1] != seen[0][1], "the PING did not go the async request's way"
+    running.server.call_soon_threadsafe(lambda: running.server.reply(held[0], Reply(fields={})))
+    assert future.result(WAIT_S).code == ResponseCode.SUCCESS
+    t.join(WAIT_S)
+    assert answered and answered[0].code == ResponseCode.SUCCESS
+    c.request(PING)
+    assert seen[-1][1] == seen[0][1], "back on the thread's own connection once nothing is in flight"
+
+
+def test_close_ends_a_wait_on_a_threads_own_socket(serve, connect):
+    arrived = threading.Event()
+    running = serve({RequestCode.PULL_MESSAGE: lambda f, t: arrived.set() or DEFER})
+    c = connect(running.address)
+    errors = []
+
+    def wait_forever():
+        try:
+            c.request(RequestCode.PULL_MESSAGE, timeout_s=600)
+        except HostMQError as e:
+            errors.append(e)
+    t = threading.Thread(target=wait_forever)
+    t.start()
+    assert arrived.wait(WAIT_S)
+    c.close()
+    t.join(WAIT_S)
+    assert not t.is_alive() and isinstance(errors[0], ConnectError)
+
+
 # --- timeouts, closing -----------------------------------------------------------------------------------
 
 def test_no_answer_is_send_timeout_and_a_late_answer_is_dropped(serve, connect):

@@ -99,10 +99,11 @@ def _consume(conn, cfg: dict, receive, counters=None, stamped: bool = False, to_
                "to_store_us": float(np.mean(measured)) if measured else float("nan")})
 
 
-def _wait_totals() -> dict:
-    """This process's futex-wait counters (hostmq.shm.signal.process_totals)."""
+def _wait_totals(stats=None) -> dict:
+    """Futex-wait counters: a consumer's own (``PullConsumer.wait_stats``), else this process's
+    (``hostmq.shm.signal.process_totals``: waits whose caller passed none)."""
     from ..shm.signal import process_totals
-    s = process_totals
+    s = stats if stats is not None else process_totals
     return {"blocked": s.blocked, "wakeups": s.wakeups, "slice_timeouts": s.slice_timeouts, "rescued": s.rescued}
 
 
@@ -290,7 +291,7 @@ def hostmq_poll_consumer(conn, cfg: dict) -> None:
             lag.add(m.body, m.store_timestamp_ms)
         return [m.body for m in msgs]
     with _pull_consumer(cfg) as c:
-        _consume(conn, cfg, receive, _wait_totals, to_store=lag.by_seq)
+        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), to_store=lag.by_seq)
 
 
 def hostmq_poll_batch_consumer(conn, cfg: dict) -> None:
@@ -302,7 +303,7 @@ def hostmq_poll_batch_consumer(conn, cfg: dict) -> None:
             lag.add(body, store_ms)
         return b.bodies
     with _pull_consumer(cfg) as c:
-        _consume(conn, cfg, receive, _wait_totals, to_store=lag.by_seq)
+        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), to_store=lag.by_seq)
 
 
 def hostmq_push_consumer(conn, cfg: dict) -> None:
@@ -326,19 +327,19 @@ def hostmq_push_consumer(conn, cfg: dict) -> None:
         deadline = time.monotonic() + 30
         while not c.assignment() and time.monotonic() < deadline:   # its first rebalance
             time.sleep(0.01)
-        _consume_stamped(conn, cfg, arrived, lag)
+        _consume_stamped(conn, cfg, arrived, lag, lambda: _wait_totals(c.pull.wait_stats))
     finally:
         c.shutdown()
 
 
-def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag) -> None:
+def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag, counters) -> None:
     """``_consume`` of what the listener handed over with its own receive time."""
     def receive() -> list:
         try:
             return [arrived.get(timeout=POLL_S)]
         except queue_mod.Empty:
             return []
-    _consume(conn, cfg, receive, _wait_totals, stamped=True, to_store=lag.by_seq)
+    _consume(conn, cfg, receive, counters, stamped=True, to_store=lag.by_seq)
 
 
 CONSUMERS = {"shm_ring": shm_consumer, "zmq_ipc": zmq_consumer, "redis": redis_consumer,

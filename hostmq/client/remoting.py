@@ -7,11 +7,18 @@
     route = TopicRouteData.from_fields(frame.fields)
     client.close()
 
-Threads: callers never touch the socket. ``request_async`` encodes the request in the caller's thread
-(so bad fields raise ProtocolError there), queues it and rings an eventfd; one I/O thread owns the DEALER,
-sends queued requests, matches responses to futures by request id (a process-wide monotonic counter),
-and fails requests whose deadline passed with SendTimeout. A response that arrives after its request
-timed out is dropped. Future callbacks run on the I/O thread: keep them short.
+Threads: ``request_async`` encodes the request in the caller's thread (so bad fields raise
+ProtocolError there), queues it and rings an eventfd; one I/O thread owns the DEALER, sends queued
+requests, matches responses to futures by request id (a process-wide monotonic counter), and fails
+requests whose deadline passed with SendTimeout. A response that arrives after its request timed out is
+dropped. Future callbacks run on the I/O thread: keep them short.
+
+``request`` and ``request_raw`` (a caller that waits anyway) skip that hand-off when nothing is in
+flight through the I/O thread (so a request never overtakes an earlier ``request_async``): each calling
+thread has a DEALER of its own (at most MAX_THREAD_SOCKETS per client; past that, the I/O thread's),
+sends on it and reads the answer itself — two thread wake-ups fewer per round trip (issue 16: a PING costs one
+zmq round trip, not three hops). Same rules: waits for a live connection until the deadline, drops
+answers to requests that timed out, refuses requests from the server.
 
 Connection: the constructor refuses an ``ipc://`` path nobody listens on (ConnectError) instead of
 letting requests time out. After that zmq reconnects by itself every RECONNECT_IVL_MS, and with
@@ -49,6 +56,8 @@ from ..protocol.frames import (MAX_RESPONSE_HEADER_BYTES, Frame, decode, encode_
 log = logging.getLogger(__name__)
 
 RECONNECT_IVL_MS = 50            # how soon zmq retries a lost or refused connection
+MAX_THREAD_SOCKETS = 64          # calling threads with a socket of their own per client
+CLOSE_CHECK_S = 0.1              # a thread waiting on its own socket notices close() this soon
 RESULT_GRACE_S = 1.0             # a caller waits this much past the deadline before giving up on the I/O thread
 _IPC = "ipc://"
 _request_ids = itertools.count(1)    # next() on a count is atomic in CPython; 0 means "unknown id"
@@ -76,6 +85,9 @@ class RemotingClient:
         self._queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._lock = threading.Lock()            # orders submissions against close()
         self._closed = False
+        self._local = threading.local()
+        self._thread_sockets: dict[int, _ThreadSocket] = {}       # thread ident → its own socket
+        self._async_in_flight = 0        # requests through the I/O thread not answered yet
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
             sock = self._connect()
@@ -91,12 +103,86 @@ class RemotingClient:
     def request(self, code: int, fields: dict | None = None, bodies: Sequence[bytes] = (),
                 timeout_s: float | None = None) -> Frame:
         """The SUCCESS response to one request; the mapped error otherwise; SendTimeout if none came."""
-        return self._wait(self.request_async(code, fields, bodies, timeout_s), timeout_s)
+        return self._request_sync(code, fields, bodies, timeout_s, False)
 
     def request_raw(self, code: int, fields: dict | None = None, bodies: Sequence[bytes] = (),
                     timeout_s: float | None = None) -> Frame:
         """The response to one request, whatever its code; SendTimeout if none came."""
-        return self._wait(self.request_async(code, fields, bodies, timeout_s, raw=True), timeout_s)
+        return self._request_sync(code, fields, bodies, timeout_s, True)
+
+    def _request_sync(self, code: int, fields, bodies, timeout_s: float | None, raw: bool) -> Frame:
+        ts = self._thread_socket() if not self._async_in_flight else None
+        if ts is None:          # after async requests still in flight, or too many calling threads
+            return self._wait(self.request_async(code, fields, bodies, timeout_s, raw=raw), timeout_s)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        rid = next(_request_ids)
+        frames = encode_request(code, rid, fields, bodies)
+        deadline = time.monotonic() + timeout
+        with ts.lock:
+            sock = ts.sock
+            while True:
+                self._check_open()
+                try:
+                    sock.send_multipart(frames, zmq.NOBLOCK)
+                    break
+                except zmq.Again:         # no live connection yet (IMMEDIATE): wait for one
+                    if not self._poll_one(sock, zmq.POLLOUT, deadline):
+                        raise SendTimeout(_timeout_text(self.address, code, timeout)) from None
+            while True:
+                if not self._poll_one(sock, zmq.POLLIN, deadline):
+                    raise SendTimeout(_timeout_text(self.address, code, timeout))
+                msg = sock.recv_multipart(zmq.NOBLOCK)
+                try:
+                    frame = decode(msg, MAX_RESPONSE_HEADER_BYTES)
+                except ProtocolError as e:
+                    if peek_request_id(msg[0]) not in (rid, 0):
+                        continue              # garbage answering an older request: not ours
+                    log.warning("bad response from %s: %s", self.address, e)
+                    raise ProtocolError(f"bad response from {self.address}: {e.why}") from None
+                if not frame.response:
+                    _refuse(sock, frame)
+                elif frame.request_id != rid:
+                    log.debug("dropped a response from %s to request %d (timed out)", self.address,
+                              frame.request_id)
+                elif raw or frame.code == ResponseCode.SUCCESS:
+                    return frame
+                else:
+                    raise error_for_response(frame.code, frame.remark, self.address)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectError(f"client for {self.address} is closed")
+
+    def _poll_one(self, sock: zmq.Socket, events: int, deadline: float) -> bool:
+        """Wait for ``events`` on a thread's own socket until ``deadline`` (False), in slices that
+        notice close() (ConnectError)."""
+        while True:
+            self._check_open()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if sock.poll(max(1, int(min(remaining, CLOSE_CHECK_S) * 1000) + 1), events):
+                self._check_open()
+                return True
+
+    def _thread_socket(self) -> "_ThreadSocket | None":
+        """This thread's own socket (made on first use); None past MAX_THREAD_SOCKETS."""
+        ts = getattr(self._local, "ts", None)
+        if ts is not None:
+            return ts
+        with self._lock:
+            self._check_open()
+            alive = {t.ident for t in threading.enumerate()}
+            for ident in [i for i in self._thread_sockets if i not in alive]:   # threads that ended
+                gone = self._thread_sockets.pop(ident)
+                with gone.lock:
+                    gone.sock.close(0)
+            if len(self._thread_sockets) >= MAX_THREAD_SOCKETS:
+                return None
+            sock = self._connect()
+            ts = self._thread_sockets[threading.get_ident()] = _ThreadSocket(sock)
+        self._local.ts = ts
+        return ts
 
     def request_async(self, code: int, fields: dict | None = None, bodies: Sequence[bytes] = (),
                       timeout_s: float | None = None, *, raw: bool = False) -> concurrent.futures.Future:
@@ -108,9 +194,15 @@ class RemotingClient:
         with self._lock:
             if self._closed:
                 raise ConnectError(f"client for {self.address} is closed")
+            self._async_in_flight += 1
             self._queue.put(req)
             os.eventfd_write(self._wake_fd, 1)
+        req.future.add_done_callback(self._async_done)
         return req.future
+
+    def _async_done(self, _future) -> None:
+        with self._lock:
+            self._async_in_flight -= 1
 
     def close(self) -> None:
         """Stop the I/O thread and close the socket; requests still pending fail with ConnectError."""
@@ -119,6 +211,10 @@ class RemotingClient:
                 return
             self._closed = True
             os.eventfd_write(self._wake_fd, 1)
+            sockets, self._thread_sockets = list(self._thread_sockets.values()), {}
+        for ts in sockets:      # a thread waiting on one lets go within CLOSE_CHECK_S
+            with ts.lock:
+                ts.sock.close(0)
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
@@ -275,12 +371,7 @@ class _IOLoop:
             req.future.set_exception(error_for_response(frame.code, frame.remark, address))
 
     def _refuse(self, frame: Frame) -> None:
-        answer = encode_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, frame.request_id,
-                                 remark="this client serves no requests")
-        try:
-            self.sock.send_multipart(answer, zmq.NOBLOCK)
-        except zmq.Again:
-            pass
+        _refuse(self.sock, frame)
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -291,8 +382,32 @@ class _IOLoop:
                 req.future.set_exception(SendTimeout(_timeout_message(self.client.address, req)))
 
 
+class _ThreadSocket:
+    """A calling thread's own DEALER; ``lock`` is held while it is used (close() takes it too)."""
+
+    __slots__ = ("sock", "lock")
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+
+
+def _refuse(sock: zmq.Socket, frame: Frame) -> None:
+    """Answer a request the server sent us: a client serves none."""
+    answer = encode_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, frame.request_id,
+                             remark="this client serves no requests")
+    try:
+        sock.send_multipart(answer, zmq.NOBLOCK)
+    except zmq.Again:
+        pass
+
+
 def _timeout_message(address: str, req: _Request) -> str:
-    text = f"no answer from {address} to {code_name(req.code)} within {req.timeout_s:g} s"
+    return _timeout_text(address, req.code, req.timeout_s)
+
+
+def _timeout_text(address: str, code: int, timeout_s: float) -> str:
+    text = f"no answer from {address} to {code_name(code)} within {timeout_s:g} s"
     if address.startswith(_IPC) and not os.path.exists(address[len(_IPC):]):
         text += f" (nothing listening at {address[len(_IPC):]})"
     return text
