@@ -340,7 +340,9 @@ def machine(env: dict) -> list[str]:
     try:
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+        # The run's own outputs (bench/results/latency/ by default) are tracked: they do not count.
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except OSError:
         commit, dirty = "unknown", ""
