@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostmq import records as R
@@ -220,6 +220,9 @@ def test_encode_record_argument_errors_are_the_references():
 @PROPS
 @given(records(), st.binary(max_size=9), st.sampled_from(BUFFER_KINDS), st.booleans())
 def test_valid_records_check_and_decode_identically_in_every_buffer(a, pad, kind, verify):
+    # records() may break PROPERTIES (the property-check tests want that); a record whose properties do
+    # not end with \x02 is not valid — check_record refuses it, which the hostile tests cover.
+    assume(not a["props_b"] or a["props_b"].endswith(b"\x02"))
     rec = enc(a)
     buf = as_buffer(pad + rec + pad, kind)
     try:

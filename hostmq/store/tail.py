@@ -127,8 +127,15 @@ class TailedQueue:
         return self.cq_max + self.count
 
     def entries(self, queue_offset: int, max_count: int) -> np.ndarray:
+        """Up to ``max_count`` entries from ``queue_offset``: within one consume-queue file, and the
+        tail's after the queue's last one (as if the dispatcher had written them)."""
         if queue_offset < self.cq_max:
-            return self.cq.entries(queue_offset, min(max_count, self.cq_max - queue_offset))
+            ents = self.cq.entries(queue_offset, min(max_count, self.cq_max - queue_offset))
+            end = queue_offset + len(ents)
+            if end < self.cq_max or len(ents) >= max_count or not self.count:
+                return ents
+            more = self.tail.entries(self.topic, self.queue_id, end, min(max_count - len(ents), self.count))
+            return np.concatenate([ents, more])
         n = min(max_count, self.cq_max + self.count - queue_offset)
         if n <= 0:
             return np.empty(0, dtype=CQ_ENTRY)

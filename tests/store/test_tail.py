@@ -178,3 +178,17 @@ def test_any_interleaving_of_appends_dispatch_and_reads_delivers_each_message_on
         assert live.got == live.sent
     finally:
         live.close()
+
+
+def test_one_batch_runs_from_the_consume_queue_on_into_the_tail(tmp_path):
+    live = Live(str(tmp_path / "s"))
+    try:
+        for i in range(20):
+            live.put(i, key=("T0", 0))
+        live.dispatch_to(8)                     # 8 in the consume queue, 12 in the tail
+        live.reader.refresh_queue("T0", 0)
+        b = live.reader.get_batch("T0", 0, 3, 100)
+        assert list(b.queue_offsets) == list(range(3, 20))
+        assert [bytes(x) for x in b.bodies] == live.sent[("T0", 0)][3:]
+    finally:
+        live.close()
