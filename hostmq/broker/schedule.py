@@ -69,3 +69,13 @@ class DelayOffsets:
         write_json(self.path, {"offset_table": {str(k): v for k, v in sorted(self.offsets.items())}})
         self._saved = dict(self.offsets)
         return True
+
+
+def corrected_due_ms(due_ms: int, now_ms: int, level_delay_ms: int) -> int:
+    """When a schedule-queue entry is due, corrected for a wall clock that went back since it was
+    stored: an entry due later than its level's delay from now is due now (RocketMQ
+    ``correctDeliverTimestamp``) — rather than held until the clock catches up (an hour, after a
+    one-hour step). Store times never go back (``CommitLog._store_ts``), so a step back leaves them
+    ahead of the clock until it catches up."""
+    return now_ms if due_ms > now_ms + level_delay_ms else due_ms
+

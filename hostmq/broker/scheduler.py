@@ -25,7 +25,7 @@ from ..store.index import IndexReader
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import StoreReader
 from .runtime import BrokerRuntime
-from .schedule import DelayOffsets, timeup_record
+from .schedule import DelayOffsets, corrected_due_ms, timeup_record
 from .state import W_DISPATCHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ class Scheduler:
     def __init__(self, rt: BrokerRuntime, state: BrokerState, session: ProducerSession) -> None:
         self.rt, self.state, self.session = rt, state, session
         cfg = rt.config
-        self.levels = len(delay_levels_ms(cfg.broker.message_delay_level))
+        self.delays_ms = list(delay_levels_ms(cfg.broker.message_delay_level))
+        self.levels = len(self.delays_ms)
         self.reader = StoreReader(rt.store_dir, cfg.store, broker=rt.name, scan_queues=False,
                                   limit_phys=state.readable_pos)
         self.offsets = DelayOffsets(rt.config_file("delayOffset.json"))
@@ -70,6 +71,7 @@ class Scheduler:
                 if entry is None:
                     break
                 phys, size, due_ms = entry
+                due_ms = corrected_due_ms(due_ms, now_ms, self.delays_ms[qid])
                 if due_ms > now_ms:
                     wait_ms = min(wait_ms, due_ms - now_ms)
                     break

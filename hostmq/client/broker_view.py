@@ -17,6 +17,20 @@ from ..root import RootPaths, shm_name
 from ..store.readonly import StoreReader, infer_store_config
 
 
+def live_state(root: str, broker: str) -> BrokerState | None:
+    """The running broker's state segment, or None. A killed broker leaves its segment behind until
+    it starts again: following that one would show a store frozen at the kill while recovery
+    rewrites it, so it counts as not running."""
+    try:
+        st = BrokerState.attach(shm_name(root, broker, "state"), readonly=True)
+    except SegmentError:
+        return None
+    if st.owner_alive():
+        return st
+    st.close()
+    return None
+
+
 class BrokerView:
     def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None, *,
                  by_id: bool = False, tail: bool = False) -> None:
@@ -26,10 +40,7 @@ class BrokerView:
         from the commitlog (``store/tail.py``): a message is readable one hop after the writer."""
         self.broker = broker
         self.state: BrokerState | None = None
-        try:
-            self.state = BrokerState.attach(shm_name(root, broker, "state"), readonly=True)
-        except SegmentError:
-            self.state = None           # broker not running: read what recovery would keep
+        self.state = live_state(root, broker)      # None: not running — read what recovery would keep
         cfg = store_config or StoreConfig()
         if self.state is not None:
             st = self.state
@@ -44,7 +55,8 @@ class BrokerView:
                                   limit_phys=None if self.state is None else
                                   (self.state.stored_pos if by_id else self.state.readable_pos),
                                   consumed_below=None if self.state is None else self.state.consumed_below,
-                                  tail_limit=self.state.stored_pos if tail and self.state is not None else None)
+                                  tail_limit=self.state.stored_pos if tail and self.state is not None else None,
+                                  alive=None if self.state is None else self.state.owner_alive)
         self.tailing = self.reader.tail is not None
 
     @property
@@ -76,6 +88,12 @@ class BrokerView:
         st, tail = self.state, self.reader.tail
         return st is not None and (not self.tailing or not st.queue_wakes or tail.capped
                                    or tail.stopped_at is not None)
+
+    def tail_scanning(self) -> bool:
+        """The tail has stored records left to scan (a refresh scans a bounded number at a time)."""
+        t = self.reader.tail
+        return t is not None and self.state is not None and not t.capped and t.stopped_at is None \
+            and t.cursor < t.limit
 
     def wake_words(self, queues, dispatch_only: bool = False) -> list:
         """The futex words whose change may mean news for ``queues`` (MessageQueues of this broker):

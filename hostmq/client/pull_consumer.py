@@ -35,7 +35,7 @@ from ..shm.segment import SHM_DIR
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
-from .broker_view import BrokerView
+from .broker_view import BrokerView, live_state
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000      # RocketMQ consumeTimestamp default: 30 min ago
 STALE_CHECK_S = 0.5
+TAIL_SCAN_WAIT_S = 0.001         # a poll with a tail still catching up sleeps at most this long
 _EMPTY = np.empty(0, np.int64)
 
 
@@ -293,7 +294,10 @@ class PullConsumer:
                 and self.positions[mq] >= seen[2]:
             return None
         r = view.reader
-        self._seen[mq] = (view, mark, r.refresh_queue(mq.topic, mq.queue_id))
+        m = r.refresh_queue(mq.topic, mq.queue_id)
+        # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
+        # without the stored position moving: no short cut until it has caught up.
+        self._seen[mq] = (view, mark if r.knows_end() else None, m)
         return r
 
     def _seqs(self) -> list[tuple]:
@@ -314,6 +318,8 @@ class PullConsumer:
 
     def _wait(self, seqs: list[tuple], deadline: float) -> None:
         end = min(deadline, time.monotonic() + STALE_CHECK_S)
+        if any(v.tail_scanning() for v in self.views.values()):
+            end = min(end, time.monotonic() + TAIL_SCAN_WAIT_S)    # more stored records to scan now
         if not seqs:            # no broker running: nothing can wake us before the stale check
             time.sleep(max(0.0, end - time.monotonic()))
             return
@@ -451,4 +457,10 @@ class PullConsumer:
 
 
 def _broker_running(root: str, broker: str) -> bool:
-    return os.path.exists(os.path.join(SHM_DIR, shm_name(root, broker, "state").lstrip("/")))
+    if not os.path.exists(os.path.join(SHM_DIR, shm_name(root, broker, "state").lstrip("/"))):
+        return False
+    st = live_state(root, broker)       # a killed broker's segment stays until it starts again
+    if st is None:
+        return False
+    st.close()
+    return True

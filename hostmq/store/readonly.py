@@ -32,7 +32,7 @@ from .commitlog import CommitLog
 from ..records import CQ_ENTRY_STRUCT
 from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
-from .reader import GetResult, MessageBatch, get_batch, get_messages
+from .reader import GetResult, GetStatus, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
 from .tail import CommitlogTail, TailedQueue
 
@@ -52,7 +52,7 @@ class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
                  scan_queues: bool = True, consumed_below: Callable[[], int] | None = None,
-                 tail_limit: Callable[[], int] | None = None) -> None:
+                 tail_limit: Callable[[], int] | None = None, alive: Callable[[], bool] | None = None) -> None:
         """``tail_limit``: a live broker's stored position; records between ``limit_phys`` (dispatched)
         and it are read from the commitlog itself (``tail.CommitlogTail``) — a consumer's view."""
         self.path = os.path.abspath(path)
@@ -68,7 +68,9 @@ class StoreReader:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._max: dict[tuple[str, int], int] = {}
         self.readable_end = 0
+        self._static_clean = False      # a store with no live writer was shut down cleanly (no ``abort``)
         self._tail_limit = tail_limit
+        self._alive = alive                 # whether the live broker behind ``limit_phys`` still runs
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         if scan_queues:
             self.refresh()
@@ -85,6 +87,7 @@ class StoreReader:
         cp_file = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
         cp = cp_file.load()
         abnormal = os.path.exists(os.path.join(self.path, "abort"))
+        self._static_clean = not abnormal
         starts = [mf.file_from_offset for mf in cl.mfq.files]
         start = commitlog_scan_start(abnormal, cp, cp_file.valid, starts, cl.file_bytes)
         end, _ = cl.valid_end(start, check_crc=abnormal)
@@ -156,6 +159,24 @@ class StoreReader:
         # below it is in a consume queue, every record from it on is scanned.
         tail.advance(self.readable_end, int(self._tail_limit()))
         return m + tail.count_after(topic, queue_id, m)
+
+    def knows_end(self) -> bool:
+        """Whether a queue's max offset here is the store's: a live broker's view whose tail (when it
+        tails) has scanned every stored record, or a cleanly stopped store (its consume queues hold
+        every record). Otherwise a position past a queue's end may only be ahead of this view — a
+        tailing consumer's position is past the dispatcher's; a killed broker's consume queues lag
+        its commitlog; a new tail is still scanning — and reads do not move it (RocketMQ's
+        ``nextOffsetCorrection``: a lagging slave does not correct offsets either)."""
+        if self._limit is None:
+            return self._static_clean
+        if self._alive is not None and not self._alive():
+            return False                    # killed: what it published is frozen while recovery runs
+        return self.tail is None or self.tail.caught_up()
+
+    def _uncorrected(self, result, queue_offset: int):
+        if result.status is GetStatus.OFFSET_OVERFLOW_BADLY and not self.knows_end():
+            result.next_offset = queue_offset
+        return result
 
     def _tailed(self, topic: str, queue_id: int):
         """The queue to read: its consume queue, followed by its tail entries when there are some."""
@@ -266,14 +287,16 @@ class StoreReader:
             expression: str | None = "*") -> GetResult:
         from .message_store import _check_read, _tag_filter
         _check_read(queue_offset, max_count)
-        return get_messages(self._tailed(topic, queue_id), self.commitlog, queue_offset, max_count,
-                            _tag_filter(expression), self.config.max_transfer_bytes, self.broker)
+        return self._uncorrected(get_messages(self._tailed(topic, queue_id), self.commitlog, queue_offset,
+                                              max_count, _tag_filter(expression), self.config.max_transfer_bytes,
+                                              self.broker), queue_offset)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
         from .message_store import _check_read
         _check_read(queue_offset, max_count)
-        return get_batch(self._tailed(topic, queue_id), self.commitlog,
-                         MessageQueue(topic, self.broker, queue_id), queue_offset, max_count)
+        return self._uncorrected(get_batch(self._tailed(topic, queue_id), self.commitlog,
+                                           MessageQueue(topic, self.broker, queue_id), queue_offset, max_count),
+                                 queue_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         cq = self.queues.get((topic, queue_id))

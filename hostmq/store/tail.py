@@ -40,6 +40,7 @@ class CommitlogTail:
         self.cursor = 0         # scanned up to here (a record boundary)
         self.queues: dict[tuple[str, int], deque] = {}     # (topic, qid) → deque of (qoff, phys, size, tag)
         self.capped = False     # the tail reached max_bytes: newer records wait for the dispatcher
+        self.limit = 0          # how far the last advance was to scan (a record boundary or the stored end)
         self.stopped_at: tuple[int, str] | None = None      # a record the scan cannot read (the dispatcher reports it)
 
     def advance(self, dispatched: int, stored: int) -> None:
@@ -56,7 +57,7 @@ class CommitlogTail:
                         d.popleft()
                     if not d:
                         del self.queues[key]
-        limit = min(stored, self.start + self.max_bytes)
+        limit = self.limit = min(stored, self.start + self.max_bytes)
         self.capped = stored > limit
         if self.cursor >= limit:
             return
@@ -81,6 +82,10 @@ class CommitlogTail:
         if nxt > self.cursor:
             self.cursor = nxt
 
+    def caught_up(self) -> bool:
+        """Every stored record has been scanned: the tail knows each queue's true end."""
+        return not self.capped and self.stopped_at is None and self.cursor >= self.limit
+
     def count_after(self, topic: str, queue_id: int, cq_max: int) -> int:
         """How many tail entries continue the queue whose consume queue ends at ``cq_max``."""
         d = self.queues.get((topic, queue_id))
@@ -98,7 +103,7 @@ class CommitlogTail:
 
     def clear(self) -> None:
         self.queues.clear()
-        self.start = self.cursor = 0
+        self.start = self.cursor = self.limit = 0
 
 
 def _consecutive(d: deque, first: int) -> int:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from hostmq import Message, records as R
-from hostmq.broker.schedule import SCHEDULE_TOPIC_B, DelayOffsets, schedule_parts, timeup_record
+from hostmq.broker.schedule import SCHEDULE_TOPIC_B, DelayOffsets, corrected_due_ms, schedule_parts, timeup_record
 from hostmq.errors import ValidationError
 from hostmq.store.encode import properties_bytes
 
@@ -54,6 +54,16 @@ def test_a_schedule_record_without_its_destination_is_refused():
     other = R.encode_record(b"orders", b"x", R.encode_properties({R.PROP_REAL_TOPIC: "a", R.PROP_REAL_QUEUE_ID: "1"}))
     with pytest.raises(ValidationError):
         timeup_record(other, STORE)
+
+
+def test_an_entry_due_later_than_its_level_allows_is_due_now():
+    # stored at 10 000 with a 1 s level: due at 11 000
+    assert corrected_due_ms(11_000, 10_500, 1000) == 11_000          # not yet due
+    assert corrected_due_ms(11_000, 11_000, 1000) == 11_000
+    assert corrected_due_ms(11_000, 10_000, 1000) == 11_000          # exactly one level ahead: waits
+    # the clock went back an hour after it was stored: due now, not in an hour
+    assert corrected_due_ms(11_000, 10_000 - 3_600_000, 1000) == 10_000 - 3_600_000
+    assert corrected_due_ms(11_000, 9_999, 1000) == 9_999
 
 
 def test_delay_offsets_persist_only_changes(tmp_path):

@@ -99,3 +99,62 @@ def test_many_messages_past_the_dispatcher_are_read_exactly_once_in_order(cluste
         drain(600)                  # the rest as the dispatcher catches up (tail and queues meet)
         assert got == sent
         assert pc.poll(0.3) == []
+
+
+@pytest.mark.parametrize("shape", ["poll", "poll_batch"])
+def test_a_consumer_ahead_of_the_dispatcher_is_not_rewound_while_its_broker_is_down(cluster, shape):
+    """A consumer reads past what the dispatcher has put in the consume queues; the whole broker is
+    then killed. While it is down the consumer reads the store directly (its consume queue ends
+    where the dead dispatcher stopped, short of the consumer's position), and after the restart
+    from the recovered queues: neither view may send it back to the start of the queue (a
+    position past a view's end is only ahead of that view — RocketMQ's lagging slave)."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        q, = a.create_topic("ahead", queues=1)
+    got = []
+
+    def read(timeout_s: float) -> list[bytes]:
+        if shape == "poll":
+            return [m.body for m in pc.poll(timeout_s)]
+        return [bytes(b) for b in pc.poll_batch(timeout_s).bodies]
+
+    def drain(expect: list[bytes]) -> None:
+        got.clear()
+        wait_until(lambda: got.extend(read(0.2)) or len(got) >= len(expect), 30, f"{len(expect)} messages")
+        assert got == expect
+
+    with hostmq.Producer(c.root) as p, \
+            hostmq.PullConsumer(c.root, group="g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.subscribe("ahead", "*")
+        first = [b"a%d" % i for i in range(20)]
+        for body in first:
+            p.send(Message("ahead", body), queue=q)
+        drain(first)
+        d = StoppedDispatcher(c.root)
+        try:
+            wait_until(lambda: d.dispatched() == d.st.stored_pos(), 10, "the first 20 in the consume queue")
+            os.kill(d.pid, signal.SIGSTOP)
+            dispatched = d.dispatched()
+            second = [b"b%d" % i for i in range(10)]
+            for body in second:
+                p.send(Message("ahead", body), queue=q)
+            drain(second)                           # from the tail: the consume queue holds 20
+            assert d.dispatched() == dispatched
+        finally:
+            c.signal_group("broker-a", signal.SIGKILL)
+            c.processes["broker-a"].wait(30)
+            d.st.close()
+        got.clear()
+        # Down: the consumer reopens a view of the stopped store, whose consume queue ends at 20
+        # (before, that view answered OFFSET_OVERFLOW_BADLY and sent the consumer back to offset 0).
+        wait_until(lambda: got.extend(read(0.1)) or not pc.views["broker-a"].live, 30, "a view of the stopped store")
+        for _ in range(5):
+            got.extend(read(0.1))
+        assert got == []
+        c.start_broker("broker-a")
+        third = [b"c%d" % i for i in range(5)]
+        with hostmq.Producer(c.root) as p2:         # the first one's session died with the broker
+            for body in third:
+                p2.send(Message("ahead", body), queue=q)
+        drain(third)
+        assert read(0.3) == []

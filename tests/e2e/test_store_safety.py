@@ -128,3 +128,28 @@ def test_a_wall_clock_step_breaks_no_session_and_no_view(root):
             assert [m.body for m in got] == [b"during"]
         finally:
             pc.close()
+
+
+def test_a_delay_message_stored_while_the_clock_was_ahead_is_delivered_after_it_steps_back(root):
+    """A one-hour forward step and back left store times an hour ahead (they never go back), and the
+    scheduler held every delay message stored meanwhile for that hour. An entry due later than its
+    level allows from now is due now (RocketMQ correctDeliverTimestamp)."""
+    with hostmq.LocalCluster(root), hostmq.Producer(root) as p, \
+            hostmq.PullConsumer(root, group="g-clock-delay", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.subscribe("clock-delay", "*")
+        t0 = time.clock_gettime(time.CLOCK_REALTIME)
+        try:
+            time.clock_settime(time.CLOCK_REALTIME, t0 + 3600.0)
+        except PermissionError:
+            pytest.skip("stepping the clock needs CAP_SYS_TIME")
+        try:
+            ahead = p.send(Message("clock-delay", b"ahead"))
+        finally:
+            time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - 3600.0)
+        assert ahead.status == SendStatus.SEND_OK
+        r = p.send(Message("clock-delay", b"delayed", delay_level=1))      # 1 s
+        assert r.status == SendStatus.SEND_OK
+        got = []
+        wait_until(lambda: got.extend(m.body for m in pc.poll(0.2)) or len(got) >= 2, 30,
+                   "the delay message, not an hour later")
+        assert sorted(got) == [b"ahead", b"delayed"]
