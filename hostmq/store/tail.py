@@ -57,6 +57,8 @@ class CommitlogTail:
                         d.popleft()
                     if not d:
                         del self.queues[key]
+        if self.stopped_at is not None and self.stopped_at[0] < self.start:
+            self.stopped_at = None      # the dispatcher got past it (a record cut by the bound stops a scan too)
         limit = self.limit = min(stored, self.start + self.max_bytes)
         self.capped = stored > limit
         if self.cursor >= limit:

@@ -3,6 +3,7 @@
 transient store pool loses no acknowledged message, and a wall-clock step kills no session."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -101,6 +102,20 @@ def test_a_whole_broker_kill_loses_nothing_acknowledged_from_the_transient_store
         c.stop()
 
 
+@contextlib.contextmanager
+def clock_stepped(seconds: float):
+    """Step the machine's wall clock forward by ``seconds`` for the block, and back after it (every
+    process on the machine sees it: never run a fault run beside these tests)."""
+    try:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) + seconds)
+    except PermissionError:
+        pytest.skip("stepping the clock needs CAP_SYS_TIME")
+    try:
+        yield
+    finally:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - seconds)
+
+
 def test_a_wall_clock_step_breaks_no_session_and_no_view(root):
     """Item 5: a wall-clock step made every live process look dead (psutil create_time moves with
     the clock). Liveness uses boot-relative start ticks: sessions and consumer views survive."""
@@ -110,18 +125,11 @@ def test_a_wall_clock_step_breaks_no_session_and_no_view(root):
         try:
             pc.subscribe("clock", "*")
             wait_until(lambda: pc.poll(timeout=0.2), 20, "the first message")
-            t0 = time.clock_gettime(time.CLOCK_REALTIME)
-            try:
-                time.clock_settime(time.CLOCK_REALTIME, t0 + 3600.0)
-            except PermissionError:
-                pytest.skip("stepping the clock needs CAP_SYS_TIME")
-            try:
+            with clock_stepped(3600.0):
                 views_stale = [v.stale() for v in pc.views.values()]
                 sessions = list(p._sessions.values())
                 usable = [s.usable() for s in sessions]
                 sent = p.send(Message("clock", b"during")).status
-            finally:
-                time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - 3600.0)
             assert views_stale == [False] * len(views_stale) and usable == [True] * len(usable)
             assert sent == SendStatus.SEND_OK and list(p._sessions.values()) == sessions
             got = wait_until(lambda: pc.poll(timeout=0.2), 20, "the message sent during the step")
@@ -137,15 +145,8 @@ def test_a_delay_message_stored_while_the_clock_was_ahead_is_delivered_after_it_
     with hostmq.LocalCluster(root), hostmq.Producer(root) as p, \
             hostmq.PullConsumer(root, group="g-clock-delay", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as pc:
         pc.subscribe("clock-delay", "*")
-        t0 = time.clock_gettime(time.CLOCK_REALTIME)
-        try:
-            time.clock_settime(time.CLOCK_REALTIME, t0 + 3600.0)
-        except PermissionError:
-            pytest.skip("stepping the clock needs CAP_SYS_TIME")
-        try:
+        with clock_stepped(3600.0):
             ahead = p.send(Message("clock-delay", b"ahead"))
-        finally:
-            time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME) - 3600.0)
         assert ahead.status == SendStatus.SEND_OK
         r = p.send(Message("clock-delay", b"delayed", delay_level=1))      # 1 s
         assert r.status == SendStatus.SEND_OK

@@ -192,3 +192,30 @@ def test_one_batch_runs_from_the_consume_queue_on_into_the_tail(tmp_path):
         assert [bytes(x) for x in b.bodies] == live.sent[("T0", 0)][3:]
     finally:
         live.close()
+
+
+def test_a_position_past_a_lagging_view_is_kept_and_one_past_the_true_end_is_corrected(tmp_path):
+    """A tailing consumer's position can be past what a view shows (here the tail is at its bound);
+    such a view answers OFFSET_OVERFLOW_BADLY without moving the position. A view that has seen
+    every stored record corrects a position past the end as RocketMQ does (to 0 while the queue
+    starts at 0)."""
+    from hostmq.store.reader import GetStatus
+    lv = Live(str(tmp_path))
+    key = KEYS[0]
+    for i in range(30):
+        lv.put(i, key)
+    r = lv.reader
+    r.tail.max_bytes = 600                      # the tail covers a few records only
+    m = r.refresh_queue(*key)
+    assert 0 < m < 30 and not r.knows_end()
+    g = r.get(*key, 29, 4)
+    b = r.get_batch(*key, 29, 4)
+    assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 29)
+    assert (b.status, b.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 29)
+    lv.dispatch_to(30)
+    assert r.refresh_queue(*key) == 30 and r.knows_end()
+    assert [x.body for x in r.get(*key, 29, 4).messages] == [lv.sent[key][29]]
+    g = r.get(*key, 1000, 4)
+    b = r.get_batch(*key, 1000, 4)
+    assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+    assert (b.status, b.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
