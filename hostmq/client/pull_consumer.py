@@ -297,7 +297,7 @@ class PullConsumer:
         m = r.refresh_queue(mq.topic, mq.queue_id)
         # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
         # without the stored position moving: no short cut until it has caught up.
-        self._seen[mq] = (view, mark if r.knows_end() else None, m)
+        self._seen[mq] = (view, mark if r.tail_caught_up() else None, m)
         return r
 
     def _seqs(self) -> list[tuple]:

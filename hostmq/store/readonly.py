@@ -171,6 +171,11 @@ class StoreReader:
             return self._static_clean
         if self._alive is not None and not self._alive():
             return False                    # killed: what it published is frozen while recovery runs
+        return self.tail_caught_up()
+
+    def tail_caught_up(self) -> bool:
+        """No stored record is left unscanned by the tail (True for a reader that does not tail).
+        Cheap: a consumer asks after every refresh (``knows_end`` also asks the OS about the broker)."""
         return self.tail is None or self.tail.caught_up()
 
     def _uncorrected(self, result, queue_offset: int):
