@@ -130,7 +130,8 @@ class BrokerService:
                 "sync_flush": st.sync_flush, "max_message_bytes": self.rt.config.store.max_message_bytes,
                 "max_batch_bytes": st.commitlog_file_bytes - R.MIN_BLANK_BYTES,     # a batch never spans files
                 "max_properties_bytes": self.rt.config.store.max_properties_bytes,
-                "delay_levels": self.delay_levels}
+                "delay_levels": self.delay_levels,
+                "transaction_timeout_s": self.rt.config.broker.transaction_timeout_s}
 
     def check_clients(self) -> None:
         """Drop consumers that stopped heartbeating or died (timer)."""

@@ -3,7 +3,9 @@
 A transaction producer stores a **half message**: the message's bytes under
 ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0, its real topic and queue in ``REAL_TOPIC`` / ``REAL_QID``, and
 ``TRAN_MSG`` / ``PGROUP`` (its producer group) — :func:`half_parts`. Consumers never see it. After
-its local transaction the producer asks the broker to end it (END_TRANSACTION); the broker answers
+its local transaction the producer asks the broker to end it (END_TRANSACTION) — unless it ends well
+before the half can be checked back (``transaction_timeout_s``): then nobody else can be resolving
+it and the producer does not ask (``TransactionProducer.send_in_transaction``); the broker answers
 whether it may be resolved (not resolved already, not given up), and the producer stores, through
 its ingress ring — the writer stays the only appender — the committed message (:func:`commit_record`:
 real topic and queue, ``TRANSACTION_COMMIT`` sys flag, ``PREPAREDTRANSACTIONOFFSET`` = the half's

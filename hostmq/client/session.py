@@ -101,6 +101,8 @@ class ProducerSession:
             self.max_properties_bytes = f["max_properties_bytes"]
             self.max_batch_bytes = min(f.get("max_batch_bytes", 1 << 62), self.ring.max_payload_bytes)
             self.delay_levels = f.get("delay_levels", 0)
+            # when the broker first checks a half back (0: unknown — every transaction end asks)
+            self.transaction_timeout_s = float(f.get("transaction_timeout_s", 0.0))
             self.state = BrokerState.attach(f["state_name"], readonly=True)
             if self.state.generation != f["state_generation"]:
                 raise ConnectError(f"broker {broker} restarted while the session was opening")

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 CHECK_POLL_S = 0.5              # how often every broker is asked for checks
 BROKER_LIST_MAX_AGE_S = 10.0
+# A transaction whose local part ends this much before the broker would first check its half back
+# is ended without asking (the margin covers the dispatch of the op before the broker's next walk).
+UNASKED_END_MARGIN_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class TransactionProducer(Producer):
         self._check_stop = threading.Event()
         self._check_thread: threading.Thread | None = None
         self._brokers: tuple[float, list[tuple[str, str]]] = (0.0, [])
+        self.unasked_ends = 0       # transactions ended without END_TRANSACTION (send_in_transaction)
 
     def start(self) -> "TransactionProducer":
         super().start()
@@ -99,11 +103,21 @@ class TransactionProducer(Producer):
                                    sys_flag=sys_flag, born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
                                    store_host=session.store_host)
             return session.send(R.FRAME_MESSAGE, half, 1, Waiter(mq), deadline)
+        sent_at = time.monotonic()                      # the half's store time is no earlier than this
         mq, sent = self._retrying(msg, None, None, None, None, deadline, attempt)
         state = self._run(f"local transaction of {tx_id}", local, msg, arg)
         if state != TransactionState.UNKNOWN:          # UNKNOWN: nothing to end; the broker checks back
+            phys = R.decode_msg_id(sent.msg_id)[1]
             try:
-                self._end(mq.broker, half, sent.queue_offset, R.decode_msg_id(sent.msg_id)[1], state, False)
+                session = self._broker_session(mq.broker)
+                if time.monotonic() - sent_at < session.transaction_timeout_s - UNASKED_END_MARGIN_S:
+                    # No check-back of this half can have been handed out yet (the broker checks a
+                    # half only once it is transaction_timeout_s old), so nobody else may be ending
+                    # it: store the end without asking (one ring round trip, no END_TRANSACTION).
+                    self._store_end(session, mq.broker, half, sent.queue_offset, phys, state)
+                    self.unasked_ends += 1
+                else:
+                    self._end(mq.broker, half, sent.queue_offset, phys, state, False)
             except HostMQError as e:    # the broker will check back (RocketMQ logs and returns too)
                 log.warning("ending transaction %s (%s) failed: %s; the broker will check back", tx_id,
                             state.value, e)
@@ -133,13 +147,28 @@ class TransactionProducer(Producer):
             log.info("transaction at half offset %d not ended with %s: %s", queue_offset, state.value,
                      answer.get("reason"))
             return False
+        self._store_end(session, broker, half, queue_offset, phys_offset, state)
+        return True
+
+    def _store_end(self, session, broker: str, half: bytes, queue_offset: int, phys_offset: int,
+                   state: TransactionState) -> None:
+        """Store the committed message (COMMIT) and the op message that resolves the half. Both frames
+        are published before waiting: the writer appends a session's frames in order, so the op is
+        never stored without the commit before it (a commit refused for a disk error refuses the op
+        after it too; one refused because its topic is gone is dropped, as it would be after every
+        check-back failed)."""
         deadline = time.monotonic() + self.send_timeout_s
+        waiters = []
         if state == TransactionState.COMMIT:
             topic, qid, rec = commit_record(half, phys_offset, session.store_host)
-            session.send(R.FRAME_MESSAGE, rec, 1, Waiter(MessageQueue(topic, broker, qid)), deadline)
-        session.send(R.FRAME_MESSAGE, op_record(queue_offset, session.store_host), 1,
-                     Waiter(MessageQueue(OP_TOPIC, broker, 0)), deadline)
-        return True
+            waiters.append(Waiter(MessageQueue(topic, broker, qid)))
+            session.submit(R.FRAME_MESSAGE, rec, 1, waiters[-1], deadline)
+        waiters.append(Waiter(MessageQueue(OP_TOPIC, broker, 0)))
+        session.submit(R.FRAME_MESSAGE, op_record(queue_offset, session.store_host), 1, waiters[-1], deadline)
+        for w in waiters:
+            session.wait(w, deadline)
+            if isinstance(w.outcome, Exception):
+                raise w.outcome
 
     # -- check-backs ----------------------------------------------------------------------------------
     def _check_loop(self) -> None:

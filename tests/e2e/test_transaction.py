@@ -55,8 +55,14 @@ class Checker:
             return [m.body for m in self.seen]
 
 
-def test_commit_is_delivered_once_and_rollback_never(cluster):
-    c = cluster(**FAST)
+# Halves first checked back after 6 s: a local transaction done at once is ended without asking the
+# broker (no END_TRANSACTION); with FAST's 0.5 s every end asks.
+UNASKED = {"broker": {"transaction_check_interval_s": 0.3, "transaction_timeout_s": 6.0}}
+
+
+@pytest.mark.parametrize("config, unasked", [(FAST, 0), (UNASKED, 3)], ids=["asking", "unasked"])
+def test_commit_is_delivered_once_and_rollback_never(cluster, config, unasked):
+    c = cluster(**config)
     with hostmq.Admin(c.root) as a:
         a.create_topic("orders", queues=2)
     checker = Checker()
@@ -65,6 +71,7 @@ def test_commit_is_delivered_once_and_rollback_never(cluster):
         r2 = tp.send_in_transaction(Message("orders", b"r1", tags="A"), local=lambda m, arg: TS.ROLLBACK)
         r3 = tp.send_in_transaction(Message("orders", b"c2", tags="B", keys="k-2"), local=lambda m, arg: TS.COMMIT)
         assert [r.local_transaction_state for r in (r1, r2, r3)] == [TS.COMMIT, TS.ROLLBACK, TS.COMMIT]
+        assert tp.unasked_ends == unasked
         assert all(r.status == hostmq.SendStatus.SEND_OK and r.queue.topic == "orders" for r in (r1, r2, r3))
         got = consume(c.root, "orders", 2, "A || B")
         assert sorted(m.body for m in got) == [b"c1", b"c2"]
