@@ -319,7 +319,9 @@ def send_tables(s: dict) -> list[str]:
            line("sync sends/s", h["sync_per_s"], r.get("sync_per_s")),
            line(f"batch of {W.SEND_BATCH} (send_batch / pipelined XADD), msgs/s", h["batch_msgs_per_s"],
                 r.get("batch_msgs_per_s")),
-           line("send_async, one call per message, msgs/s", h["async_msgs_per_s"], None), "",
+           line("send_async, one call per message, msgs/s", h["async_msgs_per_s"], None),
+           line("send_async with auto_batch=True (RocketMQ 5 auto-batching), msgs/s",
+                h.get("auto_batch_msgs_per_s"), None), "",
            "### Control round trip (p50, µs)", "", "| measure | µs | × raw REQ/REP |", "|---|---|---|"]
     rr = s["reqrep"]["p50_us"]
     out += [f"| hostmq PING → broker (RemotingClient DEALER ↔ ROUTER) | {fmt(h['ping_broker_p50_us'], 1)} | "

@@ -17,7 +17,7 @@ from .store.reader import MessageBatch
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
 _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".client.admin",
          "PushConsumer": ".client.push_consumer", "TransactionProducer": ".client.transaction_producer",
-         "TransactionSendResult": ".client.transaction_producer",
+         "TransactionSendResult": ".client.transaction_producer", "BatchConfig": ".client.accumulator",
          "LocalCluster": ".cluster"}
 
 
@@ -43,5 +43,5 @@ __all__ = [
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",
-    "LocalCluster",
+    "LocalCluster", "BatchConfig",
 ]

@@ -31,6 +31,7 @@ from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
 from ..broker.schedule import schedule_parts
 from ..broker.topics import is_system_topic
+from .accumulator import Accumulator, BatchConfig
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance
 from .session import ProducerSession, Waiter
@@ -48,7 +49,9 @@ class Producer:
     def __init__(self, root=None, group: str = "DEFAULT_PRODUCER", *, send_timeout_s: float = 3.0,
                  retries: int = 2, compress_over_bytes: int = 4096, spin_s: float = 200e-6,
                  ring_bytes: int = DEFAULT_DATA_BYTES, completion_entries: int = DEFAULT_COMPLETION_ENTRIES,
-                 latency_fault: bool = True) -> None:
+                 latency_fault: bool = True, auto_batch: bool = False, batch: BatchConfig | None = None) -> None:
+        """``auto_batch``: ``send_async`` gathers messages into batch frames (``accumulator``;
+        ``batch`` sets its limits)."""
         if not isinstance(group, str) or not group:
             raise ValidationError(f"producer group must be a non-empty string, got {group!r}")
         self.root = root
@@ -67,6 +70,8 @@ class Producer:
         self._started = False
         self._limits = Config().store
         self._topics: dict[str, bytes] = {}       # validated topic names
+        self.batch_config = (batch or BatchConfig()) if auto_batch else None
+        self._accumulator: Accumulator | None = None
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -82,7 +87,15 @@ class Producer:
         self._started = True
         return self
 
+    def flush(self) -> None:
+        """Publish every message ``send_async`` holds in an open batch (``auto_batch``) now."""
+        if self._accumulator is not None:
+            self._accumulator.flush()
+
     def shutdown(self) -> None:
+        acc, self._accumulator = self._accumulator, None
+        if acc is not None:             # its last batches go out before the sessions close
+            acc.close()
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
             self._started = False
@@ -120,6 +133,16 @@ class Producer:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if callback is not None:
             fut.add_done_callback(callback)
+        if self.batch_config is not None and queue is None and selector is None and sharding_key is None \
+                and isinstance(msg, Message) and not msg.delay_level:
+            topic_b, body, sys_flag, props = self._prepare(msg, compress=False)
+            if len(body) <= self.compress_over_bytes:
+                acc = self._accumulator
+                if acc is None:
+                    with self._lock:
+                        acc = self._accumulator = self._accumulator or Accumulator(self, self.batch_config)
+                acc.add(msg, topic_b, body, props, fut, self.send_timeout_s if timeout is None else timeout)
+                return fut
         self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut)
         return fut
 

@@ -67,14 +67,18 @@ def completion_error(status: int, broker: str) -> HostMQError:
 
 
 class Waiter:
-    """One frame in flight: its queue, record sizes (batches), and the outcome once completed."""
+    """One frame in flight: its queue, record sizes (batches), and the outcome once completed.
+    ``future``: resolved with the frame's SendResult; ``futures`` (an auto-batched frame,
+    ``accumulator``): one per record, each resolved with that record's own SendResult."""
 
-    __slots__ = ("queue", "sizes", "future", "outcome", "done")
+    __slots__ = ("queue", "sizes", "future", "futures", "outcome", "done")
 
-    def __init__(self, queue: MessageQueue, sizes=None, future: concurrent.futures.Future | None = None) -> None:
+    def __init__(self, queue: MessageQueue, sizes=None, future: concurrent.futures.Future | None = None,
+                 futures: list | None = None) -> None:
         self.queue = queue
         self.sizes = sizes
         self.future = future
+        self.futures = futures
         self.outcome = None
         self.done = False
 
@@ -288,6 +292,8 @@ class ProducerSession:
                 f.set_exception(w.outcome)
             else:
                 f.set_result(w.outcome)
+        elif w.futures is not None:
+            _resolve_each(w)
 
     def _fail_all(self, error: HostMQError) -> None:
         pending, self.pending = self.pending, {}
@@ -297,6 +303,8 @@ class ProducerSession:
             w.done = True
             if w.future is not None and not w.future.done():
                 w.future.set_exception(error)
+            elif w.futures is not None:
+                _resolve_each(w)
         with self._cond:
             self._cond.notify_all()
 
@@ -396,3 +404,18 @@ class ProducerSession:
         if self.state is not None:
             self.state.close()
         self.ring.close()
+
+
+def _resolve_each(w: Waiter) -> None:
+    """An auto-batched frame's outcome, record by record: its own id and queue offset each."""
+    out = w.outcome
+    if isinstance(out, Exception):
+        for f in w.futures:
+            if not f.done():
+                f.set_exception(out)
+        return
+    ids = out.msg_id.split(",")
+    for i, f in enumerate(w.futures):
+        if not f.done():
+            f.set_result(SendResult(out.status, ids[i], w.queue, out.queue_offset + i))
+

@@ -311,8 +311,9 @@ class ProducerProcess:
         if mode == "tx":
             c = TransactionProducer(self.root, group=TX_GROUP, checker=self._check, retries=0,
                                     send_timeout_s=SEND_TIMEOUT_S)
-        else:
-            c = Producer(self.root, group=PRODUCER_GROUP, retries=0, send_timeout_s=SEND_TIMEOUT_S)
+        else:       # async sends go through auto-batching: each one's own result is checked against the store
+            c = Producer(self.root, group=PRODUCER_GROUP, retries=0, send_timeout_s=SEND_TIMEOUT_S,
+                         auto_batch=mode == "async")
         self.clients.append(c.start())
         return c
 

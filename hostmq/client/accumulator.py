@@ -1,0 +1,150 @@
+"""Auto-batching of ``send_async`` (RocketMQ 5's ``ProduceAccumulator``): one call per message, one
+ring frame per batch.
+
+A producer made with ``auto_batch=True`` does not publish each ``send_async`` message as its own
+frame. The message is validated and encoded at once (a bad message raises in the caller, as
+always) and joins the open batch of its topic; the batch goes out as one batch frame — one queue,
+one ring write, one wake-up of the writer — when it holds ``batch_max_messages`` messages or
+``batch_max_bytes`` bytes, or when its first message has waited ``batch_max_delay_ms`` (a flusher
+thread), or at ``flush()`` / ``shutdown()``. Every message keeps its own Future and its own
+SendResult (its message id and queue offset within the batch, ``session.Waiter.futures``).
+
+Only messages the producer may place freely are batched: not those with a queue, selector or
+sharding key (their order is the caller's), delay messages (no delay in a batch, as in RocketMQ) or
+bodies large enough to be compressed. A batch that cannot be published — its broker gone or busy
+for the whole send timeout — is tried on another broker like any async send, and its futures fail
+together with the last error.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .. import records as R
+from ..errors import BrokerBusyError, ConnectError, HostMQError, NoRouteError, ValidationError
+from ..store.encode import encode_records
+from .session import Waiter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """``Producer(auto_batch=True)``'s limits (RocketMQ 5: batchMaxBytes 32 KiB, batchMaxDelayMs 10)."""
+    max_messages: int = 256          # a batch goes out once it holds this many messages
+    max_bytes: int = 32 << 10        # … or this many body + properties bytes
+    max_delay_ms: float = 1.0        # … or once its first message has waited this long
+
+    def __post_init__(self) -> None:
+        for name in ("max_messages", "max_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValidationError(f"BatchConfig.{name} must be an int ≥ 1, got {v!r}")
+        if not isinstance(self.max_delay_ms, (int, float)) or isinstance(self.max_delay_ms, bool) \
+                or not 0 <= self.max_delay_ms <= 60_000:
+            raise ValidationError(f"BatchConfig.max_delay_ms must be 0..60000, got {self.max_delay_ms!r}")
+
+
+@dataclass
+class _Open:
+    """The open batch of one topic."""
+    topic_b: bytes
+    first_msg: object                # routes the batch (its topic) and carries its timeout
+    bodies: list = field(default_factory=list)
+    props: list = field(default_factory=list)
+    flags: list = field(default_factory=list)
+    futures: list = field(default_factory=list)
+    nbytes: int = 0
+    due: float = 0.0                 # monotonic time it must go out by
+    deadline: float = 0.0            # the send timeout of its first message
+
+
+class Accumulator:
+    def __init__(self, producer, config: BatchConfig) -> None:
+        self.producer = producer
+        self.config = config
+        self._open: dict[str, _Open] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="hostmq-batcher", daemon=True)
+        self._thread.start()
+
+    def add(self, msg, topic_b: bytes, body: bytes, props: bytes, fut, timeout_s: float) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        full = None
+        with self._lock:
+            b = self._open.get(msg.topic)
+            if b is None:
+                b = self._open[msg.topic] = _Open(topic_b, msg, due=now + cfg.max_delay_ms / 1000,
+                                                  deadline=now + timeout_s)
+                self._wake.notify()
+            b.bodies.append(body)
+            b.props.append(props)
+            b.flags.append(msg.flag)
+            b.futures.append(fut)
+            b.nbytes += len(body) + len(props)
+            if len(b.bodies) >= cfg.max_messages or b.nbytes >= cfg.max_bytes:
+                full = self._open.pop(msg.topic)
+        if full is not None:
+            self._publish(full)
+
+    def flush(self) -> None:
+        """Publish every open batch now."""
+        with self._lock:
+            batches, self._open = list(self._open.values()), {}
+        for b in batches:
+            self._publish(b)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(5)
+        self.flush()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._stop:
+                    return
+                now = time.monotonic()
+                due = [t for t, b in self._open.items() if b.due <= now]
+                batches = [self._open.pop(t) for t in due]
+                if not batches:
+                    nxt = min((b.due for b in self._open.values()), default=None)
+                    self._wake.wait(None if nxt is None else max(0.0, nxt - now))
+                    continue
+            for b in batches:
+                self._publish(b)
+
+    def _publish(self, b: _Open) -> None:
+        """One batch frame on a queue the producer chooses; retried on another broker if its broker
+        is gone or busy (like every async send); its futures fail together otherwise."""
+        p = self.producer
+        last_failed, error = None, None
+        try:
+            for _ in range(1 + p.retries):
+                mq = p._choose(b.first_msg, None, None, None, None, last_failed, b.deadline)
+                try:
+                    session = p._session(mq)
+                    payload, sizes = encode_records(b.topic_b, b.bodies, b.props, queue_id=mq.queue_id,
+                                                    flags=b.flags, born_ts_ms=int(time.time() * 1000),
+                                                    born_host=R.host_bytes(), store_host=session.store_host)
+                    w = Waiter(mq, sizes, futures=b.futures)
+                    session.submit(R.FRAME_BATCH, payload, len(sizes), w, b.deadline, is_async=True)
+                    return
+                except (ConnectError, BrokerBusyError) as e:
+                    error, last_failed = e, mq.broker
+                    p._forget(mq.broker, mq.topic, e)
+        except (HostMQError, NoRouteError) as e:
+            error = e
+        except Exception as e:          # never leave a caller's future hanging
+            log.exception("auto-batching: publishing a batch of %d failed", len(b.futures))
+            error = e
+        for f in b.futures:
+            if not f.done():
+                f.set_exception(error)

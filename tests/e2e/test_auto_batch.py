@@ -1,0 +1,93 @@
+"""Auto-batching of send_async (``Producer(auto_batch=True)``, RocketMQ 5's ProduceAccumulator): one
+call per message, one frame per batch, and still one Future and one SendResult per message."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import hostmq
+from hostmq import ConsumeFrom, Message, SendStatus
+from hostmq.client.accumulator import BatchConfig
+from tests.e2e.conftest import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def consume_all(root: str, topic: str, expect: int) -> list:
+    got: list = []
+    with hostmq.PullConsumer(root, group="g-" + topic, consume_from=ConsumeFrom.FIRST_OFFSET) as c:
+        c.subscribe(topic, "*")
+        wait_until(lambda: got.extend(c.poll(0.3)) or len(got) >= expect, 60, f"{expect} messages")
+        got.extend(c.poll(0.3))
+    return got
+
+
+def test_every_batched_message_gets_its_own_result_and_arrives_once(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("ab", queues=3)
+    n = 2000
+    with hostmq.Producer(c.root, auto_batch=True, batch=BatchConfig(max_messages=64)) as p:
+        futs = [p.send_async(Message("ab", b"m%05d" % i, tags="t", keys=["k%d" % i])) for i in range(n)]
+        results = [f.result(30) for f in futs]
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == n and all("," not in r.msg_id for r in results)
+    per_queue = collections.defaultdict(list)
+    for r in results:
+        per_queue[r.queue.queue_id].append(r.queue_offset)
+    for offs in per_queue.values():         # every offset of a queue once, none skipped
+        assert sorted(offs) == list(range(len(offs)))
+    got = consume_all(c.root, "ab", n)
+    assert sorted(m.body for m in got) == [b"m%05d" % i for i in range(n)]
+    by_body = {m.body: m for m in got}
+    for i, r in enumerate(results):         # each result names its own message
+        m = by_body[b"m%05d" % i]
+        assert (m.msg_id, m.queue_id, m.queue_offset) == (r.msg_id, r.queue.queue_id, r.queue_offset)
+        assert m.keys == ("k%d" % i,) and m.tags == "t"
+
+
+def test_a_lone_message_goes_out_after_the_delay_and_open_batches_at_shutdown(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("lone", queues=2)
+    with hostmq.Producer(c.root, auto_batch=True, batch=BatchConfig(max_messages=1000, max_delay_ms=5)) as p:
+        assert p.send_async(Message("lone", b"alone")).result(10).status == SendStatus.SEND_OK
+        held = [p.send_async(Message("lone", b"held %d" % i)) for i in range(10)]
+    assert all(f.result(10).status == SendStatus.SEND_OK for f in held)      # shutdown sent them
+    assert sorted(m.body for m in consume_all(c.root, "lone", 11)) == \
+        sorted([b"alone"] + [b"held %d" % i for i in range(10)])
+
+
+def test_pinned_delayed_and_large_messages_are_not_batched(cluster):
+    c = cluster(broker={"message_delay_level": "1s 2s"})
+    with hostmq.Admin(c.root) as a:
+        q0, q1 = a.create_topic("mixed", queues=2)
+    with hostmq.Producer(c.root, auto_batch=True, compress_over_bytes=64) as p:
+        pinned = p.send_async(Message("mixed", b"pinned"), queue=q1)
+        delayed = p.send_async(Message("mixed", b"delayed", delay_level=1))
+        large = p.send_async(Message("mixed", b"L" * 5000))
+        assert pinned.result(10).queue == q1
+        assert delayed.result(10).status == SendStatus.SEND_OK and large.result(10).status == SendStatus.SEND_OK
+        assert p._accumulator is None           # none of them went through a batch
+    got = consume_all(c.root, "mixed", 3)
+    assert sorted(m.body[:7] for m in got) == [b"LLLLLLL", b"delayed", b"pinned"]
+
+
+def test_a_bad_message_raises_in_the_caller_and_batches_go_on(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("bad", queues=1)
+    with hostmq.Producer(c.root, auto_batch=True) as p:
+        ok = p.send_async(Message("bad", b"fine"))
+        with pytest.raises(hostmq.errors.ValidationError):
+            p.send_async(Message("bad", b"x", properties={"": "empty key"}))
+        assert p.send_async(Message("bad", b"fine too")).result(10).status == SendStatus.SEND_OK
+        assert ok.result(10).status == SendStatus.SEND_OK
+
+
+@pytest.mark.parametrize("bad", [{"max_messages": 0}, {"max_bytes": -1}, {"max_messages": True},
+                                 {"max_delay_ms": -1}, {"max_delay_ms": "1"}])
+def test_bad_batch_limits_are_refused(bad):
+    with pytest.raises(hostmq.ValidationError, match="BatchConfig"):
+        hostmq.BatchConfig(**bad)
