@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=3000)
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="txb-")
+    asking = tempfile.mkdtemp(prefix="txb-ask-")     # a broker whose every transaction end asks
     rows = []
     try:
         with hostmq.LocalCluster(root):
@@ -64,16 +65,15 @@ def main() -> None:
                 commit = lambda m, arg: TransactionState.COMMIT  # noqa: E731
                 rows.append(("send_in_transaction (COMMIT)", *per_second(
                     lambda: tp.send_in_transaction(Message("t", b"y" * 100), local=commit), args.messages)))
-        asking = tempfile.mkdtemp(prefix="txb-ask-")
         with hostmq.LocalCluster(asking, config={"broker": {"transaction_timeout_s": 0.5}}):
             with hostmq.Admin(asking) as a:
                 a.create_topic("t", queues=4)
             with hostmq.TransactionProducer(asking, group="tx", checker=lambda m: TransactionState.COMMIT) as tp:
                 rows.append(("send_in_transaction (asking)", *per_second(
                     lambda: tp.send_in_transaction(Message("t", b"y" * 100), local=commit), args.messages)))
-        shutil.rmtree(asking, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(asking, ignore_errors=True)
     send_rate = rows[1][1]
     print(f"{'operation':32} {'per s':>10} {'p50 µs':>10} {'÷ send':>8}")
     for name, rate, p50 in rows:

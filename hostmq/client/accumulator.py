@@ -11,9 +11,8 @@ SendResult (its message id and queue offset within the batch, ``session.Waiter.f
 
 Only messages the producer may place freely are batched: not those with a queue, selector or
 sharding key (their order is the caller's), delay messages (no delay in a batch, as in RocketMQ) or
-bodies large enough to be compressed. A batch that cannot be published — its broker gone or busy
-for the whole send timeout — is tried on another broker like any async send, and its futures fail
-together with the last error.
+bodies large enough to be compressed. A batch is published like any async send (on another broker if
+its broker is gone or busy); if it cannot be, its futures fail together with the last error.
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import records as R
-from ..errors import BrokerBusyError, ConnectError, HostMQError, NoRouteError, ValidationError
+from ..errors import HostMQError, ValidationError
 from ..store.encode import encode_records
 from .session import Waiter
 
@@ -122,25 +121,17 @@ class Accumulator:
                 self._publish(b)
 
     def _publish(self, b: _Open) -> None:
-        """One batch frame on a queue the producer chooses; retried on another broker if its broker
-        is gone or busy (like every async send); its futures fail together otherwise."""
-        p = self.producer
-        last_failed, error = None, None
+        """One batch frame on a queue the producer chooses (``Producer._publish_async``: another broker
+        if this one is gone or busy); its futures fail together otherwise."""
+        def frame(mq, session) -> tuple:
+            payload, sizes = encode_records(b.topic_b, b.bodies, b.props, queue_id=mq.queue_id, flags=b.flags,
+                                            born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
+                                            store_host=session.store_host)
+            return R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes, futures=b.futures)
         try:
-            for _ in range(1 + p.retries):
-                mq = p._choose(b.first_msg, None, None, None, None, last_failed, b.deadline)
-                try:
-                    session = p._session(mq)
-                    payload, sizes = encode_records(b.topic_b, b.bodies, b.props, queue_id=mq.queue_id,
-                                                    flags=b.flags, born_ts_ms=int(time.time() * 1000),
-                                                    born_host=R.host_bytes(), store_host=session.store_host)
-                    w = Waiter(mq, sizes, futures=b.futures)
-                    session.submit(R.FRAME_BATCH, payload, len(sizes), w, b.deadline, is_async=True)
-                    return
-                except (ConnectError, BrokerBusyError) as e:
-                    error, last_failed = e, mq.broker
-                    p._forget(mq.broker, mq.topic, e)
-        except (HostMQError, NoRouteError) as e:
+            self.producer._publish_async(b.first_msg, None, None, None, None, b.deadline, frame)
+            return
+        except HostMQError as e:
             error = e
         except Exception as e:          # never leave a caller's future hanging
             log.exception("auto-batching: publishing a batch of %d failed", len(b.futures))

@@ -39,8 +39,7 @@ class BrokerView:
         ``tail``: a consumer's view, which also reads the records stored past the dispatched position
         from the commitlog (``store/tail.py``): a message is readable one hop after the writer."""
         self.broker = broker
-        self.state: BrokerState | None = None
-        self.state = live_state(root, broker)      # None: not running — read what recovery would keep
+        self.state: BrokerState | None = live_state(root, broker)   # None: not running — read what recovery would keep
         cfg = store_config or StoreConfig()
         if self.state is not None:
             st = self.state
@@ -91,9 +90,7 @@ class BrokerView:
 
     def tail_scanning(self) -> bool:
         """The tail has stored records left to scan (a refresh scans a bounded number at a time)."""
-        t = self.reader.tail
-        return t is not None and self.state is not None and not t.capped and t.stopped_at is None \
-            and t.cursor < t.limit
+        return self.reader.tail is not None and self.reader.tail.scanning()
 
     def wake_words(self, queues, dispatch_only: bool = False) -> list:
         """The futex words whose change may mean news for ``queues`` (MessageQueues of this broker):

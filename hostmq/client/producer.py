@@ -143,6 +143,9 @@ class Producer:
                         acc = self._accumulator = self._accumulator or Accumulator(self, self.batch_config)
                 acc.add(msg, topic_b, body, props, fut, self.send_timeout_s if timeout is None else timeout)
                 return fut
+            self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut,
+                               (topic_b, *self._compressed(body), props))     # too large to batch: alone
+            return fut
         self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut)
         return fut
 
@@ -203,17 +206,28 @@ class Producer:
                     break
         raise error
 
-    def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut) -> None:
+    def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut, prepared=None) -> None:
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
-        topic_b, body, sys_flag, props = self._prepare(msg)
+        topic_b, body, sys_flag, props = prepared or self._prepare(msg)
+
+        def frame(mq: MessageQueue, session: ProducerSession) -> tuple:
+            rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
+            return R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut)
+        self._publish_async(msg, queue, selector, arg, sharding_key, deadline, frame)
+
+    def _publish_async(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
+                       frame: Callable) -> None:
+        """Publish the frame ``frame(queue, session)`` builds — ``(kind, payload, count, waiter)`` —
+        without waiting for it; on another broker if this one is gone or busy (unless the queue is
+        pinned); the last error otherwise. Async sends and auto-batches (``accumulator``)."""
         pinned = queue is not None or selector is not None or sharding_key is not None
         last_failed, error = None, None
-        for attempt in range(1 + (0 if pinned else self.retries)):
+        for _ in range(1 + (0 if pinned else self.retries)):
             mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             try:
                 session = self._session(mq)
-                rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
-                session.submit(R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut), deadline, is_async=True)
+                kind, payload, count, waiter = frame(mq, session)
+                session.submit(kind, payload, count, waiter, deadline, is_async=True)
                 return
             except (ConnectError, BrokerBusyError) as e:
                 error, last_failed = e, mq.broker
@@ -240,12 +254,16 @@ class Producer:
         if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):
             raise ValidationError(f"flag must be a 32-bit int, got {msg.flag!r}")
         props = properties_bytes(msg, R.new_unique_id(), lim.max_properties_bytes)
-        sys_flag = 0
-        if compress and len(body) > self.compress_over_bytes:
+        body, sys_flag = self._compressed(body) if compress else (body, 0)
+        return topic_b, body, sys_flag, props
+
+    def _compressed(self, body: bytes) -> tuple[bytes, int]:
+        """``(body to store, sys flag)``: zlib-compressed if over ``compress_over_bytes`` and smaller so."""
+        if len(body) > self.compress_over_bytes:
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
-                body, sys_flag = packed, R.SYSFLAG_COMPRESSED
-        return topic_b, body, sys_flag, props
+                return packed, R.SYSFLAG_COMPRESSED
+        return body, 0
 
     @staticmethod
     def _record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, mq: MessageQueue, msg: Message,

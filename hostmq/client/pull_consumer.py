@@ -21,7 +21,6 @@ counted in ``skipped_records``; a filter never sees it either.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Iterable
 
@@ -30,8 +29,6 @@ import numpy as np
 from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..message import ConsumeFrom, MessageExt, MessageQueue
-from ..root import shm_name
-from ..shm.segment import SHM_DIR
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
@@ -457,8 +454,6 @@ class PullConsumer:
 
 
 def _broker_running(root: str, broker: str) -> bool:
-    if not os.path.exists(os.path.join(SHM_DIR, shm_name(root, broker, "state").lstrip("/"))):
-        return False
     st = live_state(root, broker)       # a killed broker's segment stays until it starts again
     if st is None:
         return False

@@ -208,6 +208,10 @@ class ProducerSession:
     def send(self, kind: int, payload, count: int, waiter: Waiter, deadline: float):
         """Publish one frame and wait for its completion: the SendResult, or the refusal raised."""
         self.submit(kind, payload, count, waiter, deadline)
+        return self.result(waiter, deadline)
+
+    def result(self, waiter: Waiter, deadline: float):
+        """Wait for a submitted frame: its SendResult, or the refusal raised."""
         self.wait(waiter, deadline)
         if isinstance(waiter.outcome, Exception):
             raise waiter.outcome

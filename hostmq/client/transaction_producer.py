@@ -166,9 +166,7 @@ class TransactionProducer(Producer):
         waiters.append(Waiter(MessageQueue(OP_TOPIC, broker, 0)))
         session.submit(R.FRAME_MESSAGE, op_record(queue_offset, session.store_host), 1, waiters[-1], deadline)
         for w in waiters:
-            session.wait(w, deadline)
-            if isinstance(w.outcome, Exception):
-                raise w.outcome
+            session.result(w, deadline)
 
     # -- check-backs ----------------------------------------------------------------------------------
     def _check_loop(self) -> None:

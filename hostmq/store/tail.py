@@ -88,6 +88,10 @@ class CommitlogTail:
         """Every stored record has been scanned: the tail knows each queue's true end."""
         return not self.capped and self.stopped_at is None and self.cursor >= self.limit
 
+    def scanning(self) -> bool:
+        """Stored records are left that the next advance will scan (neither at the bound nor stopped)."""
+        return not self.capped and self.stopped_at is None and self.cursor < self.limit
+
     def count_after(self, topic: str, queue_id: int, cq_max: int) -> int:
         """How many tail entries continue the queue whose consume queue ends at ``cq_max``."""
         d = self.queues.get((topic, queue_id))
