@@ -38,6 +38,14 @@ def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: f
         time.sleep(step_s)
 
 
+def sessions_settled(admin) -> int:
+    """The broker's open session count once its own scheduler holds its session (the scheduler opens
+    it after the broker runs, so on a loaded machine a count read earlier may still grow by one)."""
+    wait_until(lambda: admin.brokers()[0]["state"].get("scheduler_heartbeat_ms", 0) > 0, 15,
+               "the scheduler's session")
+    return admin.brokers()[0]["sessions"]
+
+
 def consume_bodies(root: str, topic: str, expect: int, group: str, linger_s: float = 0.0) -> list[bytes]:
     """Bodies a new group reads from the first offset of ``topic`` until ``expect`` arrived (30 s at
     most), then ``linger_s`` more so that anything stored that should not be shows up too."""
