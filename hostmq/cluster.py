@@ -29,6 +29,7 @@ from .errors import ConfigError, ConnectError, HostMQError
 from .fsutil import ensure_dir, open_file
 from .namesrv.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
+from .sdnotify import environment_without_notify
 from .shm.segment import reclaim_stale
 from .root import RootPaths, ipc_address, resolve_root, shm_name
 
@@ -79,6 +80,7 @@ class LocalCluster:
         self.namesrvs = namesrvs
         self.start_timeout_s = start_timeout_s
         self.processes: dict[str, subprocess.Popen] = {}
+        self.exit_codes: dict[str, int | None] = {}     # each server's exit code at the last stop()
         self._logs: dict[str, Any] = {}
         self.config_file = os.path.join(self.root, "run", "cluster.toml")
 
@@ -104,7 +106,8 @@ class LocalCluster:
         log = os.fdopen(open_file(os.path.join(self.root, "logs", f"{name}.log"),
                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         self._logs[name] = log
-        env = {**os.environ, DIE_WITH_PARENT_ENV: "1"}
+        # Not the unit's main process: only whoever runs the cluster (hostmq up) speaks to systemd.
+        env = {**environment_without_notify(), DIE_WITH_PARENT_ENV: "1"}
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "hostmq.cli.main", *args, "--config", self.config_file],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -176,6 +179,7 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+        self.exit_codes = {n: p.returncode for n, p in self.processes.items()}
         for n in brokers:
             if self.processes[n].returncode not in (0, None):
                 self._clean_after_crash(n)

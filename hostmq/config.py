@@ -73,7 +73,8 @@ class BrokerConfig:
     dispatcher_spin_s: float = 50e-6     # dispatcher spins this long for new records before it blocks
     dispatcher_nice: int = 10            # the dispatcher yields the CPU to producer ↔ writer hand-offs (0: no)
     writer_batch_bytes: int = 1 << 20    # ring bytes the writer takes from one producer per turn
-    child_stop_timeout_s: float = 10.0   # a child that ignores SIGTERM this long is killed
+    child_stop_timeout_s: float = 10.0   # a child that has not stopped this long after being told is killed
+    heartbeat_stale_s: float = 10.0      # a child whose heartbeat is older is hung: systemd's watchdog is not fed
     # -- producer sessions: untrusted clients (issue 15) --
     max_sessions_per_client: int = 32    # sessions one client process (SO_PEERCRED pid) may hold at once
     max_session_connections: int = 512  # session-socket connections open at once (beyond: refused)

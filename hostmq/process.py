@@ -3,8 +3,15 @@
 What a process *runs* is a module with ``run(config, stop) -> int`` (``stop`` is a
 ``threading.Event`` set on SIGTERM); *how* it is launched is here, so a test can call ``run`` in a
 thread or launch it for real. Children are started with the ``spawn`` method from the main thread
-(never ``fork`` once threads or zmq exist), set ``PR_SET_PDEATHSIG`` so they die with their parent,
-ignore SIGINT (Ctrl-C goes to the supervisor, which stops children in order) and obey SIGTERM.
+(never ``fork`` once threads or zmq exist) and set ``PR_SET_PDEATHSIG`` so they die with their parent.
+
+Who orders a stop: the supervisor. A child stops on ``CHILD_STOP_SIGNAL`` (SIGUSR1), which only its
+supervisor sends (``Child.stop``) and the kernel sends when the supervisor dies. SIGTERM or SIGINT that
+reaches a child — systemd's default stop signals every process of the unit at once, Ctrl-C signals the
+whole foreground process group — is passed on to the supervisor, never obeyed directly: the broker's
+writer → dispatcher → flusher drain only works in that order, and a writer that stopped by itself
+while the dispatcher still ran, or a dispatcher that stopped before the writer's last batch, left the
+store needing recovery. So a SIGTERM to any process of a broker stops the whole broker, in order.
 The supervisor restarts a child that died, with exponential backoff (``restart_delay_s``, pure).
 """
 from __future__ import annotations
@@ -15,15 +22,17 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
+from .sdnotify import sd_notify  # noqa: F401 - re-exported: servers import it from here
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+CHILD_STOP_SIGNAL = signal.SIGUSR1
 _SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -45,6 +54,23 @@ def stop_on_signals(stop: threading.Event, ignore_sigint: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else (lambda *_: stop.set()))
 
 
+def defer_stop_to_parent(stop: threading.Event) -> None:
+    """A supervised child's signals: ``CHILD_STOP_SIGNAL`` sets ``stop``; SIGTERM and SIGINT are passed
+    to the parent (the supervisor orders the stop) — or set ``stop`` if the parent is already gone."""
+    def forward(signum, _frame):
+        parent = os.getppid()
+        if parent == 1:
+            stop.set()
+            return
+        try:
+            os.kill(parent, signal.SIGTERM)
+        except OSError:
+            stop.set()
+    signal.signal(CHILD_STOP_SIGNAL, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+
+
 def resolve(target: str):
     """``"package.module:function"`` (function defaults to ``run``) → the callable."""
     module, _, func = target.partition(":")
@@ -63,14 +89,31 @@ def set_process_name(name: str) -> None:
 
 
 def child_main(target: str, config) -> None:
-    """Entry point of a spawned child: die with the parent, stop on SIGTERM, run the target."""
-    set_parent_death_signal()
+    """Entry point of a spawned child: stop when the supervisor says so (or dies), run the target."""
+    set_parent_death_signal(CHILD_STOP_SIGNAL)
     set_process_name("hostmq-" + target.rsplit(".", 1)[-1].split(":")[0])
     stop = threading.Event()
-    stop_on_signals(stop, ignore_sigint=True)
+    defer_stop_to_parent(stop)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")
     rc = resolve(target)(config, stop)
     sys.exit(rc or 0)
+
+
+EXIT_CLEAN = 0
+EXIT_UNCLEAN = 1            # a server that stopped but left work undone (a broker's store needs recovery),
+                            # or ``hostmq up`` after a server it started died: systemd's on-failure restarts
+
+
+def describe_exit(code: int | None) -> str:
+    """An exit status as an operator reads it: ``exit code 3``, ``killed by SIGKILL``, ``still running``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def restart_delay_s(restarts: int, uptime_s: float, base_s: float = 0.1, cap_s: float = 5.0) -> float:
@@ -107,12 +150,15 @@ class Child:
         return self.process is not None and self.process.is_alive()
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
+        """``CHILD_STOP_SIGNAL``, wait up to ``timeout_s``, then SIGKILL. Returns the exit code."""
         p = self.process
         if p is None:
             return None
         if p.is_alive():
-            p.terminate()
+            try:
+                os.kill(p.pid, CHILD_STOP_SIGNAL)
+            except ProcessLookupError:
+                pass
             p.join(timeout_s)
             if p.is_alive():
                 log.warning("%s did not stop in %.1f s; killing it", self.name, timeout_s)
@@ -145,7 +191,7 @@ class Supervisor:
                 code = c.process.exitcode
                 c.history.append(code)
                 c.next_start_at = now + restart_delay_s(c.restarts, now - c.started_at)
-                log.warning("%s (pid %s) exited with %s; restarting", c.name, c.pid, code)
+                log.warning("%s (pid %s) exited with %s (%s); restarting", c.name, c.pid, code, describe_exit(code))
             if now >= c.next_start_at:
                 c.process.close()
                 c.restarts += 1
@@ -157,19 +203,3 @@ class Supervisor:
     def stop(self, timeout_s: float = 10.0) -> dict[str, int | None]:
         """Stop children in list order (writer → dispatcher → flusher for a broker)."""
         return {c.name: c.stop(timeout_s) for c in self.children}
-
-
-def sd_notify(state: str) -> bool:
-    """systemd ``sd_notify`` without a dependency: True if a notify socket took the message."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return False
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(addr)
-            s.sendall(state.encode())
-        except OSError:
-            return False
-    return True

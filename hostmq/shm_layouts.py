@@ -141,13 +141,17 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #                 changes to wake the dispatcher / the flusher, hostmq.shm.futex)
 #     line 4 +256 (dispatcher) dispatched_pos | dispatcher_pid | dispatcher_waiting | dispatch_seq |
 #                 cq_flushed_pos | dispatched_records | dispatch_error_pos (commitlog offset of a record
-#                 the dispatcher cannot parse, where dispatch stalls; -1 while there is none)
+#                 the dispatcher cannot parse, where dispatch stalls; -1 while there is none) |
+#                 dispatcher_heartbeat_ms
 #     line 5 +320 (flusher) flushed_pos | flusher_pid | flusher_waiting | flush_count | last_flush_ms |
 #                 checkpoint_ms | flush_latency_us | flush_error (errno of a failed fdatasync, 0 = none;
 #                 once set, flushed_pos never moves again in this run: fsyncgate)
 #     line 6 +384 (broker, once, before the magic) index_slots | index_entries | queue_wakes (1: the
 #                 writer wakes a queue's wake word as soon as a batch for it is readable — no transient
-#                 store pool, ASYNC_FLUSH — so a tailing consumer need not sleep on dispatch_seq)
+#                 store pool, ASYNC_FLUSH — so a tailing consumer need not sleep on dispatch_seq);
+#                 (flusher) flusher_heartbeat_ms (its own line is full)
+#     Every child's *_heartbeat_ms (wall clock) moves at least every few hundred ms while its loop
+#     runs; the broker withholds systemd's WATCHDOG=1 while one is stale (broker.heartbeat_stale_s).
 #     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
@@ -168,10 +172,11 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
 # under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 8          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 9          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
+                                  # 9: dispatcher and flusher heartbeats
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -184,10 +189,10 @@ _STATE_FIELDS = [
     (192, ["intent_valid", "intent_slot", "intent_generation", "intent_phys_start", "intent_data_end",
            "intent_cw_end", "dispatch_wake", "flush_wake"]),
     (256, ["dispatched_pos", "dispatcher_pid", "dispatcher_waiting", "dispatch_seq", "cq_flushed_pos",
-           "dispatched_records", "dispatch_error_pos"]),
+           "dispatched_records", "dispatch_error_pos", "dispatcher_heartbeat_ms"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us", "flush_error"]),
-    (384, ["index_slots", "index_entries", "queue_wakes"]),
+    (384, ["index_slots", "index_entries", "queue_wakes", "flusher_heartbeat_ms"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped"]),
 ]
 BROKER_STATE = np.dtype({

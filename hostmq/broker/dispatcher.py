@@ -154,6 +154,7 @@ class Dispatcher:
     # -- housekeeping ---------------------------------------------------------------------------------
     def housekeeping(self, now_s: float) -> None:
         """Flush consume queues and index on their interval; drop files behind the commitlog."""
+        self.state.set("dispatcher_heartbeat_ms", int(time.time() * 1000))
         if now_s >= self._next_flush_s:
             self._next_flush_s = now_s + self.flush_interval_s
             self._try("flushing consume queues", self.flush)

@@ -186,6 +186,7 @@ def run(rt: BrokerRuntime, stop) -> int:
              "SYNC_FLUSH" if f.sync else "ASYNC_FLUSH")
     try:
         while not stop.is_set():
+            f.state.set("flusher_heartbeat_ms", int(time.time() * 1000))
             if not f.run_once(time.monotonic()):
                 f.wait(stop)
         # Writer and dispatcher stopped first: everything is final now.

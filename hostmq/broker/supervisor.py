@@ -35,12 +35,14 @@ import numpy as np
 from .. import records as R
 from ..errors import ConnectError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
-from ..process import Child, Supervisor, sd_notify
+from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
+from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
 from ..root import shm_name
 from ..shm.futex import FutexWord
 from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.mapped_file_queue import MappedFileQueue
 from ..store.message_store import MessageStore
+from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool, salvage
 from ..transport import Server
 from .registration import NamesrvLink
@@ -60,6 +62,10 @@ SUPERVISE_INTERVAL_S = 0.2
 SESSION_CHECK_INTERVAL_S = 1.0
 LONG_POLL_CHECK_S = 0.005
 MIN_SHM_FREE_BYTES = 64 << 20
+RECOVERY_REPORT_S = 5.0         # a running recovery is logged and reported to systemd this often
+STATUS_INTERVAL_S = 5.0         # systemd's STATUS= line is refreshed this often while serving
+HEARTBEATS = {"writer": "writer_heartbeat_ms", "dispatcher": "dispatcher_heartbeat_ms",
+              "flusher": "flusher_heartbeat_ms", "scheduler": "scheduler_heartbeat_ms"}
 
 
 def take_lock(path: str, what: str) -> int:
@@ -88,6 +94,10 @@ class Broker:
         self._store_lock_fd: int | None = None
         self.recovery = None
         self.pool_names: list[str] = []
+        self.watchdog = Watchdog.from_env()
+        self.ready_sent = False
+        self._next_status_s = 0.0
+        self.child_codes: dict[str, int | None] = {}
 
     # -- start ----------------------------------------------------------------------------------------
     def _create_pool(self) -> None:
@@ -159,12 +169,25 @@ class Broker:
         self.register()
         log.info("broker %s running at %s (commitlog end %d, %s recovery)", rt.name, rt.socket_path, end,
                  "abnormal" if self.recovery.abnormal else "normal")
-        sd_notify("READY=1")
+        self.notify_ready()
 
     def _recover(self, store_host: bytes) -> tuple[int, int]:
-        """Open the store (recovering it) and close it cleanly; its end and last store time."""
+        """Open the store (recovering it) and close it cleanly; its end and last store time. A
+        recovery that takes long is logged every few seconds and keeps systemd's start timeout
+        extended (``EXTEND_TIMEOUT_USEC``), with its progress as the unit's STATUS."""
         ensure_dir(self.rt.store_dir)
-        store = MessageStore(self.rt.store_dir, self.rt.config, broker=self.rt.name, store_host=store_host)
+        progress = RecoveryProgress()
+        done = threading.Event()
+        sd_notify("STATUS=recovering the store")
+        watcher = threading.Thread(target=_report_recovery, args=(self.rt.name, progress, done),
+                                   name="recovery-report", daemon=True)
+        watcher.start()
+        try:
+            store = MessageStore(self.rt.store_dir, self.rt.config, broker=self.rt.name, store_host=store_host,
+                                 progress=progress)
+        finally:
+            done.set()
+            watcher.join()
         try:
             # Children get the sizes the store was created with, whatever the configuration says.
             self.rt = dataclasses.replace(self.rt, config=dataclasses.replace(self.rt.config, store=store.config))
@@ -194,7 +217,28 @@ class Broker:
     def supervise(self) -> None:
         for name in self.children.check():
             log.warning("broker %s: restarted its %s process", self.rt.name, name)
-        self.state.set("control_heartbeat_ms", int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        self.state.set("control_heartbeat_ms", now_ms)
+        self.notify_ready()
+        stale = stale_heartbeats({c: self.state.get(f) for c, f in HEARTBEATS.items()}, now_ms,
+                                 int(self.rt.config.broker.heartbeat_stale_s * 1000))
+        for line in self.watchdog.due(time.monotonic(), stale):
+            if line.startswith("STATUS="):
+                log.warning("broker %s: %s", self.rt.name, line[len("STATUS="):])
+            sd_notify(line)
+        if self.ready_sent and time.monotonic() >= self._next_status_s and not stale:
+            self._next_status_s = time.monotonic() + STATUS_INTERVAL_S
+            w = self.state.snapshot()
+            sd_notify(f"STATUS=serving: {len(self.state.active_slots())} producer sessions, commitlog at "
+                      f"{w['write_pos']}, dispatched {w['dispatched_pos']}, flushed {w['flushed_pos']}")
+
+    def notify_ready(self) -> None:
+        """READY=1 once the broker is writable and registered with a NameServer (systemd starts what
+        is ordered after it then; a broker nobody can find is not ready)."""
+        if self.ready_sent or self.state.get("broker_state") != R.BROKER_RUNNING or not self.link.registered:
+            return
+        self.ready_sent = True
+        sd_notify(f"READY=1\nSTATUS=serving at {self.rt.socket_path}")
 
     def register(self) -> None:
         t = self.service.topics
@@ -208,11 +252,13 @@ class Broker:
         """Stop everything; True if the store was left clean (``abort`` removed)."""
         clean = False
         st = self.state
+        sd_notify("STOPPING=1\nSTATUS=stopping: draining writer, dispatcher and flusher")
         if st is not None:
             st.set("broker_state", R.BROKER_STOPPING)
         if self.server is not None and not self.server.closed and self.service is not None:
             self.link.unregister()
         codes = self.children.stop(self.rt.config.broker.child_stop_timeout_s) if self.children else {}
+        self.child_codes = codes
         if self.service is not None:
             self.service.offsets.persist(force=True)
             self.service.close()
@@ -225,7 +271,8 @@ class Broker:
             else:
                 log.warning("broker %s: positions disagree at stop (%s); next start recovers", self.rt.name, w)
         elif codes:
-            log.warning("broker %s: children exited with %s; next start runs abnormal recovery", self.rt.name, codes)
+            bad = ", ".join(f"{n} {describe_exit(c)}" for n, c in codes.items() if c != 0)
+            log.error("broker %s: stopped uncleanly — %s; the next start runs abnormal recovery", self.rt.name, bad)
         if self.sessions is not None:
             self.sessions.close()
         if self.server is not None:
@@ -281,8 +328,19 @@ def _segment_exists(name: str) -> bool:
     return os.path.exists(os.path.join(SHM_DIR, name.lstrip("/")))
 
 
+def _report_recovery(name: str, progress: RecoveryProgress, done: threading.Event) -> None:
+    """While recovery runs: every few seconds log its progress, and ask systemd for more start time
+    (twice the interval, so one late report does not fail the start) with the progress as STATUS."""
+    while not done.wait(RECOVERY_REPORT_S):
+        line = progress.line()
+        log.info("broker %s: recovering the store: %s", name, line)
+        sd_notify(f"EXTEND_TIMEOUT_USEC={int(RECOVERY_REPORT_S * 2 * 1e6)}\nSTATUS=recovering: {line}")
+
+
 def run(rt: BrokerRuntime, stop: threading.Event) -> int:
-    """The broker process's entry point; returns its exit code."""
+    """The broker process's entry point; returns its exit code: ``EXIT_CLEAN`` only when the store
+    was left clean (no ``abort``: the next start is a normal recovery), else ``EXIT_UNCLEAN`` — so
+    systemd's ``Restart=on-failure`` restarts a broker that stopped uncleanly."""
     ensure_dir(rt.broker_dir)
     ensure_dir(rt.config_dir)
     lock_fd = take_lock(rt.lock_path, f"another broker named {rt.name}")
@@ -296,4 +354,4 @@ def run(rt: BrokerRuntime, stop: threading.Event) -> int:
         log.info("broker %s stopped (%s)", rt.name, "clean" if clean else "store needs recovery")
     finally:
         os.close(lock_fd)
-    return 0
+    return EXIT_CLEAN if clean else EXIT_UNCLEAN

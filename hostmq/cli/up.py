@@ -1,18 +1,27 @@
 """``hostmq up [ROOT] [--brokers N] [--namesrvs N] [--config FILE] [--demo]``: a whole cluster in the
-foreground (NameServers + brokers as processes); Ctrl-C or SIGTERM stops it cleanly."""
+foreground (NameServers + brokers as processes); Ctrl-C or SIGTERM stops it cleanly.
+
+Exit code 0 only when every server stopped cleanly at our request; 1 (``EXIT_UNCLEAN``) when a server
+died on its own (the cluster is stopped then: systemd's ``Restart=on-failure`` restarts it) or stopped
+uncleanly. Under a notify socket it is the unit's voice: READY=1 once every server is ready,
+WATCHDOG=1 while every server runs, STOPPING=1 (the servers themselves do not notify)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import threading
+import time
 
 from ..client.producer import Producer
 from ..cluster import LocalCluster
-from ..process import stop_on_signals
+from ..process import EXIT_CLEAN, EXIT_UNCLEAN, describe_exit, stop_on_signals
+from ..sdnotify import Watchdog, sd_notify
 from ..root import resolve_root
 from . import workload
 from .common import add_root_and_config, load_config
 
 DEMO_TOPIC = "DemoTopic"
+log = logging.getLogger("hostmq.up")
 
 
 def add_parser(sub) -> None:
@@ -49,18 +58,37 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(root, args.config)
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
+    watchdog = Watchdog.from_env()
+    died: list[str] = []
     print(f"hostmq up: root {root}, {args.namesrvs} NameServer(s), {args.brokers} broker(s)", flush=True)
     with LocalCluster(root, brokers=args.brokers, namesrvs=args.namesrvs, config=cfg) as cluster:
         print(f"  running: {', '.join(cluster.brokers)} (logs in {root}/logs); Ctrl-C stops", flush=True)
+        sd_notify(f"READY=1\nSTATUS=serving: {len(cluster.processes)} servers under {root}")
         if args.demo:
             demo(root, args.demo_messages)
             print("demo done; still serving — Ctrl-C stops the cluster", flush=True)
-        while not stop.wait(0.5):
-            for name, proc in cluster.processes.items():
-                if proc.poll() is not None:
-                    print(f"hostmq up: {name} exited with {proc.returncode}; stopping", flush=True)
-                    stop.set()
-                    break
+        while not stop.is_set():
+            ended = [(n, p) for n, p in cluster.processes.items() if p.poll() is not None]
+            if ended and all(p.returncode == 0 for _, p in ended):
+                # Stopped cleanly by someone else (systemd signals every process of the unit at
+                # once): the cluster stops with it, and that is not a failure.
+                print(f"hostmq up: {ended[0][0]} stopped; stopping the cluster", flush=True)
+                break
+            died = [f"{n} (pid {p.pid}) {describe_exit(p.returncode)}" for n, p in ended if p.returncode != 0]
+            if died:
+                msg = f"hostmq up: {died[0]} — it was not asked to stop; stopping the cluster"
+                print(msg, flush=True)
+                log.error(msg)
+                sd_notify(f"STATUS={msg}")
+                break
+            for line in watchdog.due(time.monotonic(), []):
+                sd_notify(line)
+            if stop.wait(min(0.5, watchdog.period_s / 4) if watchdog.enabled else 0.5):
+                break
+        sd_notify("STOPPING=1\nSTATUS=stopping")
         print("stopping…", flush=True)
+    unclean = [f"{n} {describe_exit(c)}" for n, c in cluster.exit_codes.items() if c != 0]
+    if unclean and not died:
+        print(f"hostmq up: stopped uncleanly: {', '.join(unclean)}", flush=True)
     print("stopped", flush=True)
-    return 0
+    return EXIT_UNCLEAN if died or unclean else EXIT_CLEAN

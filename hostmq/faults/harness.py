@@ -54,7 +54,7 @@ NAMESRV = "namesrv-0"
 FINAL_SAMPLE = 2000             # messages looked up by key and id in the end-of-run check (all by queue)
 SCAN_FILES = 16                 # commitlog files per read of the end-of-run scan
 PUBLIC_SAMPLE = 3               # messages per trial also looked up through Admin (the rest: store readers)
-_RESTARTED = re.compile(r"(\w+) \(pid (\d+)\) exited with (\S+); restarting")
+_RESTARTED = re.compile(r"(\w+) \(pid (\d+)\) exited with (\S+)(?: \([^)]*\))?; restarting")
 
 
 def wait_for(cond, timeout_s: float, what: str, step_s: float = 0.02):

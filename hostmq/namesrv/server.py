@@ -23,7 +23,7 @@ from ..config import NamesrvConfig
 from ..jsonfile import read_json, write_json
 from ..errors import NoRouteError, StoreLockedError, ValidationError
 from ..fsutil import ensure_dir, open_file
-from ..process import sd_notify
+from ..sdnotify import Watchdog, sd_notify
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
@@ -211,9 +211,14 @@ def run(config: NamesrvProcessConfig, stop: threading.Event) -> int:
         try:
             server.bind()
             server.add_timer(config.namesrv.scan_interval_s, service.scan)
+            watchdog = Watchdog.from_env()
+            if watchdog.enabled:        # the timer runs on the serving loop: a hung loop stops the pings
+                server.add_timer(min(1.0, watchdog.period_s / 4),
+                                 lambda: [sd_notify(m) for m in watchdog.due(time.monotonic(), [])])
             log.info("NameServer listening on %s", sock)
-            sd_notify("READY=1")
+            sd_notify(f"READY=1\nSTATUS=serving at {sock}")
             server.run(stop)
+            sd_notify("STOPPING=1\nSTATUS=stopping")
         finally:
             server.close()
     finally:

@@ -360,16 +360,16 @@ class CommitLog:
         record re-checked (``dispatch.scan_records``: ``scan_error``, ``skipped_records``)."""
         return scan_records(self, from_phys, limit_phys, max_records)
 
-    def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0) -> int:
+    def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0, progress=None) -> int:
         """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
-        everything after it; return it."""
-        phys, last_ts = self.valid_end(start_phys, check_crc)
+        everything after it; return it. ``progress(phys)`` is called after each file."""
+        phys, last_ts = self.valid_end(start_phys, check_crc, progress)
         self.mfq.truncate(phys)
         self._cur = None
         self.last_store_ts_ms = max(last_ts, known_last_ts_ms)
         return phys
 
-    def valid_end(self, start_phys: int, check_crc: bool) -> tuple[int, int]:
+    def valid_end(self, start_phys: int, check_crc: bool, progress=None) -> tuple[int, int]:
         """``(end of valid data, store time of the last valid message)`` scanning from the record
         boundary ``start_phys``; reads only.
 
@@ -389,6 +389,8 @@ class CommitLog:
                                   mf.file_from_offset)
             last_ts = max(last_ts, ts)
             phys = mf.file_from_offset + rel
+            if progress is not None:
+                progress(phys)
             if rel < self.file_bytes:
                 break
             idx += 1

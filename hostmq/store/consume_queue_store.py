@@ -45,6 +45,7 @@ class ConsumeQueueStore:
         self.path = path
         self.config = config
         self.commitlog = commitlog
+        self.progress = None            # recovery's callback: progress(phys) after each redispatched batch
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.consume_queues_present = self._load_consume_queues()
         self.index = IndexService(path, config) if config.message_index_enable else None
@@ -132,6 +133,8 @@ class ConsumeQueueStore:
                 n += len(b)
             if nxt > phys:
                 self.dispatched_phys = max(self.dispatched_phys, nxt)
+                if self.progress is not None:
+                    self.progress(nxt)
             if b.error is not None:
                 self._stopped_at(b.error)
                 break

@@ -105,7 +105,8 @@ def delay_levels_ms(spec: str) -> tuple[int, ...]:
 
 class MessageStore:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
-                 broker: str = "", store_host: bytes | None = None) -> None:
+                 broker: str = "", store_host: bytes | None = None,
+                 progress: "recovery.RecoveryProgress | None" = None) -> None:
         self.path = os.path.abspath(path)
         self.config = store_config(config)
         levels = config.broker.message_delay_level if isinstance(config, Config) else None
@@ -114,12 +115,12 @@ class MessageStore:
         self._lock_fd = _take_lock(os.path.join(self.path, "lock"))
         self.closed = False
         try:
-            self._open(store_host, delay_levels_ms(levels or Config().broker.message_delay_level))
+            self._open(store_host, delay_levels_ms(levels or Config().broker.message_delay_level), progress)
         except BaseException:
             os.close(self._lock_fd)
             raise
 
-    def _open(self, store_host: bytes | None, levels: tuple[int, ...]) -> None:
+    def _open(self, store_host: bytes | None, levels: tuple[int, ...], progress) -> None:
         # The file sizes are the store's own (store.json): another configuration never misreads it.
         cfg = self.config = effective_config(self.path, self.config)
         # RocketMQ uses the pool only with ASYNC_FLUSH (isTransientStorePoolEnable)
@@ -135,7 +136,7 @@ class MessageStore:
         self.commitlog.mfq.load()
         self.cq_store = ConsumeQueueStore(self.path, cfg, self.commitlog)
         self.checkpoint = StoreCheckpoint(os.path.join(self.path, "checkpoint"))
-        self.recovery = recovery.run(self)
+        self.recovery = recovery.run(self, progress)
         self.cq_store.dispatched_phys = self.recovery.commitlog_max_offset
         fd = open_file(self.abort_path, os.O_WRONLY | os.O_CREAT)
         os.fsync(fd)

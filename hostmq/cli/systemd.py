@@ -1,0 +1,173 @@
+"""``hostmq systemd [ROOT] --out DIR [--user USER] [--group GROUP]``: systemd units for one root.
+
+Renders ``hostmq-namesrv.service`` and ``hostmq-broker@.service`` (instance = broker name) with the
+absolute path of this installation's ``hostmq``. What each setting is for:
+
+* ``Type=notify``, ``NotifyAccess=main``: the server says READY=1 only once it serves (a broker: writable
+  and registered), STATUS= lines, STOPPING=1 (``hostmq/sdnotify.py``); ``WatchdogSec=``: a broker pings
+  only while every child's heartbeat is fresh, so a hung writer gets the unit restarted.
+* ``Restart=on-failure``: a broker exits non-zero when it stopped uncleanly (its store needs recovery)
+  or died; 0 only after a clean stop.
+* ``TimeoutStartSec``: crash recovery of a large store takes minutes; it also extends the timeout
+  itself (EXTEND_TIMEOUT_USEC) while it runs. ``TimeoutStopSec``: the writer → dispatcher → flusher
+  drain and the final flush.
+* ``KillMode=mixed``: SIGTERM to the main process only, SIGKILL to the rest after the timeout. The
+  default (``control-group``: SIGTERM to every process at once) stops a broker just as cleanly — its
+  children pass the signal to their supervisor (``hostmq/process.py``) — so this is not what makes a
+  stop correct, only quieter.
+* ``LimitMEMLOCK=infinity``: the transient store pool and the commitlog head are ``mlock``ed.
+* ``User=``/``Group=``/``UMask=0007``: the root belongs to one user and one group (README: access).
+* Sandboxing that still lets the bus work: ``ProtectSystem=strict`` with ``ReadWritePaths=`` the root
+  and ``/dev/shm`` (segments and semaphores); ``PrivateTmp=no`` and no ``PrivateDevices=`` (both would
+  give the unit its own /dev/shm or /tmp, invisible to clients); ``RemoveIPC=no`` — with ``User=``,
+  ``RemoveIPC=yes`` would unlink the user's shared memory when the unit stops, the segments a
+  restarted broker salvages acknowledged messages from.
+"""
+from __future__ import annotations
+
+import argparse
+import grp
+import os
+import pwd
+import shutil
+import sys
+
+from ..errors import ConfigError
+from ..root import resolve_root
+
+NAMESRV_UNIT = "hostmq-namesrv.service"
+BROKER_UNIT = "hostmq-broker@.service"
+WATCHDOG_SEC = 30
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("systemd", help="render systemd units (NameServer, broker@NAME) for a root")
+    p.add_argument("root", nargs="?", default=None, help="root directory (default $HOSTMQ_ROOT or ~/.hostmq)")
+    p.add_argument("--out", required=True, help="directory to write the unit files to (e.g. /etc/systemd/system)")
+    p.add_argument("--user", default=None, help="user the servers run as (default: the root's owner, else you)")
+    p.add_argument("--group", default=None, help="group that may use the bus (default: the user's group)")
+    p.set_defaults(func=main)
+
+
+def hostmq_command() -> list[str]:
+    """The absolute command line of this installation's ``hostmq``."""
+    exe = os.path.join(os.path.dirname(sys.executable), "hostmq")
+    if os.access(exe, os.X_OK):
+        return [exe]
+    found = shutil.which("hostmq")
+    if found:
+        return [os.path.realpath(found)]
+    return [sys.executable, "-m", "hostmq.cli.main"]
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not value or not set(value) <= NAME_CHARS or value.startswith("-"):
+        raise ConfigError(f"{kind} must be letters, digits, '.', '_' or '-', got {value!r}")
+    return value
+
+
+def _quote(arg: str) -> str:
+    """One argument of an ``ExecStart=`` line (systemd's own quoting; ``%`` is a specifier)."""
+    arg = arg.replace("%", "%%")
+    if arg and not any(c in arg for c in " \t\"'\\;$"):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_units(root: str, command: list[str], user: str, group: str) -> dict[str, str]:
+    """The unit files (name → text) for ``root``; pure."""
+    if not os.path.isabs(root):
+        raise ConfigError(f"the root must be an absolute path in a unit, got {root!r}")
+    _check_name("user", user)
+    _check_name("group", group)
+    exe = " ".join(_quote(a) for a in command)
+    r = _quote(root)
+    common = f"""\
+Type=notify
+NotifyAccess=main
+Restart=on-failure
+RestartSec=2s
+WatchdogSec={WATCHDOG_SEC}s
+KillMode=mixed
+User={user}
+Group={group}
+UMask=0007
+Environment=HOSTMQ_ROOT={r}
+LimitMEMLOCK=infinity
+LimitNOFILE=65536
+ProtectSystem=strict
+ProtectHome=read-only
+ReadWritePaths={r} /dev/shm
+PrivateTmp=no
+RemoveIPC=no
+NoNewPrivileges=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+"""
+    namesrv = f"""\
+# Rendered by `hostmq systemd` for the root {root}.
+[Unit]
+Description=hostmq NameServer ({root})
+Documentation=https://rocketmq.apache.org/docs/
+After=local-fs.target
+
+[Service]
+ExecStart={exe} namesrv {r}
+TimeoutStartSec=60s
+TimeoutStopSec=30s
+{common}
+[Install]
+WantedBy=multi-user.target
+"""
+    broker = f"""\
+# Rendered by `hostmq systemd` for the root {root}. One instance per broker name:
+#   systemctl enable --now hostmq-broker@broker-a
+[Unit]
+Description=hostmq broker %i ({root})
+Documentation=https://rocketmq.apache.org/docs/
+Wants={NAMESRV_UNIT}
+After={NAMESRV_UNIT} local-fs.target
+
+[Service]
+ExecStart={exe} broker {r} --name %i
+# Crash recovery of a large store is long (it extends this itself while it makes progress);
+# a stop drains the writer, dispatcher and flusher and writes the final checkpoint.
+TimeoutStartSec=300s
+TimeoutStopSec=120s
+{common}
+[Install]
+WantedBy=multi-user.target
+"""
+    return {NAMESRV_UNIT: namesrv, BROKER_UNIT: broker}
+
+
+def default_user_group(root: str, user: str | None, group: str | None) -> tuple[str, str]:
+    """``--user`` else the root's owner (if it exists) else whoever runs this; ``--group`` else that
+    user's primary group."""
+    if user is None:
+        uid = os.stat(root).st_uid if os.path.exists(root) else os.getuid()
+        user = pwd.getpwuid(uid).pw_name
+    if group is None:
+        try:
+            group = grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+        except KeyError:
+            raise ConfigError(f"no such user {user!r}; give --group") from None
+    return user, group
+
+
+def main(args: argparse.Namespace) -> int:
+    root = resolve_root(args.root)
+    user, group = default_user_group(root, args.user, args.group)
+    os.makedirs(args.out, exist_ok=True)
+    for name, text in render_units(root, hostmq_command(), user, group).items():
+        path = os.path.join(args.out, name)
+        with open(path, "w") as f:
+            f.write(text)
+        print(path)
+    print(f"next: systemctl daemon-reload && systemctl enable --now {NAMESRV_UNIT} "
+          f"hostmq-broker@broker-a.service")
+    return 0
