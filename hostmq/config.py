@@ -188,10 +188,28 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class LoggingConfig:
+    level: str = "INFO"                  # DEBUG | INFO | WARNING | ERROR (--log-level and $HOSTMQ_LOG_LEVEL win)
+    file: str = ""                       # "": stderr (the journal under systemd); relative: under ROOT/logs
+    max_bytes: int = 64 << 20            # a log file is rotated at this size ...
+    backups: int = 5                     # ... keeping this many old ones (file.1 … file.N)
+
+    def __post_init__(self) -> None:
+        _check_numbers("logging", self)
+        if self.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"logging.level must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {self.level!r}")
+        if self.max_bytes < 4096 or self.backups < 1:
+            raise ConfigError("logging.max_bytes must be ≥ 4096 and logging.backups ≥ 1")
+        if "\0" in self.file:
+            raise ConfigError("logging.file must not contain NUL")
+
+
+@dataclass(frozen=True)
 class Config:
     namesrv: NamesrvConfig = field(default_factory=NamesrvConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Config":
@@ -239,7 +257,8 @@ class Config:
         return Config.from_dict(base)
 
 
-_SECTION_TYPES = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "store": StoreConfig}
+_SECTION_TYPES = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "store": StoreConfig,
+                  "logging": LoggingConfig}
 
 
 def section_from_dict(kind: type, data: Any, name: str = ""):

@@ -94,7 +94,14 @@ def child_main(target: str, config) -> None:
     set_process_name("hostmq-" + target.rsplit(".", 1)[-1].split(":")[0])
     stop = threading.Event()
     defer_stop_to_parent(stop)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")
+    cfg = getattr(config, "config", None)          # a BrokerRuntime: the broker's [logging] section
+    if cfg is not None and hasattr(cfg, "logging"):
+        from . import logsetup
+        role = target.rsplit(".", 1)[-1].split(":")[0]
+        logsetup.configure(cfg.logging, getattr(config, "root", None),
+                           name=f"{getattr(config, 'name', '')}.{role}".lstrip("."))
+    else:
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")
     rc = resolve(target)(config, stop)
     sys.exit(rc or 0)
 

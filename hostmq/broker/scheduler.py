@@ -51,6 +51,7 @@ class Scheduler:
         # it saved its offsets: check those against the real topics' index.
         self.check_below = {lvl: self.reader.refresh_queue(SCHEDULE_TOPIC, lvl - 1) for lvl in self.levels_range()}
         self.delivered = self.skipped = 0
+        self.not_again = self._not_again_logged = 0     # due messages found delivered before a restart
 
     def levels_range(self):
         return range(1, self.levels + 1)
@@ -80,6 +81,10 @@ class Scheduler:
                 self.offsets.set(level, off)
         self.state.set("delayed_delivered", self.delivered)
         self.state.set("delayed_skipped", self.skipped)
+        if self.not_again > self._not_again_logged:      # one line per round, not one per message
+            log.info("scheduler: %d due messages were delivered before the restart; not again (each at DEBUG)",
+                     self.not_again - self._not_again_logged)
+            self._not_again_logged = self.not_again
         return max(0.001, wait_ms / 1000)
 
     def _deliver(self, level: int, off: int, phys: int) -> None:
@@ -92,7 +97,8 @@ class Scheduler:
             self.skipped += 1
             return
         if off < self.check_below[level] and uniq and self._already_stored(topic, uniq):
-            log.info("scheduler: %s was delivered before the restart; not again", uniq)
+            log.debug("scheduler: %s was delivered before the restart; not again", uniq)
+            self.not_again += 1
             return
         mq = MessageQueue(topic, self.rt.name, qid)
         try:        # broker busy or stopping raises on: the supervisor restarts us

@@ -24,4 +24,5 @@ def main(args: argparse.Namespace) -> int:
         print("hostmq: error: slave brokers (--id > 0, --master) need HA replication, which is not built yet")
         return 2
     cfg = load_config(root, args.config)
-    return run_foreground(supervisor.run, BrokerRuntime(root, args.name, args.id, cfg))
+    return run_foreground(supervisor.run, BrokerRuntime(root, args.name, args.id, cfg), cfg, root, args.log_level,
+                          name=args.name)

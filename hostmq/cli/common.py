@@ -1,11 +1,12 @@
 """Helpers shared by the CLI verbs: root and config resolution, foreground running."""
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
+from .. import logsetup
 from ..config import Config
+from ..logsetup import LEVELS
 from ..process import stop_on_signals
 from ..root import RootPaths
 
@@ -13,6 +14,8 @@ from ..root import RootPaths
 def add_root_and_config(p) -> None:
     p.add_argument("root", nargs="?", default=None, help="root directory (default $HOSTMQ_ROOT or ~/.hostmq)")
     p.add_argument("--config", default=None, help="TOML config file (default ROOT/hostmq.toml if present)")
+    p.add_argument("--log-level", default=None, type=str.upper, choices=LEVELS,
+                   help="DEBUG, INFO, … (default $HOSTMQ_LOG_LEVEL, else [logging] level, else INFO)")
 
 
 def load_config(root: str, config_file: str | None) -> Config:
@@ -22,9 +25,10 @@ def load_config(root: str, config_file: str | None) -> Config:
     return Config.load(default) if os.path.exists(default) else Config()
 
 
-def run_foreground(run, config) -> int:
-    """Run a process module's ``run(config, stop)`` here; Ctrl-C and SIGTERM stop it cleanly."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+def run_foreground(run, config, cfg: Config, root: str, log_level: str | None = None, name: str = "") -> int:
+    """Run a process module's ``run(config, stop)`` here, logging as ``cfg.logging`` says (``name``:
+    this server in its lines and log file); Ctrl-C and SIGTERM stop it cleanly."""
+    logsetup.configure(cfg.logging, root, log_level, name)
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
     return run(config, stop)

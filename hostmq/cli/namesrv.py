@@ -18,4 +18,5 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     cfg = load_config(root, args.config)
-    return run_foreground(server.run, server.NamesrvProcessConfig(root, args.index, cfg.namesrv))
+    return run_foreground(server.run, server.NamesrvProcessConfig(root, args.index, cfg.namesrv), cfg, root,
+                          args.log_level, name=f"namesrv-{args.index}")

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 
+from .. import logsetup
 from ..client.producer import Producer
 from ..cluster import LocalCluster
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, describe_exit, stop_on_signals
@@ -56,6 +57,7 @@ def demo(root: str, n: int) -> None:
 def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     cfg = load_config(root, args.config)
+    logsetup.configure(cfg.logging, root, args.log_level, "up")   # exported: the servers inherit the level
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
     watchdog = Watchdog.from_env()

@@ -287,3 +287,68 @@ def test_hostmq_up_reports_ready_once_every_server_is_ready(root, notify):
     assert "STOPPING=1" in notify.seen
     # The servers it started do not speak for the unit: one READY only.
     assert notify.seen.count("READY=1") == 1
+
+
+# -- logs ---------------------------------------------------------------------------------------------
+def _run_broker(c, name: str, args=(), env=None, stderr=subprocess.DEVNULL, config=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hostmq.cli.main", "broker", c.root, "--name", name,
+                             "--config", config or c.config_file, *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=stderr)
+
+
+def _alive(root: str, name: str) -> bool:
+    try:
+        with hostmq.Admin(root) as a:
+            return any(r["name"] == name and r["alive"] for r in a.brokers())
+    except hostmq.errors.HostMQError:
+        return False
+
+
+def test_under_the_journal_every_process_logs_priorities_without_timestamps(cluster, tmp_path):
+    c = cluster()
+    path = tmp_path / "journal"
+    with open(path, "wb") as err:
+        st = os.fstat(err.fileno())
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        env.pop("HOSTMQ_LOG_LEVEL", None)
+        proc = _run_broker(c, "broker-j", env=env, stderr=err)
+        try:
+            wait_until(lambda: _alive(c.root, "broker-j"), 60, "broker-j")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    lines = path.read_text().splitlines()
+    assert lines and all(ln[:3] in ("<7>", "<6>", "<4>", "<3>", "<2>") for ln in lines), lines[:5]
+    assert any(ln.startswith("<6>broker-j hostmq.broker.supervisor INFO broker broker-j running") for ln in lines)
+    for child in ("writer", "dispatcher", "flusher", "scheduler"):
+        assert any(ln.startswith(f"<6>broker-j.{child} hostmq.broker.{child} INFO ") for ln in lines), child
+
+
+def test_a_log_file_per_process_and_the_command_lines_level_reaches_the_children(cluster):
+    c = cluster()
+    with open(c.config_file) as f:
+        text = f.read()
+    assert 'file = ""' in text
+    cfg = os.path.join(c.root, "run", "logging.toml")
+    with open(cfg, "w") as f:
+        f.write(text.replace('file = ""', 'file = "hostmq.log"'))
+    proc = _run_broker(c, "broker-f", args=("--log-level", "warning"), config=cfg)
+    try:
+        wait_until(lambda: _alive(c.root, "broker-f"), 60, "broker-f")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    logs = os.path.join(c.root, "logs")
+    names = {"hostmq.broker-f.log"} | {f"hostmq.broker-f.{ch}.log" for ch in
+                                       ("writer", "dispatcher", "flusher", "scheduler")}
+    assert names <= set(os.listdir(logs))
+    # At INFO each of them logs its start ("writer ready", "broker … running"); at WARNING none does.
+    for n in names:
+        with open(os.path.join(logs, n)) as f:
+            assert " INFO " not in f.read(), n
