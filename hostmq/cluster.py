@@ -46,7 +46,7 @@ def broker_names(n: int) -> list[str]:
 def dump_toml(config: Config) -> str:
     """``config`` as TOML (sections of scalars: all hostmq config is that shape)."""
     lines = []
-    for section in ("namesrv", "broker", "store", "logging"):
+    for section in ("namesrv", "broker", "store", "logging", "access"):
         lines.append(f"[{section}]")
         for k, v in dataclasses.asdict(getattr(config, section)).items():
             if isinstance(v, bool):

@@ -205,11 +205,22 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class AccessConfig:
+    group: str = ""                      # the group whose members may use the root (name or gid); "": the root's own
+
+    def __post_init__(self) -> None:
+        g = self.group.strip()
+        if g and not (g.isdigit() or g.replace("-", "").replace("_", "").replace(".", "").isalnum()):
+            raise ConfigError(f"access.group must be a group name or number, got {self.group!r}")
+
+
+@dataclass(frozen=True)
 class Config:
     namesrv: NamesrvConfig = field(default_factory=NamesrvConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Config":
@@ -258,7 +269,7 @@ class Config:
 
 
 _SECTION_TYPES = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "store": StoreConfig,
-                  "logging": LoggingConfig}
+                  "logging": LoggingConfig, "access": AccessConfig}
 
 
 def section_from_dict(kind: type, data: Any, name: str = ""):

@@ -82,7 +82,7 @@ def dir_residency(directory: str) -> dict:
             got_total += got
             pages_total += pages
     return {"files": files, "total_pct": round(100.0 * got_total / pages_total, 1) if pages_total else 0.0,
-            "resident_bytes": got_total * PAGE_BYTES}
+            "resident_bytes": got_total * PAGE_BYTES, "total_bytes": pages_total * PAGE_BYTES}
 
 
 def flush_histogram_summary(counts: list[int]) -> dict:

@@ -235,6 +235,8 @@ class Server:
         self._socket = sock
         self._poller.register(sock, zmq.POLLIN)
         if self.address.startswith("ipc://"):
+            from .access import secure_socket
+            secure_socket(self.address[len("ipc://"):])        # owner and group connect (hostmq/access.py)
             st = os.stat(self.address[len("ipc://"):])
             self._bound_file = (self.address[len("ipc://"):], st.st_dev, st.st_ino)
         log.debug("%s listening at %s", self.name, self.address)

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostmq.config import (ASYNC_FLUSH, SYNC_FLUSH, BrokerConfig, Config, LoggingConfig, NamesrvConfig, StoreConfig,
+from hostmq.config import (ASYNC_FLUSH, SYNC_FLUSH, AccessConfig, BrokerConfig, Config, LoggingConfig,
+                           NamesrvConfig, StoreConfig,
                            section_from_dict, store_config)
 from hostmq.errors import ConfigError, HostMQError
 
@@ -219,7 +220,7 @@ def test_the_configuration_reference_lists_every_key_with_its_default():
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md"), encoding="utf-8").read()
     ref = doc[doc.index("## Configuration reference"):]
     for section, cls in (("namesrv", NamesrvConfig), ("broker", BrokerConfig), ("store", StoreConfig),
-                         ("logging", LoggingConfig)):
+                         ("logging", LoggingConfig), ("access", AccessConfig)):
         part = ref[ref.index(f"### `[{section}]`"):]
         part = part[:part.index("### ", 4)] if "### " in part[4:] else part
         rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)`", part, re.M))

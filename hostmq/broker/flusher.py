@@ -100,6 +100,7 @@ class Flusher:
         took_us = int((time.perf_counter() - t0) * 1e6)
         w[_W["flush_latency_us"]] = took_us
         self.state.flush_histogram[R.histogram_bucket(took_us)] += 1
+        w[_W["flush_latency_sum_us"]] += took_us
         notify_if_waiting(self.state.writer_waiting, self.doorbell)
         if self.state.sync_flush:
             # Under SYNC_FLUSH a record becomes readable when it is flushed: wake the consumers that

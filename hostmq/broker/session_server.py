@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .. import records as R
+from ..access import secure_socket
 from ..errors import BrokerBusyError, HostMQError, ProtocolError
 from ..protocol import session as P
 from ..shm.futex import FutexWord
@@ -87,6 +88,7 @@ class SessionServer:
             pass
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         s.bind(self.path)
+        secure_socket(self.path)                # owner and group connect (hostmq/access.py)
         s.listen(128)
         self.listener = s
         self._sel.register(s, selectors.EVENT_READ, None)

@@ -64,8 +64,6 @@ LONG_POLL_CHECK_S = 0.005
 MIN_SHM_FREE_BYTES = 64 << 20
 RECOVERY_REPORT_S = 5.0         # a running recovery is logged and reported to systemd this often
 STATUS_INTERVAL_S = 5.0         # systemd's STATUS= line is refreshed this often while serving
-HEARTBEATS = {"writer": "writer_heartbeat_ms", "dispatcher": "dispatcher_heartbeat_ms",
-              "flusher": "flusher_heartbeat_ms", "scheduler": "scheduler_heartbeat_ms"}
 
 
 def take_lock(path: str, what: str) -> int:
@@ -220,7 +218,7 @@ class Broker:
         now_ms = int(time.time() * 1000)
         self.state.set("control_heartbeat_ms", now_ms)
         self.notify_ready()
-        stale = stale_heartbeats({c: self.state.get(f) for c, f in HEARTBEATS.items()}, now_ms,
+        stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items()}, now_ms,
                                  int(self.rt.config.broker.heartbeat_stale_s * 1000))
         for line in self.watchdog.due(time.monotonic(), stale):
             if line.startswith("STATUS="):

@@ -5,6 +5,7 @@ import os
 import threading
 
 from .. import logsetup
+from ..access import secure_root
 from ..config import Config
 from ..logsetup import LEVELS
 from ..process import stop_on_signals
@@ -29,6 +30,7 @@ def run_foreground(run, config, cfg: Config, root: str, log_level: str | None = 
     """Run a process module's ``run(config, stop)`` here, logging as ``cfg.logging`` says (``name``:
     this server in its lines and log file); Ctrl-C and SIGTERM stop it cleanly."""
     logsetup.configure(cfg.logging, root, log_level, name)
+    secure_root(root, cfg.access.group)
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
     return run(config, stop)

@@ -1,26 +1,110 @@
-"""``hostmq status [ROOT] [--json]``: brokers (pids, positions, page-cache residency, dirty bytes, faults and
-RSS per process in --json, transaction checks), topics with per-queue offsets, groups and lag."""
+"""``hostmq status [ROOT] [--json | --check [--max-lag N] | --watch [--interval S]]``: brokers (pids,
+positions, page-cache residency, dirty bytes, faults and RSS per process in --json, transaction
+checks), topics with per-queue offsets, groups and lag.
+
+``--check`` is for scripts and monitors: exit 0 with ``ok: …``, or exit 1 with one line saying why —
+a broker down (registered but not answering, or its processes gone), a child's heartbeat older than
+``broker.heartbeat_stale_s``, a group's lag on a queue above ``--max-lag``. ``--watch`` redraws the
+view every ``--interval`` seconds, like ``top``, until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
+import time
 
+from .. import records as R
 from ..client.admin import Admin
+from ..errors import HostMQError
 from ..observe import broker_tuning
-from ..root import RootPaths
-from .common import print_json, print_table
+from ..root import RootPaths, resolve_root
+from ..sdnotify import stale_heartbeats
+from .common import load_config, print_json, print_table
+
+EXIT_OK, EXIT_UNHEALTHY = 0, 1
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("status", help="brokers, topics, queues and consumer lag under a root")
     p.add_argument("root", nargs="?", default=None)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--config", default=None, help="TOML config file (default ROOT/hostmq.toml if present)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="machine-readable output")
+    mode.add_argument("--check", action="store_true", help="exit 1 with one line when something is unhealthy")
+    mode.add_argument("--watch", action="store_true", help="refresh the view until Ctrl-C")
+    p.add_argument("--max-lag", type=int, default=None, help="--check: fail when a group lags more messages "
+                   "than this on a queue")
+    p.add_argument("--interval", type=float, default=2.0, help="--watch: seconds between refreshes (default 2)")
     p.set_defaults(func=main)
 
 
-def gather(admin: Admin) -> dict:
+def problems(data: dict, stale_ms: int, max_lag: int | None, now_ms: int) -> list[str]:
+    """What ``--check`` fails for, worst first (pure)."""
+    out = []
+    for b in data["brokers"]:
+        if not b["alive"]:
+            out.append(f"broker {b['name']} is down ({b.get('error', 'not answering')})")
+            continue
+        st = b.get("state", {})
+        beats = {p: int(st.get(f, 0) or 0) for p, f in R.STATE_HEARTBEATS.items() if f in st}
+        for line in stale_heartbeats(beats, now_ms, stale_ms):
+            out.append(f"broker {b['name']}: {line}")
+    if max_lag is not None:
+        for g, rows in sorted(data["groups"].items()):
+            for r in rows:
+                if r["lag"] > max_lag:
+                    out.append(f"group {g} lags {r['lag']} messages on {r['queue']} (more than {max_lag})")
+    return out
+
+
+def check(args: argparse.Namespace) -> int:
+    root = resolve_root(args.root)
+    stale_ms = int(load_config(root, args.config).broker.heartbeat_stale_s * 1000)
+    try:
+        with Admin(root) as a:
+            data = gather(a, tuning=False)
+    except HostMQError as e:
+        print(f"unhealthy: {e}")
+        return EXIT_UNHEALTHY
+    if not data["brokers"]:
+        print("unhealthy: no broker is registered with the NameServers")
+        return EXIT_UNHEALTHY
+    bad = problems(data, stale_ms, args.max_lag, int(time.time() * 1000))
+    if bad:
+        print(f"unhealthy: {bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+        return EXIT_UNHEALTHY
+    lag = max((r["lag"] for rows in data["groups"].values() for r in rows), default=0)
+    print(f"ok: {len(data['brokers'])} broker(s) up, every process beating, largest group lag {lag}")
+    return EXIT_OK
+
+
+def watch(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Admin(args.root) as a:
+        while not stop.is_set():
+            try:
+                data = gather(a)
+            except HostMQError as e:
+                data = None
+                error = str(e)
+            sys.stdout.write("\x1b[H\x1b[2J")          # home and clear, as top does
+            print(f"hostmq status — {time.strftime('%H:%M:%S')} — every {args.interval:g} s, Ctrl-C quits")
+            if data is None:
+                print(f"unavailable: {error}")
+            else:
+                show(data)
+            sys.stdout.flush()
+            stop.wait(args.interval)
+    return EXIT_OK
+
+
+def gather(admin: Admin, tuning: bool = True) -> dict:
     brokers = admin.brokers()
     paths = RootPaths.of(admin.root)
-    for b in brokers:       # page-cache picture, read from outside the broker (mincore, /proc)
+    for b in brokers if tuning else ():     # page-cache picture, read from outside the broker (mincore, /proc)
         b["tuning"] = broker_tuning(paths.store_dir(b["name"]), b.get("state") if b["alive"] else None)
     groups = sorted({g for b in brokers for g in b.get("groups", [])})
     progress = {g: admin.consumer_progress(g) for g in groups}
@@ -28,6 +112,10 @@ def gather(admin: Admin) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.check:
+        return check(args)
+    if args.watch:
+        return watch(args)
     with Admin(args.root) as a:
         data = gather(a)
     if args.json:
@@ -36,6 +124,11 @@ def main(args: argparse.Namespace) -> int:
                 r["queue"] = str(r["queue"])
         print_json(data)
         return 0
+    show(data)
+    return 0
+
+
+def show(data: dict) -> None:
     print(f"root {data['root']}")
     rows = []
     for b in data["brokers"]:
@@ -63,4 +156,3 @@ def main(args: argparse.Namespace) -> int:
         print_table([{"queue": str(r["queue"]), "broker_offset": r["broker_offset"],
                       "consumer_offset": r["consumer_offset"], "lag": r["lag"]} for r in rows],
                     ["queue", "broker_offset", "consumer_offset", "lag"])
-    return 0

@@ -1,7 +1,8 @@
 """``hostmq systemd [ROOT] --out DIR [--user USER] [--group GROUP]``: systemd units for one root.
 
-Renders ``hostmq-namesrv.service`` and ``hostmq-broker@.service`` (instance = broker name) with the
-absolute path of this installation's ``hostmq``. What each setting is for:
+Renders ``hostmq-namesrv.service``, ``hostmq-broker@.service`` (instance = broker name) and
+``hostmq-exporter.service`` (Prometheus metrics, ``hostmq exporter``) with the absolute path of this
+installation's ``hostmq``. What each setting is for:
 
 * ``Type=notify``, ``NotifyAccess=main``: the server says READY=1 only once it serves (a broker: writable
   and registered), STATUS= lines, STOPPING=1 (``hostmq/sdnotify.py``); ``WatchdogSec=``: a broker pings
@@ -37,7 +38,21 @@ from ..root import resolve_root
 
 NAMESRV_UNIT = "hostmq-namesrv.service"
 BROKER_UNIT = "hostmq-broker@.service"
+EXPORTER_UNIT = "hostmq-exporter.service"
 WATCHDOG_SEC = 30
+SANDBOX = """\
+ProtectSystem=strict
+ProtectHome=read-only
+ReadWritePaths={r} /dev/shm
+PrivateTmp=no
+RemoveIPC=no
+NoNewPrivileges=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+"""
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -47,6 +62,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="directory to write the unit files to (e.g. /etc/systemd/system)")
     p.add_argument("--user", default=None, help="user the servers run as (default: the root's owner, else you)")
     p.add_argument("--group", default=None, help="group that may use the bus (default: the user's group)")
+    p.add_argument("--metrics-listen", default="127.0.0.1:9464", help="the exporter unit's HOST:PORT")
     p.set_defaults(func=main)
 
 
@@ -75,38 +91,47 @@ def _quote(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_units(root: str, command: list[str], user: str, group: str) -> dict[str, str]:
+def render_units(root: str, command: list[str], user: str, group: str,
+                 metrics_listen: str = "127.0.0.1:9464") -> dict[str, str]:
     """The unit files (name → text) for ``root``; pure."""
+    from ..metrics import parse_listen
     if not os.path.isabs(root):
         raise ConfigError(f"the root must be an absolute path in a unit, got {root!r}")
     _check_name("user", user)
     _check_name("group", group)
+    parse_listen(metrics_listen)
     exe = " ".join(_quote(a) for a in command)
     r = _quote(root)
-    common = f"""\
+    identity = f"""\
 Type=notify
 NotifyAccess=main
 Restart=on-failure
 RestartSec=2s
-WatchdogSec={WATCHDOG_SEC}s
-KillMode=mixed
 User={user}
 Group={group}
 UMask=0007
 Environment=HOSTMQ_ROOT={r}
+"""
+    common = identity + f"""\
+WatchdogSec={WATCHDOG_SEC}s
+KillMode=mixed
 LimitMEMLOCK=infinity
 LimitNOFILE=65536
-ProtectSystem=strict
-ProtectHome=read-only
-ReadWritePaths={r} /dev/shm
-PrivateTmp=no
-RemoveIPC=no
-NoNewPrivileges=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectControlGroups=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
+""" + SANDBOX.format(r=r)
+    exporter = f"""\
+# Rendered by `hostmq systemd` for the root {root}: Prometheus metrics at http://{metrics_listen}/metrics
+# (needs the metrics extra: pip install 'hostmq[metrics]').
+[Unit]
+Description=hostmq metrics exporter ({root})
+After={NAMESRV_UNIT}
+
+[Service]
+ExecStart={exe} exporter {r} --listen {_quote(metrics_listen)}
+TimeoutStartSec=60s
+TimeoutStopSec=10s
+{identity}{SANDBOX.format(r=r)}
+[Install]
+WantedBy=multi-user.target
 """
     namesrv = f"""\
 # Rendered by `hostmq systemd` for the root {root}.
@@ -142,7 +167,7 @@ TimeoutStopSec=120s
 [Install]
 WantedBy=multi-user.target
 """
-    return {NAMESRV_UNIT: namesrv, BROKER_UNIT: broker}
+    return {NAMESRV_UNIT: namesrv, BROKER_UNIT: broker, EXPORTER_UNIT: exporter}
 
 
 def default_user_group(root: str, user: str | None, group: str | None) -> tuple[str, str]:
@@ -163,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     user, group = default_user_group(root, args.user, args.group)
     os.makedirs(args.out, exist_ok=True)
-    for name, text in render_units(root, hostmq_command(), user, group).items():
+    for name, text in render_units(root, hostmq_command(), user, group, args.metrics_listen).items():
         path = os.path.join(args.out, name)
         with open(path, "w") as f:
             f.write(text)

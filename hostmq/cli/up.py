@@ -13,6 +13,7 @@ import threading
 import time
 
 from .. import logsetup
+from ..access import secure_root
 from ..client.producer import Producer
 from ..cluster import LocalCluster
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, describe_exit, stop_on_signals
@@ -30,6 +31,8 @@ def add_parser(sub) -> None:
     add_root_and_config(p)
     p.add_argument("--brokers", type=int, default=1, help="brokers to run (default 1)")
     p.add_argument("--namesrvs", type=int, default=1, help="NameServers to run (default 1)")
+    p.add_argument("--group", default=None, help="the group whose members may use the root (default: "
+                   "[access] group, else the root directory's group)")
     p.add_argument("--demo", action="store_true", help="run a short produce / consume demo, then keep serving")
     p.add_argument("--demo-messages", type=int, default=20_000, help="messages per demo phase (default 20 000)")
     p.set_defaults(func=main)
@@ -57,7 +60,10 @@ def demo(root: str, n: int) -> None:
 def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     cfg = load_config(root, args.config)
+    if args.group is not None:              # written into the servers' config by LocalCluster
+        cfg = cfg.with_overrides({"access": {"group": args.group}})
     logsetup.configure(cfg.logging, root, args.log_level, "up")   # exported: the servers inherit the level
+    secure_root(root, cfg.access.group)
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
     watchdog = Watchdog.from_env()

@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 SHM_DIR = "/dev/shm"
 SEM_FILE_PREFIX = "sem."          # Linux names a semaphore /x as /dev/shm/sem.x
 DEFAULT_PREFIX = "/hostmq."
-DEFAULT_MODE = 0o660              # access control is the group (docs/internals.md fact 9); umask applies
+DEFAULT_MODE = 0o640              # owner writes, the root's group maps read-only (hostmq/access.py), whatever the umask
+_SEGMENT_GID: int | None = None   # the group new segments are given (set_segment_group), None: the process's
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_MEMFD_BYTES = 1 << 31         # a client's segment larger than this is refused before mapping
 MEMFD_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -124,6 +125,12 @@ def _kind_bytes(name: str, kind: str) -> bytes:
     return kb
 
 
+def set_segment_group(gid: int | None) -> None:
+    """Segments this process creates from now on belong to ``gid`` (a server: its root's group)."""
+    global _SEGMENT_GID
+    _SEGMENT_GID = gid
+
+
 def _open_shm(name: str, flags: int = 0, mode: int = DEFAULT_MODE,
               read_only: bool = False) -> posix_ipc.SharedMemory:
     try:
@@ -163,6 +170,9 @@ class Segment:
         total = R.SEGMENT_PAYLOAD_OFFSET + size
         shm = _open_shm(name, posix_ipc.O_CREX, mode)
         try:
+            os.fchmod(shm.fd, mode)             # exactly: the umask may have taken the group's bits
+            if _SEGMENT_GID is not None and _SEGMENT_GID != os.getegid():
+                os.fchown(shm.fd, -1, _SEGMENT_GID)
             try:
                 os.posix_fallocate(shm.fd, 0, total)
             except OSError as e:

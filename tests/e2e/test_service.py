@@ -14,7 +14,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
-from hostmq.cli.systemd import BROKER_UNIT, NAMESRV_UNIT, hostmq_command, render_units
+from hostmq.cli.systemd import BROKER_UNIT, EXPORTER_UNIT, NAMESRV_UNIT, hostmq_command, render_units
 from hostmq.root import RootPaths
 from tests.e2e.conftest import consume_bodies, wait_until
 
@@ -43,11 +43,12 @@ def test_rendered_units_pass_systemd_analyze_verify(tmp_path):
     r = subprocess.run([*hostmq_command(), "systemd", root, "--out", str(out), "--user", "root", "--group", "root"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(out)) == sorted([NAMESRV_UNIT, BROKER_UNIT])
+    assert sorted(os.listdir(out)) == sorted([NAMESRV_UNIT, BROKER_UNIT, EXPORTER_UNIT])
     # A template is verified through an instance of it.
     shutil.copy(out / BROKER_UNIT, out / "hostmq-broker@broker-a.service")
     v = subprocess.run(["systemd-analyze", "verify", "--man=no", str(out / NAMESRV_UNIT),
-                        str(out / "hostmq-broker@broker-a.service")], capture_output=True, text=True, timeout=60)
+                        str(out / "hostmq-broker@broker-a.service"), str(out / EXPORTER_UNIT)],
+                       capture_output=True, text=True, timeout=60)
     assert v.returncode == 0 and v.stderr.strip() == "", v.stderr
     broker = (out / BROKER_UNIT).read_text()
     for line in ("Type=notify", "Restart=on-failure", "LimitMEMLOCK=infinity", "UMask=0007", "RemoveIPC=no",
