@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from hostmq.process import Child, Supervisor, restart_delay_s, sd_notify
+from hostmq.process import Child, Supervisor, restart_delay_s
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,15 +81,3 @@ def test_children_die_with_their_parent(tmp_path):
         parent.wait()
     assert _wait(lambda: not psutil.pid_exists(child) or
                  psutil.Process(child).status() == psutil.STATUS_ZOMBIE, 10)
-
-
-def test_sd_notify_sends_to_the_notify_socket(tmp_path, monkeypatch):
-    path = str(tmp_path / "notify")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.bind(path)
-        s.settimeout(5)
-        monkeypatch.setenv("NOTIFY_SOCKET", path)
-        assert sd_notify("READY=1")
-        assert s.recv(100) == b"READY=1"
-    monkeypatch.delenv("NOTIFY_SOCKET")
-    assert not sd_notify("READY=1")

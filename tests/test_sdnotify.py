@@ -85,3 +85,15 @@ def test_a_long_recovery_extends_systemds_start_timeout_with_its_progress(tmp_pa
     assert lines[1].startswith("STATUS=recovering: redispatch 500 B of 1000 B (50 %")
     monkeypatch.delenv("NOTIFY_SOCKET")
     assert not sd_notify("READY=1")
+
+
+def test_sd_notify_reaches_an_abstract_notify_socket(monkeypatch):
+    """systemd may name its socket in the abstract namespace (``@…``)."""
+    import os
+    name = f"hostmq-notify-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind("\0" + name)
+        s.settimeout(10)
+        monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
+        assert sd_notify("READY=1\nSTATUS=serving")
+        assert s.recv(100) == b"READY=1\nSTATUS=serving"

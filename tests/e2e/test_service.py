@@ -2,6 +2,7 @@
 get the signal, exit codes that say what happened, and the notify protocol against a real socket."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -130,6 +131,18 @@ def _up(root: str, env=None) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
 
 
+@contextlib.contextmanager
+def _running_up(root: str, env=None):
+    """``hostmq up`` for the body of the block; killed (its whole session) if still running after."""
+    up = _up(root, env)
+    try:
+        yield up
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
 def _ready(root: str) -> bool:
     try:
         with hostmq.Admin(root) as a:
@@ -150,30 +163,20 @@ def _wait_exit(proc: subprocess.Popen, timeout_s: float = 60) -> tuple[int, str]
 
 
 def test_hostmq_up_exits_non_zero_when_a_server_it_started_dies(root):
-    up = _up(root)
-    try:
+    with _running_up(root) as up:
         wait_until(lambda: _ready(root), 60, "the cluster")
         broker = _broker_pids(root)["broker"]
         os.kill(broker, signal.SIGKILL)
         code, out = _wait_exit(up)
-    finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
     assert code == 1, out
     assert f"broker-a (pid {broker}) killed by SIGKILL" in out
 
 
 def test_hostmq_up_exits_zero_after_a_clean_stop(root):
-    up = _up(root)
-    try:
+    with _running_up(root) as up:
         wait_until(lambda: _ready(root), 60, "the cluster")
         up.send_signal(signal.SIGTERM)
         code, out = _wait_exit(up)
-    finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
     assert code == 0, out
     assert not os.path.exists(os.path.join(_store_dir(root), "abort"))
 
@@ -272,17 +275,12 @@ def test_a_broker_under_a_notify_socket_reports_ready_status_watchdog_and_stoppi
 
 def test_hostmq_up_reports_ready_once_every_server_is_ready(root, notify):
     env = {**os.environ, "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "2000000"}
-    up = _up(root, env)
-    try:
+    with _running_up(root, env) as up:
         notify.wait_for(lambda ln: ln == "READY=1", 60, "READY=1")
         assert _ready(root)                     # no polling: ready when it says so
         notify.wait_for(lambda ln: ln == "WATCHDOG=1", 10, "a watchdog ping")
         up.send_signal(signal.SIGTERM)
         code, out = _wait_exit(up)
-    finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait()
     assert code == 0, out
     notify.read(0.2)
     assert "STOPPING=1" in notify.seen
@@ -305,6 +303,19 @@ def _alive(root: str, name: str) -> bool:
         return False
 
 
+def _start_then_stop(c, name: str, **kw) -> None:
+    """A broker started by hand, once it is registered and alive stopped with SIGTERM: exit 0."""
+    proc = _run_broker(c, name, **kw)
+    try:
+        wait_until(lambda: _alive(c.root, name), 60, name)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_under_the_journal_every_process_logs_priorities_without_timestamps(cluster, tmp_path):
     c = cluster()
     path = tmp_path / "journal"
@@ -312,15 +323,7 @@ def test_under_the_journal_every_process_logs_priorities_without_timestamps(clus
         st = os.fstat(err.fileno())
         env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
         env.pop("HOSTMQ_LOG_LEVEL", None)
-        proc = _run_broker(c, "broker-j", env=env, stderr=err)
-        try:
-            wait_until(lambda: _alive(c.root, "broker-j"), 60, "broker-j")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(60) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _start_then_stop(c, "broker-j", env=env, stderr=err)
     lines = path.read_text().splitlines()
     assert lines and all(ln[:3] in ("<7>", "<6>", "<4>", "<3>", "<2>") for ln in lines), lines[:5]
     assert any(ln.startswith("<6>broker-j hostmq.broker.supervisor INFO broker broker-j running") for ln in lines)
@@ -336,15 +339,7 @@ def test_a_log_file_per_process_and_the_command_lines_level_reaches_the_children
     cfg = os.path.join(c.root, "run", "logging.toml")
     with open(cfg, "w") as f:
         f.write(text.replace('file = ""', 'file = "hostmq.log"'))
-    proc = _run_broker(c, "broker-f", args=("--log-level", "warning"), config=cfg)
-    try:
-        wait_until(lambda: _alive(c.root, "broker-f"), 60, "broker-f")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _start_then_stop(c, "broker-f", args=("--log-level", "warning"), config=cfg)
     logs = os.path.join(c.root, "logs")
     names = {"hostmq.broker-f.log"} | {f"hostmq.broker-f.{ch}.log" for ch in
                                        ("writer", "dispatcher", "flusher", "scheduler")}
