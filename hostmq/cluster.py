@@ -31,7 +31,7 @@ from .namesrv.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
 from .sdnotify import environment_without_notify
 from .shm.segment import reclaim_stale
-from .root import RootPaths, ipc_address, resolve_root, shm_name
+from .root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name
 
 DIE_WITH_PARENT_ENV = "HOSTMQ_DIE_WITH_PARENT"
 START_TIMEOUT_S = 60.0
@@ -41,6 +41,17 @@ STOP_TIMEOUT_S = 30.0
 def broker_names(n: int) -> list[str]:
     """``broker-a``, ``broker-b``, … (``broker-27`` … beyond 26)."""
     return [f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i + 1}" for i in range(n)]
+
+
+def split_instance(instance: str) -> tuple[str, int]:
+    """``broker-a`` → (broker-a, 0); ``broker-a.1`` → (broker-a, 1) (``root.broker_instance``)."""
+    name, _, bid = instance.partition(".")
+    return name, int(bid) if bid else 0
+
+
+def broker_args(root: str, instance: str) -> list[str]:
+    name, bid = split_instance(instance)
+    return ["broker", root, "--name", name] + (["--id", str(bid)] if bid else [])
 
 
 def dump_toml(config: Config) -> str:
@@ -69,14 +80,17 @@ def merged_config(root: str, config: Config | Mapping[str, Any] | None) -> Confi
 
 class LocalCluster:
     def __init__(self, root=None, brokers: int = 1, namesrvs: int = 1,
-                 config: Config | Mapping[str, Any] | None = None, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 config: Config | Mapping[str, Any] | None = None, *, slaves: int = 0,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
         if not isinstance(brokers, int) or not 1 <= brokers <= 64 or not isinstance(namesrvs, int) or \
-                not 1 <= namesrvs <= 16:
-            raise ConfigError("LocalCluster needs 1..64 brokers and 1..16 NameServers")
+                not 1 <= namesrvs <= 16 or not isinstance(slaves, int) or not 0 <= slaves <= 8:
+            raise ConfigError("LocalCluster needs 1..64 brokers, 1..16 NameServers and 0..8 slaves per broker")
         self.root = resolve_root(root)
         ensure_dir(self.root)
         self.config = merged_config(self.root, config)
         self.brokers = broker_names(brokers)
+        # Slaves of each broker on this root: ``NAME.ID`` (their directories and process names).
+        self.slaves = [broker_instance(b, i) for b in self.brokers for i in range(1, slaves + 1)]
         self.namesrvs = namesrvs
         self.start_timeout_s = start_timeout_s
         self.processes: dict[str, subprocess.Popen] = {}
@@ -97,6 +111,9 @@ class LocalCluster:
             for name in self.brokers:
                 self._spawn(name, ["broker", self.root, "--name", name])
             self._await_brokers()
+            for inst in self.slaves:
+                self._spawn(inst, broker_args(self.root, inst))
+            self._await_brokers(self.slaves)
         except BaseException:
             self.stop()
             raise
@@ -133,11 +150,11 @@ class LocalCluster:
                     self._deadline_check(deadline, f"NameServer {i}")
                     time.sleep(0.02)
 
-    def _await_brokers(self) -> None:
+    def _await_brokers(self, names: list[str] | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         inst = ClientInstance(self.root, timeout_s=1.0)
         try:
-            pending = set(self.brokers)
+            pending = set(self.brokers if names is None else names)
             while pending:
                 for name in sorted(pending):
                     if self._broker_ready(inst, name):
@@ -148,16 +165,17 @@ class LocalCluster:
         finally:
             inst.close()
 
-    def _broker_ready(self, inst, name: str) -> bool:
-        """Registered with every NameServer and RUNNING (its children attached)."""
+    def _broker_ready(self, inst, instance: str) -> bool:
+        """Registered with every NameServer (under its id) and RUNNING (its children attached)."""
         paths = RootPaths(self.root)
+        name, bid = split_instance(instance)
         try:
             for i in range(self.namesrvs):
                 with RemotingClient(ipc_address(paths.namesrv_socket(i)), timeout_s=1.0) as c:
                     info = cluster_info_from_dict(c.request(RequestCode.GET_BROKER_CLUSTER_INFO).fields)
-                if name not in info["brokers"]:
+                if name not in info["brokers"] or bid not in info["brokers"][name].addrs:
                     return False
-            f = inst.broker_request(ipc_address(paths.broker_socket(name)), RequestCode.PING).fields
+            f = inst.broker_request(ipc_address(paths.broker_socket(instance)), RequestCode.PING).fields
             return f["state"] == R.BROKER_RUNNING
         except HostMQError:
             return False
@@ -263,7 +281,10 @@ class LocalCluster:
         old = self._logs.pop(name, None)
         if old is not None:
             old.close()
-        self._spawn(name, ["broker", self.root, "--name", name])
+        self._spawn(name, broker_args(self.root, name))
+        if "." in name:
+            self._await_brokers([name])
+            return
         saved = self.brokers
         self.brokers = [name]
         try:

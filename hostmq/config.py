@@ -30,6 +30,8 @@ def _check_numbers(section: str, obj: Any) -> None:
             raise ConfigError(f"{section}.{f.name} must be a finite number ≥ 0, got {v!r}")
 
 
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+_TCP_RE = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}")
 MADVISE_NAMES = ("NORMAL", "SEQUENTIAL", "RANDOM", "WILLNEED", "DONTNEED")
 
 
@@ -83,6 +85,14 @@ class BrokerConfig:
     max_held_pulls_per_client: int = 1024   # long polls one client connection may have held (RocketMQ popPollingSize)
     max_held_pulls: int = 16384             # long polls held in all (RocketMQ maxPopPollingSize is 100000)
     register_page_topics: int = 2000        # topics per REGISTER_BROKER page (RocketMQ splitRegistrationSize: 800)
+    # -- replication (issue 18; RocketMQ's HAService) --
+    role: str = "ASYNC_MASTER"              # ASYNC_MASTER | SYNC_MASTER | SLAVE (a broker id ≥ 1 is a SLAVE)
+    ha_listen: str = "tcp://127.0.0.1:0"    # a master's replication listener (port 0: any; registered with the NameServers)
+    ha_master: str = ""                     # a slave's master, tcp://HOST:PORT ("": its HA address from the NameServers)
+    ha_sync_timeout_ms: int = 3000          # SYNC_MASTER: a send waits this long for a slave's ack, else FLUSH_SLAVE_TIMEOUT
+    ha_max_gap_bytes: int = 256 << 20       # SYNC_MASTER: a slave further behind is not in sync (SLAVE_NOT_AVAILABLE)
+    ha_heartbeat_interval_s: float = 5.0    # both sides speak at least this often (RocketMQ haSendHeartbeatInterval)
+    ha_housekeeping_s: float = 20.0         # a replication connection silent this long is closed (haHousekeepingInterval)
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)
@@ -99,6 +109,14 @@ class BrokerConfig:
         if not all(_DELAY_LEVEL_RE.fullmatch(x) for x in self.message_delay_level.split()):
             raise ConfigError(f"broker.message_delay_level must be space-separated durations such as "
                               f"'1s 5m 2h', got {self.message_delay_level!r}")
+        if self.role not in ROLES:
+            raise ConfigError(f"broker.role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        for key in ("ha_listen", "ha_master"):
+            v = getattr(self, key)
+            if v and not _TCP_RE.fullmatch(v):
+                raise ConfigError(f"broker.{key} must be tcp://HOST:PORT, got {v!r}")
+        if self.ha_heartbeat_interval_s <= 0 or self.ha_housekeeping_s <= self.ha_heartbeat_interval_s:
+            raise ConfigError("broker.ha_housekeeping_s must exceed broker.ha_heartbeat_interval_s > 0")
         if min(self.max_held_pulls_per_client, self.max_held_pulls, self.register_page_topics) < 1:
             raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
 

@@ -46,6 +46,12 @@ def shm_name(root: str, broker: str, kind: str, n: int | str = 0) -> str:
     return f"/{SHM_PREFIX}.{root_hash(root, broker)}.{kind}.{n}"
 
 
+def broker_instance(name: str, broker_id: int = 0) -> str:
+    """The directory and IPC name of one broker process group: ``NAME`` for the master (id 0),
+    ``NAME.ID`` for a slave on the same root ('.' is not allowed in a broker name: no clash)."""
+    return name if broker_id == 0 else f"{name}.{broker_id}"
+
+
 def ipc_address(path: str) -> str:
     """``ipc://PATH`` for a Unix socket path, refusing paths the kernel cannot bind."""
     if len(os.fsencode(path)) > MAX_IPC_PATH_BYTES:
@@ -81,6 +87,11 @@ class RootPaths:
                 found.append((int(name[8:-5]), name))
         return [os.path.join(self.root, n) for _, n in sorted(found)]
 
+    @property
+    def ha_secret(self) -> str:
+        """The replication secret a slave proves it holds (``protocol/ha.py``; group-readable only)."""
+        return os.path.join(self.root, "ha.secret")
+
     def broker_dir(self, broker: str) -> str:
         return os.path.join(self.root, "brokers", broker)
 
@@ -101,6 +112,11 @@ class RootPaths:
         return os.path.join(self.broker_dir(broker), "config")
 
     def brokers(self) -> list[str]:
+        """The masters' directories (one per broker name): what readers of the whole root read."""
+        return [n for n in self.instances() if "." not in n]
+
+    def instances(self) -> list[str]:
+        """Every broker process group's directory: masters (``NAME``) and slaves (``NAME.ID``)."""
         d = os.path.join(self.root, "brokers")
         return sorted(os.listdir(d)) if os.path.isdir(d) else []
 

@@ -150,10 +150,16 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #                 writer wakes a queue's wake word as soon as a batch for it is readable — no transient
 #                 store pool, ASYNC_FLUSH — so a tailing consumer need not sleep on dispatch_seq);
 #                 (flusher) flusher_heartbeat_ms | flush_latency_sum_us (the flush histogram's sum, for
-#                 Prometheus; its own line is full)
+#                 Prometheus; its own line is full); (ha) ha_slaves (slaves connected and past the
+#                 handshake) | master_end_pos (a slave: the master's commitlog end it last heard of);
+#                 (writer) ha_wake (futex word: the writer adds one after each batch while a slave is
+#                 connected; the ha process streams the new bytes)
 #     Every child's *_heartbeat_ms (wall clock) moves at least every few hundred ms while its loop
 #     runs; the broker withholds systemd's WATCHDOG=1 while one is stale (broker.heartbeat_stale_s).
-#     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped
+#     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped |
+#                 (ha: a master's replication process, a slave's replica writer sets ha_pid too)
+#                 ha_pid | ha_heartbeat_ms | ha_port (the bound TCP port, registered with the NameServers)
+#                 | replicated_pos (the highest commitlog end a connected slave acknowledged)
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +512 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
@@ -177,7 +183,7 @@ BROKER_STATE_VERSION = 9          # 2: consumers_version, 3: offsets_reset_versi
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
-                                  # 9: dispatcher and flusher heartbeats, flush latency sum
+                                  # 9: dispatcher and flusher heartbeats, flush latency sum, replication
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -193,14 +199,16 @@ _STATE_FIELDS = [
            "dispatched_records", "dispatch_error_pos", "dispatcher_heartbeat_ms"]),
     (320, ["flushed_pos", "flusher_pid", "flusher_waiting", "flush_count", "last_flush_ms", "checkpoint_ms",
            "flush_latency_us", "flush_error"]),
-    (384, ["index_slots", "index_entries", "queue_wakes", "flusher_heartbeat_ms", "flush_latency_sum_us"]),
-    (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped"]),
+    (384, ["index_slots", "index_entries", "queue_wakes", "flusher_heartbeat_ms", "flush_latency_sum_us",
+           "ha_slaves", "master_end_pos", "ha_wake"]),
+    (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped",
+           "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.
 STATE_HEARTBEATS = {"broker": "control_heartbeat_ms", "writer": "writer_heartbeat_ms",
                     "dispatcher": "dispatcher_heartbeat_ms", "flusher": "flusher_heartbeat_ms",
-                    "scheduler": "scheduler_heartbeat_ms"}
+                    "scheduler": "scheduler_heartbeat_ms", "ha": "ha_heartbeat_ms"}
 BROKER_STATE = np.dtype({
     "names": [n for _, names in _STATE_FIELDS for n in names],
     "formats": ["S8" if n == "store_host" else "i8" for _, names in _STATE_FIELDS for n in names],

@@ -73,6 +73,7 @@ class NamesrvLink:
         self._ids = itertools.count(1)
         self._pages: tuple[int, list[dict]] | None = None         # (data version, its pages)
         self._latest: tuple[int, list[dict], dict] = (-1, [{}], {})   # what the next round sends
+        self.master_ha_address = ""           # a slave: its master's HA address, as a NameServer answered
 
     def _live_clients(self) -> list[RemotingClient]:
         out = []
@@ -98,11 +99,13 @@ class NamesrvLink:
             self._pages = (data_version, paginate(topics, self.rt.config.broker.register_page_topics))
         return self._pages[1]
 
-    def register(self, topics: dict, data_version: int) -> None:
-        """Send REGISTER_BROKER to every NameServer (answers are handled on the clients' threads)."""
+    def register(self, topics: dict, data_version: int, ha_address: str = "") -> None:
+        """Send REGISTER_BROKER to every NameServer (answers are handled on the clients' threads).
+        ``ha_address``: a master's replication listener (``tcp://HOST:PORT``), "" for none."""
         pages = self._paged(topics, data_version)
         with self._lock:
-            self._latest = (data_version, pages, {**self._identity(), "ha_address": "", "data_version": data_version})
+            self._latest = (data_version, pages, {**self._identity(), "ha_address": ha_address,
+                                                  "data_version": data_version})
         for c in self._live_clients():
             self._start(c)
 
@@ -134,7 +137,11 @@ class NamesrvLink:
         if e is not None:
             self._finish(r, e)
             return
-        complete = fut.result().fields.get("complete", True)
+        fields = fut.result().fields
+        complete = fields.get("complete", True)
+        if self.rt.broker_id != 0 and isinstance(fields.get("ha_server_address"), str) and \
+                fields["ha_server_address"].startswith("tcp://"):
+            self.master_ha_address = fields["ha_server_address"]
         with self._lock:
             if self._rounds.get(r.client.address) is not r:
                 return                  # the client was replaced: its rounds are over

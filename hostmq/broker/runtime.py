@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..config import Config
 from ..errors import ConfigError
-from ..root import RootPaths, ipc_address, resolve_root, shm_name
+from ..root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name
 
 MAX_BROKER_NAME_CHARS = 64
 MAX_RING_DATA_BYTES = 256 << 20     # the broker refuses larger ingress rings (bounds a torn commitlog tail)
@@ -43,6 +43,21 @@ class BrokerRuntime:
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", resolve_root(self.root))
         check_broker_name(self.name)
+        if not isinstance(self.broker_id, int) or not 0 <= self.broker_id <= 1024:
+            raise ConfigError(f"broker id must be 0 (master) .. 1024, got {self.broker_id!r}")
+        if (self.broker_id == 0) == (self.config.broker.role == "SLAVE"):
+            raise ConfigError(f"broker {self.name} id {self.broker_id}: id 0 is a master and a slave needs "
+                              f"an id ≥ 1 (broker.role is {self.config.broker.role})")
+
+    # -- identity -------------------------------------------------------------------------------------
+    @property
+    def instance(self) -> str:
+        """``NAME`` (master) or ``NAME.ID`` (slave): its directory under the root and its IPC names."""
+        return broker_instance(self.name, self.broker_id)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_id != 0
 
     # -- files --------------------------------------------------------------------------------------
     @property
@@ -51,19 +66,19 @@ class BrokerRuntime:
 
     @property
     def broker_dir(self) -> str:
-        return self.paths.broker_dir(self.name)
+        return self.paths.broker_dir(self.instance)
 
     @property
     def store_dir(self) -> str:
-        return self.paths.store_dir(self.name)
+        return self.paths.store_dir(self.instance)
 
     @property
     def config_dir(self) -> str:
-        return self.paths.config_dir(self.name)
+        return self.paths.config_dir(self.instance)
 
     @property
     def socket_path(self) -> str:
-        return self.paths.broker_socket(self.name)
+        return self.paths.broker_socket(self.instance)
 
     @property
     def address(self) -> str:
@@ -71,18 +86,18 @@ class BrokerRuntime:
 
     @property
     def session_socket_path(self) -> str:
-        return self.paths.broker_session_socket(self.name)
+        return self.paths.broker_session_socket(self.instance)
 
     @property
     def lock_path(self) -> str:
-        return self.paths.broker_lock(self.name)
+        return self.paths.broker_lock(self.instance)
 
     def config_file(self, name: str) -> str:
         return os.path.join(self.config_dir, name)
 
     # -- shared memory -------------------------------------------------------------------------------
     def shm(self, kind: str, n: int | str = 0) -> str:
-        return shm_name(self.root, self.name, kind, n)
+        return shm_name(self.root, self.instance, kind, n)
 
     @property
     def state_name(self) -> str:

@@ -428,7 +428,12 @@ class BrokerService:
                 mx = reader.refresh_queue(topic, qid) if reader is not None else 0
                 mn = reader.min_offset(topic, qid) if reader is not None else 0
                 queues.append({"topic": topic, "queue_id": qid, "min_offset": mn, "max_offset": mx})
+        from .ha_master import ha_address
+        b = self.rt.config.broker
+        ha = ha_address(self.rt, st.get("ha_port"))
         return Reply(fields={"broker": self.rt.name, "pid": os.getpid(), "state": st.snapshot(),
+                             "broker_id": self.rt.broker_id, "role": "SLAVE" if self.rt.is_slave else b.role,
+                             "ha_address": ha,
                              "sessions": len(st.active_slots()),
                              "topics": self.topics.registration(), "queues": queues,
                              "groups": self.offsets.groups(), "clients": len(self.consumers),

@@ -69,6 +69,7 @@ class BrokerState:
         # consumers sleep on dispatch_seq, which the dispatcher changes with every publish.
         self.dispatch_wake = FutexWord(words, _W["dispatch_wake"])
         self.flush_wake = FutexWord(words, _W["flush_wake"])
+        self.ha_wake = FutexWord(words, _W["ha_wake"])             # the writer → the ha process
         self.dispatch_seq_word = FutexWord(words, W_DISPATCH_SEQ)
         self.flush_count_word = FutexWord(words, _W["flush_count"])    # the flusher wakes it per flush
 
@@ -206,6 +207,7 @@ class BrokerState:
             return
         self.sessions = self.attached = self.flush_histogram = self.queue_wake = None
         self.dispatch_wake = self.flush_wake = self.dispatch_seq_word = self.flush_count_word = None
+        self.ha_wake = None
         self.queue_wake_words = []
         for f in (self.writer_waiting, self.dispatcher_waiting, self.flusher_waiting):
             f.release()

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from .. import records as R
-from ..errors import ConnectError, SegmentError, StoreLockedError
+from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
@@ -42,10 +42,14 @@ from ..shm.futex import FutexWord
 from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.mapped_file_queue import MappedFileQueue
 from ..store.message_store import MessageStore
+from ..store.meta import effective_config
 from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool, salvage
 from ..transport import Server
+from ..jsonfile import read_json, write_json
+from .ha_master import ha_address
 from .registration import NamesrvLink
+from .replica import EXIT_TRUNCATE, MASTER_FILE, TRUNCATE_MARKER
 from .runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
@@ -57,6 +61,19 @@ log = logging.getLogger(__name__)
 # Stopped in this order: the scheduler first (it sends to the writer), then writer → dispatcher → flusher.
 CHILDREN = (("scheduler", "hostmq.broker.scheduler:run"), ("writer", "hostmq.broker.writer:run"),
             ("dispatcher", "hostmq.broker.dispatcher:run"), ("flusher", "hostmq.broker.flusher:run"))
+# A master also runs its replication process — stopped after the writer (a SYNC_MASTER writer's last
+# sends wait for a slave's ack) and before dispatcher and flusher. A slave's writer is the replica
+# (it appends what its master streams; producers never send to a slave) and it runs no scheduler.
+MASTER_CHILDREN = CHILDREN[:2] + (("ha", "hostmq.broker.ha_master:run"),) + CHILDREN[2:]
+SLAVE_CHILDREN = (("writer", "hostmq.broker.replica:run"),) + CHILDREN[2:]
+PID_WORDS = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": "flusher_pid",
+             "scheduler": "scheduler_pid", "ha": "ha_pid"}
+
+
+def children_of(rt: BrokerRuntime) -> tuple[tuple[str, str], ...]:
+    if rt.is_slave:
+        return SLAVE_CHILDREN
+    return MASTER_CHILDREN if rt.config.broker.ha_listen else CHILDREN
 READY_TIMEOUT_S = 60.0
 SUPERVISE_INTERVAL_S = 0.2
 SESSION_CHECK_INTERVAL_S = 1.0
@@ -96,6 +113,9 @@ class Broker:
         self.ready_sent = False
         self._next_status_s = 0.0
         self.child_codes: dict[str, int | None] = {}
+        self.must_restart = False           # a slave whose log must be cut first (replica.EXIT_TRUNCATE)
+        self._stop: threading.Event | None = None
+        self._master_ha = ""
 
     # -- start ----------------------------------------------------------------------------------------
     def _create_pool(self) -> None:
@@ -124,6 +144,8 @@ class Broker:
         if shm_free_bytes() < MIN_SHM_FREE_BYTES:
             log.warning("/dev/shm has only %d MiB free; producer sessions may fail", shm_free_bytes() >> 20)
         store_host = R.host_bytes(os.getpid())
+        if rt.is_slave:
+            apply_truncate_marker(rt)       # before recovery: it then drops consume-queue entries past the cut
         end, last_ts = self._recover(store_host)
         rt = self.rt                        # now with the store's own file sizes (store.json)
         self._store_lock_fd = take_lock(os.path.join(rt.store_dir, "lock"), "this broker")
@@ -143,17 +165,19 @@ class Broker:
                                         sync_flush=rt.config.store.flush_disk_type == "SYNC_FLUSH",
                                         start_pos=end, last_store_ts_ms=last_ts,
                                         session_slots=b.session_slots, doorbell_fd=self.doorbell.fd,
-                                        queue_wakes=writer_wakes_queues(rt.config.store))
+                                        # a slave's replica wakes no queue words: its readers sleep on dispatch_seq
+                                        queue_wakes=writer_wakes_queues(rt.config.store) and not rt.is_slave)
         self._create_pool()
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
         self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)
-        self.children = Supervisor([Child(name, target, rt) for name, target in CHILDREN])
+        self.children = Supervisor([Child(name, target, rt) for name, target in children_of(rt)])
         self.children.start()
         self.server = Server(rt.address, self.service.handlers(), name=f"broker {rt.name}")
         self.service.server = self.server
         self.server.bind()
-        self.sessions.bind()
-        self.sessions.start()
+        if not rt.is_slave:                 # producers never send to a slave: no session socket
+            self.sessions.bind()
+            self.sessions.start()
         self._await_children()
         self.state.set("broker_state", R.BROKER_RUNNING)
         self.server.add_timer(SUPERVISE_INTERVAL_S, self.supervise)
@@ -198,10 +222,8 @@ class Broker:
     def _await_children(self) -> None:
         """Wait until each child has attached and published its pid (or one of them died)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
-        want = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": "flusher_pid",
-                "scheduler": "scheduler_pid"}
         while time.monotonic() < deadline:
-            ready = all(self.state.get(want[c.name]) == c.pid for c in self.children.children)
+            ready = all(self.state.get(PID_WORDS[c.name]) == c.pid for c in self.children.children)
             if ready:
                 return
             for c in self.children.children:
@@ -213,13 +235,25 @@ class Broker:
 
     # -- running --------------------------------------------------------------------------------------
     def supervise(self) -> None:
+        writer = self.children.children[[c.name for c in self.children.children].index("writer")]
+        if self.rt.is_slave and writer.process is not None and writer.process.exitcode == EXIT_TRUNCATE:
+            # The replica found this slave ahead of its master: its log is cut at the next start.
+            log.error("broker %s: stopping so that the next start cuts the log its master does not hold "
+                      "(store/%s)", self.rt.instance, TRUNCATE_MARKER)
+            self.must_restart = True
+            if self._stop is not None:
+                self._stop.set()
+            return
         for name in self.children.check():
             log.warning("broker %s: restarted its %s process", self.rt.name, name)
         now_ms = int(time.time() * 1000)
         self.state.set("control_heartbeat_ms", now_ms)
         self.notify_ready()
-        stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items()}, now_ms,
-                                 int(self.rt.config.broker.heartbeat_stale_s * 1000))
+        if self.rt.is_slave:
+            self._note_master()
+        mine = {"broker"} | {c.name for c in self.children.children}
+        stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items() if c in mine},
+                                 now_ms, int(self.rt.config.broker.heartbeat_stale_s * 1000))
         for line in self.watchdog.due(time.monotonic(), stale):
             if line.startswith("STATUS="):
                 log.warning("broker %s: %s", self.rt.name, line[len("STATUS="):])
@@ -240,9 +274,21 @@ class Broker:
 
     def register(self) -> None:
         t = self.service.topics
-        self.link.register(t.registration(), t.data_version)
+        self.link.register(t.registration(), t.data_version, self.ha_address())
+
+    def ha_address(self) -> str:
+        """A master's replication address for the NameServers, "" if it has none."""
+        return ha_address(self.rt, self.state.get("ha_port") if self.state is not None else 0)
+
+    def _note_master(self) -> None:
+        """A slave: keep the master's HA address the NameServers answered with for the replica."""
+        ha = self.link.master_ha_address
+        if ha and ha != self._master_ha:
+            write_json(os.path.join(self.rt.broker_dir, MASTER_FILE), {"ha_address": ha})
+            self._master_ha = ha
 
     def serve(self, stop: threading.Event) -> None:
+        self._stop = stop
         self.server.run(stop)
 
     # -- stop -----------------------------------------------------------------------------------------
@@ -286,6 +332,34 @@ class Broker:
         if self._store_lock_fd is not None:
             os.close(self._store_lock_fd)
         return clean
+
+
+def apply_truncate_marker(rt: BrokerRuntime) -> int | None:
+    """A slave's replica left ``store/truncate_to`` (it held bytes its master does not): cut the
+    commitlog there now, before recovery. Returns the offset cut at, None if there was nothing to do."""
+    path = os.path.join(rt.store_dir, TRUNCATE_MARKER)
+    marker = read_json(path, default=None)
+    if marker is None:
+        return None
+    offset = marker.get("offset") if isinstance(marker, dict) else None
+    if type(offset) is not int or offset < 0:
+        raise ConfigError(f"{path} does not name an offset: {marker!r}")
+    cfg = effective_config(rt.store_dir, rt.config.store, record=False)
+    mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), cfg.commitlog_file_bytes)
+    try:
+        mfq.load()
+        before = mfq.max_offset()
+        mfq.truncate(offset)
+        mfq.flush()
+    finally:
+        mfq.close()
+    for p in (path, path + ".bak"):
+        if os.path.exists(p):
+            os.unlink(p)
+    fsync_dir(rt.store_dir)
+    log.warning("broker %s: cut the commitlog at %d (it went to %s): its master does not hold what was after it",
+                rt.instance, offset, before)
+    return offset
 
 
 def salvage_pool(rt: BrokerRuntime) -> int:

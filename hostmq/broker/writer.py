@@ -61,6 +61,7 @@ I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_gener
 I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
 W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
+W_HA_SLAVES, W_REPLICATED = _W["ha_slaves"], _W["replicated_pos"]
 W_FLUSH_ERROR = _W["flush_error"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
@@ -69,7 +70,8 @@ DISPATCH_WAKE_DELAY_S = 0.001       # the dispatcher is woken at most this often
 
 
 class _Pending(NamedTuple):
-    """SYNC_FLUSH: completions of one batch, waiting for the commitlog to be durable to ``phys_end``."""
+    """Completions of one batch waiting until the commitlog to ``phys_end`` is durable (SYNC_FLUSH)
+    and/or acknowledged by a slave (SYNC_MASTER)."""
 
     slot: int
     generation: int
@@ -78,6 +80,8 @@ class _Pending(NamedTuple):
     data_end: int
     phys_end: int
     since_s: float
+    flush: bool = True
+    slave: bool = False
 
 
 def writer_wakes_queues(store_config) -> bool:
@@ -105,6 +109,12 @@ class Writer(RingSessions):
         self.busy_spin_s = max(self.spin_s, cfg.broker.writer_busy_spin_s)
         self.last_work_s = 0.0
         self.sync_timeout_s = cfg.store.sync_flush_timeout_ms / 1000
+        # SYNC_MASTER (RocketMQ handleHA): a send is answered once a slave acknowledged its bytes —
+        # one ack covers every send below it — or FLUSH_SLAVE_TIMEOUT; SLAVE_NOT_AVAILABLE at once when
+        # no slave is connected or it is too far behind. Either way the message is stored.
+        self.sync_master = cfg.broker.role == "SYNC_MASTER"
+        self.slave_timeout_s = cfg.broker.ha_sync_timeout_ms / 1000
+        self.max_gap_bytes = cfg.broker.ha_max_gap_bytes
         self.state = BrokerState.attach(rt.state_name)
         st = self.state
         self.sync = st.sync_flush
@@ -180,6 +190,8 @@ class Writer(RingSessions):
         """The commit step moved appended bytes to the file: readers may have them."""
         self.state.w[W_COMMITTED_POS] = phys_end
         notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
+        if self.state.w[W_HA_SLAVES]:
+            self.state.ha_wake.post()           # the ha process streams committed bytes to the slaves
 
     def commit_due(self, now_s: float) -> None:
         """Commit everything appended at least every ``commit_interval_ms`` (RocketMQ
@@ -190,23 +202,7 @@ class Writer(RingSessions):
 
     def _truncate_after(self, write_pos: int) -> None:
         """Delete files after the one holding ``write_pos`` and zero what a torn batch may have left."""
-        mfq = self.cl.mfq
-        for mf in list(mfq.files):
-            if mf.file_from_offset > write_pos or (mf.file_from_offset == write_pos and mf is not mfq.files[0]):
-                mfq.files.remove(mf)
-                mf.destroy()
-        mf = mfq.find(write_pos) or (mfq.files[-1] if mfq.files else None)
-        if mf is None:
-            return
-        pos = write_pos - mf.file_from_offset
-        end = min(mf.file_bytes, pos + torn_tail_bytes(self.rt.config))
-        if 0 <= pos < end:
-            mf.zero_range(pos, end)
-        mf.set_positions(max(0, min(pos, mf.file_bytes)))
-        for other in mfq.files:
-            if other is not mf:
-                other.set_positions(other.file_bytes)
-        self.cl._cur = None
+        self.cl.continue_at(write_pos, torn_tail_bytes(self.rt.config))
 
     def _load_topics(self) -> None:
         self._topics_seen = self.state.w[W_TOPICS_VERSION]
@@ -262,6 +258,8 @@ class Writer(RingSessions):
         w[W_WRITE_POS] = end                                  # publish the whole batch at once
         if self.pool is None:
             w[W_COMMITTED_POS] = end
+            if appended and w[W_HA_SLAVES]:
+                self.state.ha_wake.post()                     # a slave is connected: stream it the batch
         elif appended:
             cl.commit(self.commit_least_pages)                # publishes committed_pos if it moved
         w[W_LAST_TS] = cl.last_store_ts_ms
@@ -270,8 +268,15 @@ class Writer(RingSessions):
         w[I_VALID] = 0
         if self._woken:         # consumers first: delivery is what waits longest on this hand-off
             self._wake_queues()
-        if self.sync and appended:
-            self._add_pending(a, cw_start, ring.staged_position, ring.handed_position, end)
+        need_slave = False
+        if self.sync_master and appended:
+            if w[W_HA_SLAVES] and end - w[W_REPLICATED] <= self.max_gap_bytes:
+                need_slave = True
+            else:
+                ring.restatus(cw_start, ring.staged_position, R.COMPLETION_SLAVE_NOT_AVAILABLE)
+        need_flush = self.sync and appended > 0
+        if need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
+            self._add_pending(a, cw_start, ring.staged_position, ring.handed_position, end, need_flush, need_slave)
         else:
             self._complete(a, ring.staged_position, ring.handed_position)
         if appended:
@@ -371,35 +376,52 @@ class Writer(RingSessions):
         ring.release_to(data_end)
         notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)
 
-    def _add_pending(self, a: _Attached, cw_start: int, cw_end: int, data_end: int, phys_end: int) -> None:
-        self.pending.append(_Pending(a.slot, a.generation, cw_start, cw_end, data_end, phys_end, time.monotonic()))
-        w = self.state.w
-        if phys_end > w[W_FLUSH_REQ]:
-            w[W_FLUSH_REQ] = phys_end
-        notify_if_waiting(self.state.flusher_waiting, self.state.flush_wake)
+    def _add_pending(self, a: _Attached, cw_start: int, cw_end: int, data_end: int, phys_end: int,
+                     flush: bool, slave: bool) -> None:
+        self.pending.append(_Pending(a.slot, a.generation, cw_start, cw_end, data_end, phys_end, time.monotonic(),
+                                     flush, slave))
+        if flush:
+            w = self.state.w
+            if phys_end > w[W_FLUSH_REQ]:
+                w[W_FLUSH_REQ] = phys_end
+            notify_if_waiting(self.state.flusher_waiting, self.state.flush_wake)
 
     def _publish_synced(self, now_s: float) -> None:
-        flushed = self.state.w[W_FLUSHED_POS]
-        failed = self.state.w[W_FLUSH_ERROR] != 0       # the flusher will never get there (fsyncgate)
+        """Answer the pending batches whose wait is over, in order: durable (SYNC_FLUSH) and
+        acknowledged by a slave (SYNC_MASTER), or out of time (a timeout status, stored anyway)."""
+        w = self.state.w
+        flushed, replicated = w[W_FLUSHED_POS], w[W_REPLICATED]
+        failed = w[W_FLUSH_ERROR] != 0          # the flusher will never get there (fsyncgate)
         while self.pending:
             p = self.pending[0]
-            late = failed or now_s - p.since_s >= self.sync_timeout_s
-            if p.phys_end > flushed and not late:
+            unflushed = p.flush and p.phys_end > flushed
+            unreplicated = p.slave and p.phys_end > replicated
+            flush_late = failed or now_s - p.since_s >= self.sync_timeout_s
+            slave_late = now_s - p.since_s >= self.slave_timeout_s
+            if (unflushed and not flush_late) or (unreplicated and not slave_late):
                 break
             self.pending.popleft()
             a = self.rings.get(p.slot)
             if a is None or a.generation != p.generation:
                 continue
-            if p.phys_end > flushed:
+            if unflushed:
                 a.ring.restatus(p.cw_start, p.cw_end, R.COMPLETION_FLUSH_DISK_TIMEOUT)
+            elif unreplicated:
+                a.ring.restatus(p.cw_start, p.cw_end, R.COMPLETION_FLUSH_SLAVE_TIMEOUT)
             self._complete(a, p.cw_end, p.data_end)
+
+    def _pending_due(self) -> bool:
+        """The oldest pending batch can be answered (what it waits for arrived)."""
+        p, w = self.pending[0], self.state.w
+        return (not p.flush or w[W_FLUSHED_POS] >= p.phys_end or w[W_FLUSH_ERROR] != 0) and \
+            (not p.slave or w[W_REPLICATED] >= p.phys_end)
 
     # -- waiting and housekeeping ---------------------------------------------------------------------
     def _ready(self) -> bool:
         w = self.state.w
         if w[W_SESSIONS_VERSION] != self._sessions_seen or w[W_TOPICS_VERSION] != self._topics_seen:
             return True
-        if self.pending and (w[W_FLUSHED_POS] >= self.pending[0].phys_end or w[W_FLUSH_ERROR]):
+        if self.pending and self._pending_due():
             return True
         for a in self._serving:
             if a.ring.has_frames():
@@ -410,7 +432,9 @@ class Writer(RingSessions):
         now = time.monotonic()
         deadline = now + timeout_s
         if self.pending:        # a group commit may time out: wake for it
-            deadline = min(deadline, self.pending[0].since_s + self.sync_timeout_s)
+            p = self.pending[0]
+            deadline = min(deadline, p.since_s + min(self.sync_timeout_s if p.flush else float("inf"),
+                                                     self.slave_timeout_s if p.slave else float("inf")))
         if self.pool is not None and self.cl.uncommitted_bytes():      # ... and so may the commit step
             deadline = min(deadline, max(now, self._next_commit_s))
         if self._dispatch_due_s:                                        # ... and a deferred wake-up

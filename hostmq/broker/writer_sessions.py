@@ -98,13 +98,14 @@ class RingSessions:
         return a
 
     def _resume_staged(self, a: _Attached) -> None:
-        """Completions a predecessor staged but did not publish: now (ASYNC) or after a flush (SYNC)."""
+        """Completions a predecessor staged but did not publish: now (ASYNC), or after a flush
+        (SYNC_FLUSH) and a slave's ack (SYNC_MASTER)."""
         ring = a.ring
         if ring.staged_position == ring._cwpos and ring.handed_position == ring._rpos:
             return
-        if self.sync:
+        if self.sync or self.sync_master:
             self._add_pending(a, ring._cwpos, ring.staged_position, ring.handed_position,
-                              self.state.w[W_WRITE_POS])
+                              self.state.w[W_WRITE_POS], self.sync, self.sync_master)
         else:
             self._complete(a, ring.staged_position, ring.handed_position)
 

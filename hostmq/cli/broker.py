@@ -1,4 +1,6 @@
-"""``hostmq broker [ROOT] --name NAME [--id 0]``: run a broker (and its children) in the foreground."""
+"""``hostmq broker [ROOT] --name NAME [--id 0] [--master tcp://HOST:PORT]``: run a broker (and its
+children) in the foreground. An id ≥ 1 runs a slave of NAME's master (README "Replication"): from
+``--master`` (another host), else from the master's HA address the NameServers hold."""
 from __future__ import annotations
 
 import argparse
@@ -13,16 +15,18 @@ def add_parser(sub) -> None:
     p = sub.add_parser("broker", help="run a broker in the foreground (Ctrl-C stops it cleanly)")
     add_root_and_config(p)
     p.add_argument("--name", default="broker-a", help="broker name (default broker-a)")
-    p.add_argument("--id", type=int, default=0, help="broker id: 0 = master (slaves come with HA)")
-    p.add_argument("--master", default=None, help="master broker name (HA; not supported yet)")
+    p.add_argument("--id", type=int, default=0, help="broker id: 0 = master, ≥ 1 = a slave of the master")
+    p.add_argument("--master", default=None, help="a slave's master, tcp://HOST:PORT (default: ask the NameServers)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
-    if args.id != 0 or args.master:
-        print("hostmq: error: slave brokers (--id > 0, --master) need HA replication, which is not built yet")
-        return 2
     cfg = load_config(root, args.config)
-    return run_foreground(supervisor.run, BrokerRuntime(root, args.name, args.id, cfg), cfg, root, args.log_level,
-                          name=args.name)
+    if args.id != 0 or args.master:
+        if args.id == 0:
+            print("hostmq: error: --master is for a slave: give it an id ≥ 1 (--id 1)")
+            return 2
+        cfg = cfg.with_overrides({"broker": {"role": "SLAVE", **({"ha_master": args.master} if args.master else {})}})
+    rt = BrokerRuntime(root, args.name, args.id, cfg)
+    return run_foreground(supervisor.run, rt, cfg, root, args.log_level, name=rt.instance)

@@ -47,7 +47,8 @@ def problems(data: dict, stale_ms: int, max_lag: int | None, now_ms: int) -> lis
             out.append(f"broker {b['name']} is down ({b.get('error', 'not answering')})")
             continue
         st = b.get("state", {})
-        beats = {p: int(st.get(f, 0) or 0) for p, f in R.STATE_HEARTBEATS.items() if f in st}
+        # 0: a process this broker does not run (a slave has no scheduler, a master without HA no ha)
+        beats = {p: int(st.get(f, 0) or 0) for p, f in R.STATE_HEARTBEATS.items() if st.get(f, 0)}
         for line in stale_heartbeats(beats, now_ms, stale_ms):
             out.append(f"broker {b['name']}: {line}")
     if max_lag is not None:

@@ -120,9 +120,13 @@ class Admin:
                         row.update(alive=True, state=st, topics=rt["topics"], queues=rt["queues"],
                                    sessions=rt["sessions"], groups=rt["groups"],
                                    transactions=rt.get("transactions", {}),
-                                   pids={"broker": rt["pid"], "writer": st["writer_pid"],
-                                         "dispatcher": st["dispatcher_pid"], "flusher": st["flusher_pid"],
-                                         "scheduler": st["scheduler_pid"]})
+                                   role=rt.get("role", "ASYNC_MASTER"), ha_address=rt.get("ha_address", ""),
+                                   pids={"broker": rt["pid"], **{p: st[f"{p}_pid"] for p in
+                                         ("writer", "dispatcher", "flusher", "scheduler", "ha")
+                                         if st.get(f"{p}_pid")}})
+                        if bid != 0:        # a slave: how far it has the master's commitlog
+                            row.update(replicated_offset=st["write_pos"],
+                                       lag_bytes=max(0, st.get("master_end_pos", 0) - st["write_pos"]))
                     except HostMQError as e:
                         row["error"] = str(e)
                     rows.append(row)

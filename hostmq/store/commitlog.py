@@ -298,6 +298,60 @@ class CommitLog:
         self.topic_queue_table[key] = q0 + n
         return BatchAppendResult(q0, phys, sizes, ts)
 
+    def continue_at(self, write_pos: int, torn_bytes: int) -> None:
+        """An appender starting up where the published end is ``write_pos``: files after the one
+        holding it are deleted, ``torn_bytes`` after it zeroed (what a killed appender may have left
+        of an unpublished batch), and appends continue there."""
+        mfq = self.mfq
+        for mf in list(mfq.files):
+            if mf.file_from_offset > write_pos or (mf.file_from_offset == write_pos and mf is not mfq.files[0]):
+                mfq.files.remove(mf)
+                mf.destroy()
+        mf = mfq.find(write_pos) or (mfq.files[-1] if mfq.files else None)
+        if mf is None:
+            return
+        pos = write_pos - mf.file_from_offset
+        end = min(mf.file_bytes, pos + torn_bytes)
+        if 0 <= pos < end:
+            mf.zero_range(pos, end)
+        mf.set_positions(max(0, min(pos, mf.file_bytes)))
+        for other in mfq.files:
+            if other is not mf:
+                other.set_positions(other.file_bytes)
+        self._cur = None
+
+    def append_stored(self, phys: int, blob) -> None:
+        """A slave's append (``broker/replica.py``): whole records exactly as its master stored them
+        at ``phys`` — checked by the caller, all in the file holding ``phys``, nothing patched. The
+        first record's TOTALSIZE and MAGICCODE are copied last: a kill midway leaves none of them."""
+        n = len(blob)
+        mf = self.mfq.find(phys) or self.mfq.last_for_write(phys)
+        if mf.file_from_offset + mf.wrote_pos != phys or mf.wrote_pos + n > self.file_bytes:
+            raise ValidationError(f"replicated records at {phys} (+{n}) do not continue the commitlog at "
+                                  f"{mf.file_from_offset + mf.wrote_pos}")
+        if self.pool is not None and mf.wbuf is None:
+            mf.use_buffer(*self.pool.buffer_for(mf.file_from_offset))
+        pos = mf.wrote_pos
+        view = memoryview(blob)
+        mf.wmm[pos + _SEAL_BYTES:pos + n] = view[_SEAL_BYTES:n]
+        mf.wmm[pos:pos + _SEAL_BYTES] = view[:_SEAL_BYTES]
+        mf.wrote_pos = pos + n
+        self._cur = mf
+        if mf.wrote_pos >= self._prealloc_pos:
+            self.mfq.preallocate_next(mf.wrote_pos)
+
+    def pad_stored(self, phys: int) -> int:
+        """A slave's end of file: the master padded its file at ``phys`` with a blank record; do the
+        same and go on in the next file. Returns where the next record goes."""
+        mf = self.mfq.find(phys) or self.mfq.last_for_write(phys)
+        if mf.file_from_offset + mf.wrote_pos != phys:
+            raise ValidationError(f"a replicated end of file at {phys} does not continue the commitlog at "
+                                  f"{mf.file_from_offset + mf.wrote_pos}")
+        self.mfq.create(mf.file_end_offset)
+        self._pad(mf)
+        self._cur = None
+        return mf.file_end_offset
+
     def rollback(self, phys: int) -> None:
         """Forget everything appended at and after ``phys`` (a record boundary not yet published):
         an append that failed midway (ENOSPC creating the next file after part of a batch was

@@ -98,15 +98,16 @@ def cluster(root):
     # Processes an earlier test left on purpose (multiprocessing's resource tracker) are not this test's.
     older = {p.pid for p in me.children(recursive=True)}
 
-    def _make(brokers: int = 1, namesrvs: int = 1, **overrides) -> LocalCluster:
-        c = LocalCluster(root, brokers=brokers, namesrvs=namesrvs, config=merge(TEST_CONFIG, overrides))
+    def _make(brokers: int = 1, namesrvs: int = 1, slaves: int = 0, **overrides) -> LocalCluster:
+        c = LocalCluster(root, brokers=brokers, namesrvs=namesrvs, config=merge(TEST_CONFIG, overrides),
+                         slaves=slaves)
         made.append(c)
         return c.start()
 
     yield _make
     names = set()
     for c in made:
-        names |= set(c.brokers)
+        names |= set(c.brokers) | set(c.slaves)
         c.stop()
     wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older], 20,
                "child processes to exit")

@@ -82,7 +82,7 @@ def test_a_signal_to_every_process_of_a_broker_at_once_stops_it_cleanly(cluster,
         for i in range(300):
             p.send(Message("fanout", b"m%d" % i))
     pids = _broker_pids(root)
-    assert set(pids) == {"broker", "writer", "dispatcher", "flusher", "scheduler"}
+    assert set(pids) == {"broker", "writer", "dispatcher", "flusher", "scheduler", "ha"}
     for pid in pids.values():
         os.kill(pid, sig)
     proc = c.processes["broker-a"]

@@ -1,0 +1,332 @@
+"""A master's replication process (``ha``; RocketMQ's HAService / HAConnection): slaves connect over
+TCP, say how far they hold the commitlog, and get the rest streamed from the mapped files.
+
+One process per master, spawned by the broker like its other children. It listens on
+``broker.ha_listen`` (port 0: any; the bound port goes into the state segment's ``ha_port`` and the
+broker registers ``tcp://HOST:PORT`` with the NameServers as its HA address). Per slave connection
+(``protocol/ha.py`` for the frames):
+
+0. the master sends a CHALLENGE; the slave's HELLO carries its HMAC under the root's replication
+   secret (``ROOT/ha.secret``): the listener is a TCP port anyone on the host can reach, and what
+   it streams is every stored message;
+1. the slave's HELLO says where its log ends and names a few records it holds; the master answers
+   WELCOME with where it streams from — and where the slave must cut its log first, when the slave
+   holds bytes the master does not (RocketMQ never checks; a slave ahead of its master there
+   acknowledges bytes the master never had, and SYNC_MASTER sends below them return at once);
+2. DATA frames of at most 32 KiB, never across a file, from the slave's position up to the
+   master's readable end (``min(write_pos, committed_pos)``) — read-only from the mapped files,
+   nothing on the send path waits for this under ASYNC_MASTER;
+3. REPORTs from the slave: the commitlog end it stored. An ack beyond what the master has ends the
+   connection. The highest ack of a connected slave is published as ``replicated_pos`` (a SYNC_MASTER
+   writer answers sends below it; one ack covers every send below it) and the writer is woken.
+
+The writer posts ``ha_wake`` after each batch while a slave is connected; a thread here sleeps on
+that futex word and wakes the selector through a pipe, so a new batch is on its way to the slaves
+at once. BEAT frames keep an idle connection alive; one silent for ``broker.ha_housekeeping_s`` is
+closed (the slave reconnects and says again where it is).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .. import records as R
+from ..errors import ConfigError, ProtocolError
+from ..fsutil import fsync_dir, open_file
+from ..protocol import ha as P
+from ..shm.signal import notify_if_waiting
+from ..store.commitlog import CommitLog
+from .runtime import BrokerRuntime
+from .state import BrokerState, open_doorbell
+
+log = logging.getLogger(__name__)
+
+_W = R.STATE_WORD
+W_WRITE_POS, W_COMMITTED_POS = _W["write_pos"], _W["committed_pos"]
+MAX_SLAVES = 8                      # connections beyond are refused (each costs a buffer and a read)
+OUT_BUFFER_BYTES = 256 << 10        # queued per slave before the socket must drain
+RECV_BYTES = 64 << 10
+LOOP_S = 0.2                        # housekeeping and heartbeat granularity
+
+
+def parse_tcp(address: str) -> tuple[str, int]:
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+SECRET_BYTES = 32
+
+
+def replication_secret(path: str, create: bool) -> bytes | None:
+    """The root's replication secret (hex in ``path``), made by the first master that needs it."""
+    try:
+        with open(path, "rb") as f:
+            return bytes.fromhex(f.read().decode().strip())
+    except FileNotFoundError:
+        if not create:
+            return None
+    except ValueError:
+        raise ConfigError(f"{path} does not hold a hex replication secret") from None
+    try:
+        fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:             # another master made it meanwhile
+        return replication_secret(path, create=False)
+    secret = os.urandom(SECRET_BYTES)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(os.path.dirname(path))
+    return secret
+
+
+def ha_address(rt: BrokerRuntime, port: int) -> str:
+    """A master's replication address as slaves reach it (``tcp://HOST:PORT``), "" without one.
+    Listening on every address (``0.0.0.0``): local slaves connect over loopback — a slave on
+    another host is given ``--master`` (or the master's ``ha_listen`` names its own address)."""
+    if rt.is_slave or not port:
+        return ""
+    host = parse_tcp(rt.config.broker.ha_listen)[0]
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"tcp://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+@dataclass
+class _Slave:
+    sock: socket.socket
+    peer: str
+    reader: P.FrameReader = field(default_factory=lambda: P.FrameReader(P.SLAVE_KINDS))
+    out: bytearray = field(default_factory=bytearray)
+    challenge: bytes = field(default_factory=lambda: os.urandom(P.CHALLENGE_BYTES))
+    next_pos: int | None = None         # None until the handshake
+    acked: int = 0
+    last_read_s: float = field(default_factory=time.monotonic)
+    last_sent_s: float = field(default_factory=time.monotonic)
+
+
+class HAMaster:
+    """The replication process's state and loop body (``run_once``), usable without spawning."""
+
+    def __init__(self, rt: BrokerRuntime) -> None:
+        cfg = rt.config.broker
+        self.rt = rt
+        self.heartbeat_s, self.housekeeping_s = cfg.ha_heartbeat_interval_s, cfg.ha_housekeeping_s
+        self.state = BrokerState.attach(rt.state_name)
+        self.file_bytes = self.state.commitlog_file_bytes
+        self.secret = replication_secret(rt.paths.ha_secret, create=True)
+        self.cl = CommitLog(rt.store_dir, self.file_bytes, writable=False)
+        self.cl.mfq.refresh()
+        self.doorbell_segment, self.doorbell = open_doorbell(self.state)
+        host, port = parse_tcp(cfg.ha_listen)
+        self.listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                             backlog=MAX_SLAVES)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self.slaves: dict[int, _Slave] = {}
+        self._stop = threading.Event()
+        self._waiter = threading.Thread(target=self._wait_for_writes, name="ha-wake", daemon=True)
+        self._waiter.start()
+        self.state.set("ha_port", self.port)
+        self.state.set("ha_pid", os.getpid())
+
+    # -- the readable end of the commitlog ------------------------------------------------------------
+    def end(self) -> int:
+        w = self.state.w
+        return int(min(w[W_WRITE_POS], w[W_COMMITTED_POS]))
+
+    def record_at(self, phys: int, size: int) -> bytes | None:
+        mf = self._file(phys)
+        if mf is None:
+            return None
+        rel = phys - mf.file_from_offset
+        return bytes(mf.mm[rel:rel + size]) if rel + size <= self.file_bytes else None
+
+    def _file(self, phys: int):
+        mf = self.cl.mfq.find(phys)
+        if mf is None:
+            self.cl.mfq.refresh()          # the writer made a file since, or retention deleted some
+            mf = self.cl.mfq.find(phys)
+        return mf
+
+    def _wait_for_writes(self) -> None:
+        """Sleep on ``ha_wake``; wake the selector when the writer posts it."""
+        word = self.state.ha_wake
+        while not self._stop.is_set():
+            token = word.arm()
+            if word.sleep(token, 0.5) and word.arm() != token:
+                try:
+                    os.write(self._wake_w, b"w")
+                except BlockingIOError:
+                    pass                    # a wake-up is pending already
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def run_once(self, timeout_s: float = LOOP_S) -> None:
+        for key, events in self.sel.select(timeout_s):
+            if key.fileobj is self.listener:
+                self._accept()
+            elif key.fileobj == self._wake_r:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            else:
+                s = self.slaves.get(key.fd)
+                if s is None:
+                    continue
+                if events & selectors.EVENT_READ:
+                    self._read(s)
+                if events & selectors.EVENT_WRITE and key.fd in self.slaves:
+                    self._flush(s)
+        now = time.monotonic()
+        end = self.end()
+        for s in list(self.slaves.values()):
+            if now - s.last_read_s > self.housekeeping_s:
+                self._close(s, f"silent for {self.housekeeping_s:.0f} s")
+                continue
+            self._pump(s, end, now)
+        self._publish()
+        self.state.set("ha_heartbeat_ms", int(time.time() * 1000))
+
+    def _accept(self) -> None:
+        try:
+            sock, addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        peer = f"{addr[0]}:{addr[1]}"
+        if len(self.slaves) >= MAX_SLAVES:
+            log.warning("ha: refused a slave from %s: %d connected already", peer, MAX_SLAVES)
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s = _Slave(sock, peer)
+        self.slaves[sock.fileno()] = s
+        self.sel.register(sock, selectors.EVENT_READ, None)
+        s.out += P.encode(P.CHALLENGE, 0, s.challenge)
+        self._flush(s)
+
+    def _read(self, s: _Slave) -> None:
+        try:
+            data = s.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._close(s, f"read failed: {e}")
+            return
+        if not data:
+            self._close(s, "closed by the slave")
+            return
+        s.last_read_s = time.monotonic()
+        try:
+            for f in s.reader.feed(data):
+                self._handle(s, f)
+        except ProtocolError as e:
+            self._close(s, f"protocol error: {e}")
+
+    def _handle(self, s: _Slave, f: P.Frame) -> None:
+        if f.kind == P.HELLO:
+            if s.next_pos is not None:
+                raise ProtocolError("a second HELLO")
+            hello = P.Hello.decode(f)
+            if not P.auth_ok(self.secret, s.challenge, hello.auth):
+                raise ProtocolError("authentication failed (the slave does not hold this root's ha.secret)")
+            if hello.file_bytes != self.file_bytes:
+                raise ProtocolError(f"the slave's commitlog files are {hello.file_bytes} bytes, the master's "
+                                    f"{self.file_bytes}: a slave's store must be made with the master's file size")
+            end = self.end()
+            start, cut = P.agreed_start(hello, end, self.cl.min_offset(), self.record_at)
+            s.out += P.Welcome(start, self.file_bytes, end, cut).encode()
+            s.next_pos = s.acked = start
+            log.info("ha: slave %s holds the commitlog up to %d; streaming from %d%s", s.peer, hello.end, start,
+                     f" after it truncates to {cut}" if cut is not None and cut < hello.end else "")
+        elif s.next_pos is None:
+            raise ProtocolError("a REPORT before the HELLO")
+        else:
+            if f.offset > self.end():
+                raise ProtocolError(f"an ack of {f.offset} beyond the master's end {self.end()}")
+            if f.offset < s.acked:
+                raise ProtocolError(f"an ack of {f.offset} below its earlier {s.acked}")
+            s.acked = f.offset
+
+    def _pump(self, s: _Slave, end: int, now: float) -> None:
+        if s.next_pos is not None:
+            while len(s.out) < OUT_BUFFER_BYTES and s.next_pos < end:
+                mf = self._file(s.next_pos)
+                if mf is None:
+                    self._close(s, f"the master no longer holds offset {s.next_pos} (retention deleted it)")
+                    return
+                rel = s.next_pos - mf.file_from_offset
+                n = min(end - s.next_pos, self.file_bytes - rel, P.TRANSFER_CHUNK_BYTES)
+                s.out += P.encode(P.DATA, s.next_pos, bytes(mf.mm[rel:rel + n]))
+                s.next_pos += n
+            if not s.out and now - s.last_sent_s >= self.heartbeat_s:
+                s.out += P.encode(P.BEAT, end)
+        if s.out:
+            self._flush(s)
+
+    def _flush(self, s: _Slave) -> None:
+        try:
+            sent = s.sock.send(s.out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as e:
+            self._close(s, f"write failed: {e}")
+            return
+        if sent:
+            del s.out[:sent]
+            s.last_sent_s = time.monotonic()
+        self.sel.modify(s.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if s.out else 0), None)
+
+    def _close(self, s: _Slave, why: str) -> None:
+        log.warning("ha: slave %s disconnected: %s", s.peer, why)
+        self.slaves.pop(s.sock.fileno(), None)
+        try:
+            self.sel.unregister(s.sock)
+        except (KeyError, ValueError):
+            pass
+        s.sock.close()
+
+    def _publish(self) -> None:
+        live = [s for s in self.slaves.values() if s.next_pos is not None]
+        st = self.state
+        st.set("ha_slaves", len(live))
+        acked = max((s.acked for s in live), default=0)
+        if acked != st.get("replicated_pos"):
+            st.set("replicated_pos", acked)
+            notify_if_waiting(st.writer_waiting, self.doorbell)     # a SYNC_MASTER writer may answer sends now
+
+    def close(self) -> None:
+        self._stop.set()
+        self._waiter.join(2)                # it sleeps at most 0.5 s at a time
+        for s in list(self.slaves.values()):
+            self._close(s, "the master stops")
+        self.sel.close()
+        self.listener.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self.state.set("ha_slaves", 0)
+        self.cl.close()
+        self.doorbell_segment.close()
+        self.state.close()
+
+
+def run(rt: BrokerRuntime, stop) -> int:
+    """The replication process's entry point (spawned by a master broker)."""
+    m = HAMaster(rt)
+    log.info("ha: listening for slaves on port %d", m.port)
+    try:
+        while not stop.is_set():
+            m.run_once()
+    finally:
+        m.close()
+    return 0

@@ -1,0 +1,325 @@
+"""A slave's writer (RocketMQ's HAClient): the one appender of a slave's commitlog, fed by its master.
+
+A slave broker (id ≥ 1, ``broker.role = SLAVE``) runs this in place of the writer: producers never
+send to a slave. It connects to the master's replication listener (``broker.ha_master``, else the HA
+address the NameServers gave the broker at registration, ``master.json`` in the slave's directory),
+says how far its log goes (HELLO, with a few records it holds), and appends what the master streams
+— byte for byte: records keep the master's offsets, store times and ids, so the slave's commitlog is
+identical to the master's up to its end, and its own dispatcher builds its consume queues and index
+from it.
+
+Every DATA byte is input from the network: records are cut out of the stream only whole, each is
+checked with the stored-record codec (CRC, sizes, its PHYSICALOFFSET is where it lands, it fits its
+file) before it is appended, and a stream that does not continue the log ends the connection. After
+each batch the new end is published (``write_pos``), the dispatcher woken and the end REPORTed to
+the master (one ack covers everything below it: SYNC_MASTER). A master that says the slave must cut
+its log first (the slave holds bytes the master lost) gets a marker file ``store/truncate_to`` and an
+exit with ``EXIT_TRUNCATE``: the broker stops, and its next start cuts the log there before recovery
+(which then drops the consume-queue entries past it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import time
+
+from .. import records as R
+from ..errors import ConnectError, CorruptRecordError, HostMQError, ProtocolError, ValidationError
+from ..jsonfile import read_json, write_json
+from ..protocol import ha as P
+from ..shm.signal import notify_if_waiting
+from ..store.commitlog import CommitLog
+from .ha_master import parse_tcp, replication_secret
+from .runtime import BrokerRuntime
+from .state import BrokerState
+
+log = logging.getLogger(__name__)
+
+_W = R.STATE_WORD
+W_WRITE_POS, W_COMMITTED_POS, W_HEARTBEAT = _W["write_pos"], _W["committed_pos"], _W["writer_heartbeat_ms"]
+EXIT_TRUNCATE = 3                   # the broker must restart to cut its log (store/truncate_to)
+TRUNCATE_MARKER = "truncate_to"
+MASTER_FILE = "master.json"         # the master's HA address as the NameServers gave it (broker/supervisor.py)
+CONNECT_TIMEOUT_S = 5.0
+RETRY_S = 1.0
+ADDRESS_POLL_S = 0.1                # how often master.json is looked for before the first registration answer
+TORN_TAIL_BYTES = 8 << 20          # what one append may have left past the end (a receive and a record)
+CHECKPOINT_FILES = 8                # HELLO names the first record of this many last files (and the last record)
+_HEADER = struct.Struct(">iI")      # TOTALSIZE, MAGICCODE
+
+
+class MustTruncate(Exception):
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+class Replica:
+    """The slave writer's state and loop body, usable without spawning."""
+
+    def __init__(self, rt: BrokerRuntime) -> None:
+        self.rt = rt
+        cfg = rt.config
+        self.heartbeat_s, self.housekeeping_s = cfg.broker.ha_heartbeat_interval_s, cfg.broker.ha_housekeeping_s
+        self.state = BrokerState.attach(rt.state_name)
+        self.file_bytes = self.state.commitlog_file_bytes
+        # A record longer than this slave accepts is refused before it is buffered (a master with
+        # larger limits than its slave stops replication, and says why, rather than fill memory).
+        self.max_record_bytes = R.record_size(cfg.store.max_message_bytes, R.MAX_TOPIC_CHARS,
+                                              cfg.store.max_properties_bytes)
+        self.cl = CommitLog(rt.store_dir, self.file_bytes, store_host=self.state.store_host,
+                            warm=cfg.store.warm_mapped_file, advice=cfg.store.commitlog_advice)
+        self.cl.mfq.load()
+        self.end = int(self.state.w[W_WRITE_POS])
+        self.cl.continue_at(self.end, TORN_TAIL_BYTES)
+        self.pending = bytearray()          # received bytes after ``end`` that do not make a whole record yet
+        self.skip_to = 0                    # after a blank record: the rest of its file is not data
+        self.sock: socket.socket | None = None
+        self.reader = P.FrameReader(P.MASTER_KINDS)
+        self.last_read_s = self.last_report_s = 0.0
+        self.state.set("writer_pid", os.getpid())
+        self.state.set("ha_pid", os.getpid())
+
+    # -- connecting -----------------------------------------------------------------------------------
+    def master_address(self) -> str | None:
+        if self.rt.config.broker.ha_master:
+            return self.rt.config.broker.ha_master
+        d = read_json(os.path.join(self.rt.broker_dir, MASTER_FILE), default=None)
+        return d.get("ha_address") if isinstance(d, dict) and d.get("ha_address") else None
+
+    def checkpoints(self) -> tuple[tuple[int, int, int], ...]:
+        """The last record and the first of each of the last files: where this log can be compared."""
+        out = []
+        files = self.cl.mfq.files
+        for mf in files[-CHECKPOINT_FILES:]:
+            cp = self._checkpoint(mf.file_from_offset)
+            if cp is not None:
+                out.append(cp)
+        if files:       # the last record: walk the last file (records have no back links)
+            phys, last = files[-1].file_from_offset, None
+            while phys < self.end:
+                cp = self._checkpoint(phys)
+                if cp is None:
+                    break
+                last, phys = cp, phys + cp[1]
+            if last is not None and last[0] + last[1] == self.end:
+                out.append(last)
+        return tuple(dict.fromkeys(out))[-P.MAX_CHECKPOINTS:]
+
+    def _checkpoint(self, phys: int) -> tuple[int, int, int] | None:
+        mf = self.cl.mfq.find(phys)
+        if mf is None or phys >= self.end:
+            return None
+        rel = phys - mf.file_from_offset
+        try:
+            kind, total = R.check_stored_record(mf.mm, rel, self.file_bytes, phys, False)
+        except CorruptRecordError:
+            return None
+        if kind != R.RecordKind.MESSAGE or phys + total > self.end:
+            return None
+        return phys, total, P.record_crc(mf.mm[rel:rel + total])
+
+    def connect(self, address: str) -> None:
+        host, port = parse_tcp(address)
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = P.FrameReader(P.MASTER_KINDS)
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        frames = _first_frames(sock, reader, deadline, address)
+        if frames[0].kind != P.CHALLENGE:
+            sock.close()
+            raise ProtocolError(f"the master opened with {P.KIND_NAMES[frames[0].kind]}, not a CHALLENGE")
+        secret = replication_secret(self.rt.paths.ha_secret, create=False)
+        if secret is None:
+            sock.close()
+            raise ConnectError(f"no replication secret at {self.rt.paths.ha_secret}: copy the master root's "
+                               f"ha.secret there")
+        sock.sendall(P.Hello(self.end, self.file_bytes, self.checkpoints(),
+                             P.auth_token(secret, frames[0].body)).encode())
+        frames = frames[1:] or _first_frames(sock, reader, deadline, address)
+        if frames[0].kind != P.WELCOME:
+            sock.close()
+            raise ProtocolError(f"the master answered the HELLO with {P.KIND_NAMES[frames[0].kind]}")
+        w = P.Welcome.decode(frames[0])
+        if w.truncate_to is not None and w.truncate_to < self.end:
+            sock.close()
+            raise MustTruncate(w.truncate_to)
+        if w.start != self.end:
+            sock.close()
+            raise ProtocolError(f"the master streams from {w.start}, this log ends at {self.end} "
+                                f"(a slave starts empty or from a copy of the master's store)")
+        self.state.set("master_end_pos", w.master_end)
+        sock.settimeout(None)
+        sock.setblocking(True)
+        self.sock, self.reader = sock, reader
+        self.pending.clear()
+        self.skip_to = 0
+        self.last_read_s = self.last_report_s = time.monotonic()
+        for f in frames[1:]:
+            self._handle(f)
+        log.info("replica: replicating from %s from offset %d (the master is at %d)", address, self.end, w.master_end)
+
+    def disconnect(self, why: str) -> None:
+        if self.sock is not None:
+            log.warning("replica: connection to the master ended: %s", why)
+            self.sock.close()
+            self.sock = None
+
+    # -- receiving --------------------------------------------------------------------------------------
+    def receive(self, timeout_s: float) -> int:
+        """Read what the master sent within ``timeout_s``; returns bytes appended."""
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(1 << 20)
+        except socket.timeout:
+            data = None
+        now = time.monotonic()
+        if data == b"":
+            raise ConnectError("the master closed the connection")
+        before = self.end
+        if data:
+            self.last_read_s = now
+            for f in self.reader.feed(data):
+                self._handle(f)
+        elif now - self.last_read_s > self.housekeeping_s:
+            raise ConnectError(f"the master was silent for {self.housekeeping_s:.0f} s")
+        if self.end != before or now - self.last_report_s >= self.heartbeat_s:
+            self.sock.sendall(P.encode(P.REPORT, self.end))
+            self.last_report_s = now
+        return self.end - before
+
+    def _handle(self, f: P.Frame) -> None:
+        if f.kind == P.DATA:
+            expected = self.end + len(self.pending)
+            if f.offset != expected:
+                raise ProtocolError(f"DATA at {f.offset}, expected {expected}")
+            self.pending += f.body
+            self._append_whole_records()
+            self.state.set("master_end_pos", max(self.state.get("master_end_pos"), f.offset + len(f.body)))
+        elif f.kind == P.BEAT:
+            self.state.set("master_end_pos", f.offset)
+        elif f.kind == P.WELCOME:
+            raise ProtocolError("a second WELCOME")
+        # META: the master's metadata (topics, offsets) — applied by the broker (issue 18, later part)
+
+    def _append_whole_records(self) -> None:
+        """Cut whole records out of ``pending``, check and append them; keep an incomplete tail."""
+        buf, base = self.pending, self.end          # buf[0] is at commitlog offset ``base``
+        rel = seg = 0                               # consumed / start of checked records not yet appended
+        while True:
+            phys = base + rel
+            if self.skip_to:                        # the rest of a padded file: zeros, never read
+                rel += min(self.skip_to - phys, len(buf) - rel)
+                seg = rel
+                if base + rel < self.skip_to:
+                    break
+                self.skip_to = 0
+                continue
+            if len(buf) - rel < _HEADER.size:
+                break
+            total, magic = _HEADER.unpack_from(buf, rel)
+            in_file = phys % self.file_bytes
+            if magic == R.BLANK_MAGIC_CODE:
+                if total != self.file_bytes - in_file:
+                    raise ProtocolError(f"an end-of-file blank at {phys} of {total} bytes does not end its file")
+                self._append(base + seg, buf[seg:rel])
+                self.skip_to = self.cl.pad_stored(phys)
+                seg = rel
+                continue
+            if total <= 0 or in_file + total + R.MIN_BLANK_BYTES > self.file_bytes:
+                raise ProtocolError(f"a record at {phys} of {total} bytes cannot be in a commitlog file")
+            if total > self.max_record_bytes:
+                raise ProtocolError(f"a record at {phys} of {total} bytes is larger than this slave accepts "
+                                    f"({self.max_record_bytes}: give it the master's store.max_message_bytes)")
+            if len(buf) - rel < total:
+                break                               # the rest of it comes in the next DATA frame
+            try:
+                kind, size = R.check_stored_record(buf, rel, rel + total, phys, True)
+            except CorruptRecordError as e:
+                raise ProtocolError(f"a broken record from the master at {phys}: {e}") from None
+            if kind != R.RecordKind.MESSAGE or size != total:
+                raise ProtocolError(f"a record at {phys} is not a message")
+            rel += total
+        self._append(base + seg, buf[seg:rel])
+        del buf[:rel]
+        self.end = base + rel
+        self._publish()
+
+    def _append(self, phys: int, records) -> None:
+        if len(records):
+            try:
+                self.cl.append_stored(phys, bytes(records))
+            except ValidationError as e:
+                raise ProtocolError(str(e)) from None
+
+    def _publish(self) -> None:
+        """The log's end for readers: past a padded file's rest already (the blank says it is complete)."""
+        end = max(self.end, self.cl.max_offset())
+        w = self.state.w
+        if w[W_WRITE_POS] != end:
+            w[W_WRITE_POS] = end
+            w[W_COMMITTED_POS] = end
+            notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
+
+    def heartbeat(self) -> None:
+        now_ms = int(time.time() * 1000)
+        self.state.w[W_HEARTBEAT] = now_ms
+        self.state.set("ha_heartbeat_ms", now_ms)
+
+    def close(self) -> None:
+        self.disconnect("the slave stops")
+        self.cl.close()
+        self.state.close()
+
+
+def _first_frames(sock: socket.socket, reader: P.FrameReader, deadline: float, address: str) -> list[P.Frame]:
+    """Read until at least one whole frame arrived (the handshake), or fail."""
+    frames: list[P.Frame] = []
+    while not frames:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        data = sock.recv(65536)
+        if not data:
+            sock.close()
+            raise ConnectError(f"the master at {address} closed the connection during the handshake")
+        frames = reader.feed(data)
+    return frames
+
+
+def write_truncate_marker(store_dir: str, offset: int) -> None:
+    write_json(os.path.join(store_dir, TRUNCATE_MARKER), {"offset": offset})
+
+
+def run(rt: BrokerRuntime, stop) -> int:
+    """The slave writer's entry point (spawned by a slave broker in place of the writer)."""
+    r = Replica(rt)
+    log.info("replica ready: the log ends at %d", r.end)
+    try:
+        while not stop.is_set():
+            r.heartbeat()
+            if r.sock is None:
+                address = r.master_address()
+                if address is None:
+                    stop.wait(ADDRESS_POLL_S)       # not registered yet: the NameServers tell us soon
+                    continue
+                try:
+                    r.connect(address)
+                except MustTruncate as t:
+                    log.error("replica: this slave holds bytes its master does not (it was ahead, or the master "
+                              "lost a tail in recovery): the log is cut at %d at the next start (it ends at %d)",
+                              t.offset, r.end)
+                    write_truncate_marker(rt.store_dir, t.offset)
+                    return EXIT_TRUNCATE
+                except (OSError, HostMQError) as e:
+                    log.warning("replica: cannot replicate from %s: %s; retrying", address, e)
+                    stop.wait(RETRY_S)
+                continue
+            try:
+                r.receive(0.2)
+            except (OSError, HostMQError) as e:
+                r.disconnect(str(e))
+                stop.wait(RETRY_S)
+    finally:
+        r.close()
+    return 0

@@ -1,0 +1,204 @@
+"""Master ↔ slave replication frames over TCP (pure; RocketMQ's HAConnection / HAClient, with a
+handshake RocketMQ lacks).
+
+Every frame, both ways, is a 16-byte big-endian header and a body::
+
+    kind u8 | 3 zero bytes | offset i64 | size u32 | body (size bytes)
+
+master → slave, first
+    CHALLENGE offset = 0; body = 32 random bytes. The listener is reachable by anyone who can open
+            a TCP connection, and what it streams is every stored message: a slave proves it holds
+            the master's replication secret (``ROOT/ha.secret``, readable by the root's group only;
+            copied to a slave on another host) before anything else
+slave → master
+    HELLO   offset = the slave's commitlog end; body = orjson ``{"version", "file_bytes", "auth",
+            "checkpoints": [[phys, size, crc32], …]}``: ``auth`` = hex HMAC-SHA256 of the challenge
+            under the secret; the checkpoints are a few records the slave holds (its last one and
+            the first of each of its last files), so the master can tell where their logs agree
+    REPORT  offset = the slave's commitlog end (after each batch it stored, and every few seconds);
+            no body
+master → slave
+    WELCOME offset = where the master streams from; body = orjson ``{"version", "file_bytes",
+            "master_end", "truncate_to"}`` — ``truncate_to`` is set when the slave holds bytes the
+            master does not (it was ahead, or the master lost a tail in recovery and wrote other
+            records since): the slave cuts its log there first and says so in its log
+    DATA    offset = commitlog offset of the body's first byte; body = commitlog bytes (≤ 32 KiB,
+            never across a file; may end inside a record)
+    BEAT    offset = the master's commitlog end; no body (every few seconds when idle)
+    META    offset = 0; body = orjson of the master's metadata (topics, consumer offsets, delay
+            offsets) — sent when it changed, and periodically
+
+Whatever arrives is input from a possibly wrong peer: ``FrameReader`` checks kinds, sizes and
+offsets and raises ProtocolError; the slave checks every record of a DATA body with the record
+codec before its writer appends it.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+import zlib
+from dataclasses import dataclass
+
+import orjson
+
+from ..errors import ProtocolError
+
+VERSION = 1
+HEADER = struct.Struct(">B3xqI")
+HELLO, REPORT, WELCOME, DATA, BEAT, META, CHALLENGE = 1, 2, 3, 4, 5, 6, 7
+KIND_NAMES = {HELLO: "HELLO", REPORT: "REPORT", WELCOME: "WELCOME", DATA: "DATA", BEAT: "BEAT", META: "META",
+              CHALLENGE: "CHALLENGE"}
+SLAVE_KINDS = frozenset((HELLO, REPORT))
+MASTER_KINDS = frozenset((WELCOME, DATA, BEAT, META, CHALLENGE))
+CHALLENGE_BYTES = 32
+TRANSFER_CHUNK_BYTES = 32 << 10             # RocketMQ haTransferBatchSize
+MAX_CONTROL_BODY_BYTES = 64 << 10           # HELLO / WELCOME bodies
+MAX_META_BYTES = 64 << 20                   # topics and offsets of a large broker
+MAX_CHECKPOINTS = 64
+_LIMITS = {HELLO: MAX_CONTROL_BODY_BYTES, REPORT: 0, WELCOME: MAX_CONTROL_BODY_BYTES,
+           DATA: TRANSFER_CHUNK_BYTES, BEAT: 0, META: MAX_META_BYTES, CHALLENGE: CHALLENGE_BYTES}
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: int
+    offset: int
+    body: bytes = b""
+
+
+def encode(kind: int, offset: int, body: bytes = b"") -> bytes:
+    if kind not in _LIMITS or len(body) > _LIMITS[kind] or offset < 0:
+        raise ProtocolError(f"HA frame {kind} at {offset} with {len(body)} bytes is not sendable")
+    return HEADER.pack(kind, offset, len(body)) + body
+
+
+class FrameReader:
+    """Cuts a byte stream into frames of the kinds one side may receive."""
+
+    def __init__(self, accept: frozenset[int]) -> None:
+        self.accept = accept
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= HEADER.size:
+            kind, offset, size = HEADER.unpack_from(self._buf, 0)
+            if kind not in self.accept:
+                raise ProtocolError(f"HA frame of kind {kind} is not expected here")
+            if size > _LIMITS[kind] or offset < 0 or self._buf[1:4] != b"\0\0\0":
+                raise ProtocolError(f"bad HA {KIND_NAMES[kind]} frame: offset {offset}, {size} bytes")
+            if len(self._buf) < HEADER.size + size:
+                break
+            body = bytes(self._buf[HEADER.size:HEADER.size + size])
+            del self._buf[:HEADER.size + size]
+            out.append(Frame(kind, offset, body))
+        return out
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf)
+
+
+# -- the handshake ----------------------------------------------------------------------------------
+def auth_token(secret: bytes, challenge: bytes) -> str:
+    """What a slave answers a CHALLENGE with: hex HMAC-SHA256 of it under the replication secret."""
+    return hmac.new(secret, challenge, hashlib.sha256).hexdigest()
+
+
+def auth_ok(secret: bytes, challenge: bytes, token: str) -> bool:
+    return isinstance(token, str) and hmac.compare_digest(auth_token(secret, challenge), token)
+
+
+@dataclass(frozen=True)
+class Hello:
+    end: int                                    # the slave's commitlog end
+    file_bytes: int
+    checkpoints: tuple[tuple[int, int, int], ...]   # (phys, size, crc32) of records it holds
+    auth: str = ""                              # auth_token(secret, challenge)
+
+    def encode(self) -> bytes:
+        return encode(HELLO, self.end, orjson.dumps({"version": VERSION, "file_bytes": self.file_bytes,
+                                                     "auth": self.auth,
+                                                     "checkpoints": [list(c) for c in self.checkpoints]}))
+
+    @classmethod
+    def decode(cls, f: Frame) -> "Hello":
+        d = _json(f, ("version", "file_bytes", "checkpoints", "auth"))
+        cps = d["checkpoints"]
+        if not isinstance(cps, list) or len(cps) > MAX_CHECKPOINTS or not all(
+                isinstance(c, list) and len(c) == 3 and all(_is_uint(x) for x in c) for c in cps):
+            raise ProtocolError("HELLO checkpoints must be up to 64 [phys, size, crc32] triples")
+        if not _is_uint(d["file_bytes"]) or d["file_bytes"] == 0:
+            raise ProtocolError("HELLO file_bytes must be a positive integer")
+        if not isinstance(d["auth"], str) or len(d["auth"]) > 128:
+            raise ProtocolError("HELLO auth must be a short string")
+        return cls(f.offset, d["file_bytes"], tuple(tuple(c) for c in cps), d["auth"])
+
+
+@dataclass(frozen=True)
+class Welcome:
+    start: int                  # where the stream starts
+    file_bytes: int
+    master_end: int
+    truncate_to: int | None     # the slave cuts its log here first
+
+    def encode(self) -> bytes:
+        return encode(WELCOME, self.start, orjson.dumps({"version": VERSION, "file_bytes": self.file_bytes,
+                                                         "master_end": self.master_end,
+                                                         "truncate_to": self.truncate_to}))
+
+    @classmethod
+    def decode(cls, f: Frame) -> "Welcome":
+        d = _json(f, ("version", "file_bytes", "master_end", "truncate_to"))
+        t = d["truncate_to"]
+        if not _is_uint(d["file_bytes"]) or not _is_uint(d["master_end"]) or not (t is None or _is_uint(t)):
+            raise ProtocolError("WELCOME fields must be non-negative integers")
+        return cls(f.offset, d["file_bytes"], d["master_end"], t)
+
+
+def _is_uint(x) -> bool:
+    return type(x) is int and 0 <= x < (1 << 63)
+
+
+def _json(f: Frame, keys: tuple[str, ...]) -> dict:
+    try:
+        d = orjson.loads(f.body)
+    except orjson.JSONDecodeError:
+        raise ProtocolError(f"HA {KIND_NAMES[f.kind]} body is not JSON") from None
+    if not isinstance(d, dict) or not all(k in d for k in keys):
+        raise ProtocolError(f"HA {KIND_NAMES[f.kind]} body needs {', '.join(keys)}")
+    if d["version"] != VERSION:
+        raise ProtocolError(f"HA protocol version {d['version']!r} is not {VERSION}")
+    return d
+
+
+def record_crc(record: bytes | memoryview) -> int:
+    return zlib.crc32(record) & 0xFFFFFFFF
+
+
+def agreed_start(hello: Hello, master_end: int, master_min: int, record_at) -> tuple[int, int | None]:
+    """Where to stream from for this slave, and where it must truncate first (None: nowhere).
+
+    ``record_at(phys, size)`` returns the master's bytes of that record, or None if it has none
+    there. The slave's log agrees with the master's up to its end when its last record (the
+    checkpoint ending at ``hello.end``) is byte-identical on the master — a master only ever cuts
+    its tail, so records before an identical one are identical too. Otherwise the highest
+    checkpoint the master holds identically is where both agree: the slave truncates after it.
+    With no agreement at all the slave starts over (truncates to 0) from the master's oldest file."""
+    def same(cp) -> bool:
+        phys, size, crc = cp
+        if phys + size > master_end or phys < master_min:
+            return False
+        rec = record_at(phys, size)
+        return rec is not None and record_crc(rec) == crc
+    if hello.end == 0:
+        return max(master_min, 0), None
+    last = [cp for cp in hello.checkpoints if cp[0] + cp[1] == hello.end]
+    if hello.end <= master_end and last and same(last[0]):
+        return hello.end, None
+    for cp in sorted(hello.checkpoints, key=lambda c: -c[0]):
+        if same(cp):
+            return cp[0] + cp[1], cp[0] + cp[1]     # both hold this record alike: keep up to its end
+    return master_min, 0
