@@ -93,6 +93,7 @@ class BrokerConfig:
     ha_max_gap_bytes: int = 256 << 20       # SYNC_MASTER: a slave further behind is not in sync (SLAVE_NOT_AVAILABLE)
     ha_heartbeat_interval_s: float = 5.0    # both sides speak at least this often (RocketMQ haSendHeartbeatInterval)
     ha_housekeeping_s: float = 20.0         # a replication connection silent this long is closed (haHousekeepingInterval)
+    ha_meta_interval_s: float = 10.0        # a master sends its topics and offsets this often (and when topics change)
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)

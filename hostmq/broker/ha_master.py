@@ -16,7 +16,9 @@ broker registers ``tcp://HOST:PORT`` with the NameServers as its HA address). Pe
 2. DATA frames of at most 32 KiB, never across a file, from the slave's position up to the
    master's readable end (``min(write_pos, committed_pos)``) — read-only from the mapped files,
    nothing on the send path waits for this under ASYNC_MASTER;
-3. REPORTs from the slave: the commitlog end it stored. An ack beyond what the master has ends the
+3. META frames with the master's topics, consumer offsets and delay offsets (the files the broker
+   persists) every 10 s and at once when the topics changed; the slave broker applies them;
+4. REPORTs from the slave: the commitlog end it stored. An ack beyond what the master has ends the
    connection. The highest ack of a connected slave is published as ``replicated_pos`` (a SYNC_MASTER
    writer answers sends below it; one ack covers every send below it) and the writer is woken.
 
@@ -35,9 +37,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import orjson
+
 from .. import records as R
 from ..errors import ConfigError, ProtocolError
 from ..fsutil import fsync_dir, open_file
+from ..jsonfile import read_json
 from ..protocol import ha as P
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
@@ -52,6 +57,7 @@ MAX_SLAVES = 8                      # connections beyond are refused (each costs
 OUT_BUFFER_BYTES = 256 << 10        # queued per slave before the socket must drain
 RECV_BYTES = 64 << 10
 LOOP_S = 0.2                        # housekeeping and heartbeat granularity
+META_FILES = {"topics": "topics.json", "consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json"}
 
 
 def parse_tcp(address: str) -> tuple[str, int]:
@@ -108,6 +114,7 @@ class _Slave:
     acked: int = 0
     last_read_s: float = field(default_factory=time.monotonic)
     last_sent_s: float = field(default_factory=time.monotonic)
+    meta_sent: bytes = b""              # the last META body sent (sent again only when it changed)
 
 
 class HAMaster:
@@ -117,6 +124,7 @@ class HAMaster:
         cfg = rt.config.broker
         self.rt = rt
         self.heartbeat_s, self.housekeeping_s = cfg.ha_heartbeat_interval_s, cfg.ha_housekeeping_s
+        self.meta_interval_s = cfg.ha_meta_interval_s
         self.state = BrokerState.attach(rt.state_name)
         self.file_bytes = self.state.commitlog_file_bytes
         self.secret = replication_secret(rt.paths.ha_secret, create=True)
@@ -133,6 +141,9 @@ class HAMaster:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
         self.slaves: dict[int, _Slave] = {}
+        self._meta = b""
+        self._meta_read_s = 0.0
+        self._topics_seen = -1
         self._stop = threading.Event()
         self._waiter = threading.Thread(target=self._wait_for_writes, name="ha-wake", daemon=True)
         self._waiter.start()
@@ -189,13 +200,40 @@ class HAMaster:
                     self._flush(s)
         now = time.monotonic()
         end = self.end()
+        meta = self.metadata(now) if self.slaves else b""
         for s in list(self.slaves.values()):
             if now - s.last_read_s > self.housekeeping_s:
                 self._close(s, f"silent for {self.housekeeping_s:.0f} s")
                 continue
+            if meta and s.next_pos is not None and meta != s.meta_sent and len(s.out) < OUT_BUFFER_BYTES:
+                s.out += P.encode(P.META, 0, meta)
+                s.meta_sent = meta
             self._pump(s, end, now)
         self._publish()
         self.state.set("ha_heartbeat_ms", int(time.time() * 1000))
+
+    def metadata(self, now: float) -> bytes:
+        """The master's topics, consumer offsets and delay offsets as one META body — read from the
+        files the broker and its scheduler persist, every ``broker.ha_meta_interval_s`` and at once when the
+        topic table changed (RocketMQ's slave pulls the same every 10 s)."""
+        topics_version = self.state.get("topics_version")
+        if now - self._meta_read_s < self.meta_interval_s and topics_version == self._topics_seen and self._meta:
+            return self._meta
+        self._meta_read_s, self._topics_seen = now, topics_version
+        out = {}
+        for key, name in META_FILES.items():
+            try:
+                out[key] = read_json(self.rt.config_file(name), default=None)
+            except ConfigError as e:            # a damaged file is the broker's to report; send the rest
+                log.warning("ha: %s not sent to the slaves: %s", name, e)
+                out[key] = None
+        body = orjson.dumps(out)
+        if len(body) > P.MAX_META_BYTES:
+            log.error("ha: metadata of %d bytes is larger than a META frame (%d); slaves keep the last",
+                      len(body), P.MAX_META_BYTES)
+            return self._meta
+        self._meta = body
+        return body
 
     def _accept(self) -> None:
         try:

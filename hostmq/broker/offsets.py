@@ -17,24 +17,40 @@ from ..jsonfile import read_json, write_json
 TOPIC_GROUP_SEP = "@"
 
 
+def parse_offset_table(data) -> dict[tuple[str, str, int], int]:
+    """``{"offset_table": {"topic@group": {"qid": offset}}}`` → {(group, topic, qid): offset}; entries
+    :meth:`OffsetTable.commit` would refuse are skipped (isdecimal, not isdigit: int("²") fails)."""
+    table = data.get("offset_table", {}) if isinstance(data, dict) else {}
+    out = {}
+    for key, queues in table.items() if isinstance(table, dict) else ():
+        topic, sep, group = key.rpartition(TOPIC_GROUP_SEP)
+        if not sep or not topic or not group or not isinstance(queues, dict):
+            continue
+        for qid, off in queues.items():
+            if str(qid).isdecimal() and isinstance(off, int) and not isinstance(off, bool) and off >= 0:
+                out[(group, topic, int(qid))] = off
+    return out
+
+
 class OffsetTable:
     def __init__(self, path: str) -> None:
         self.path = path
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.reset_versions: dict[str, int] = {}       # group → state word value of its last reset
         self.dirty = False
-        data = read_json(path, {"offset_table": {}})
-        table = data.get("offset_table", {}) if isinstance(data, dict) else {}
-        if not isinstance(table, dict):
-            table = {}
-        # Entries :meth:`commit` would refuse are skipped (isdecimal, not isdigit: int("²") fails).
-        for key, queues in table.items():
-            topic, sep, group = key.rpartition(TOPIC_GROUP_SEP)
-            if not sep or not topic or not group or not isinstance(queues, dict):
-                continue
-            for qid, off in queues.items():
-                if str(qid).isdecimal() and isinstance(off, int) and not isinstance(off, bool) and off >= 0:
-                    self.offsets[(group, topic, int(qid))] = off
+        self.offsets.update(parse_offset_table(read_json(path, {"offset_table": {}})))
+
+    def merge_larger(self, data) -> int:
+        """A slave: take its master's offsets (``consumerOffset.json``'s shape) where they are ahead
+        of its own — a consumer may have committed here while the master was down. Returns how many
+        offsets moved."""
+        moved = 0
+        for key, off in parse_offset_table(data).items():
+            if off > self.offsets.get(key, -1):
+                self.offsets[key] = off
+                moved += 1
+        self.dirty |= moved > 0
+        return moved
 
     def reset(self, group: str, topic: str, offsets: dict[int, int], version: int) -> None:
         """Backtracking: set the group's offsets of ``topic`` and refuse, from now on, commits of

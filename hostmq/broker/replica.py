@@ -25,6 +25,8 @@ import socket
 import struct
 import time
 
+import orjson
+
 from .. import records as R
 from ..errors import ConnectError, CorruptRecordError, HostMQError, ProtocolError, ValidationError
 from ..jsonfile import read_json, write_json
@@ -41,6 +43,8 @@ _W = R.STATE_WORD
 W_WRITE_POS, W_COMMITTED_POS, W_HEARTBEAT = _W["write_pos"], _W["committed_pos"], _W["writer_heartbeat_ms"]
 EXIT_TRUNCATE = 3                   # the broker must restart to cut its log (store/truncate_to)
 TRUNCATE_MARKER = "truncate_to"
+META_FILE = "master-meta.json"      # the master's topics and offsets, as its last META said
+META_KEYS = ("topics", "consumer_offsets", "delay_offsets")
 MASTER_FILE = "master.json"         # the master's HA address as the NameServers gave it (broker/supervisor.py)
 CONNECT_TIMEOUT_S = 5.0
 RETRY_S = 1.0
@@ -202,7 +206,19 @@ class Replica:
             self.state.set("master_end_pos", f.offset)
         elif f.kind == P.WELCOME:
             raise ProtocolError("a second WELCOME")
-        # META: the master's metadata (topics, offsets) — applied by the broker (issue 18, later part)
+        elif f.kind == P.META:
+            self._store_meta(f.body)
+
+    def _store_meta(self, body: bytes) -> None:
+        """The master's topics and offsets, kept for this slave's broker (its control loop is the
+        owner of topics.json and the offsets: it applies ``master-meta.json`` when it changes)."""
+        try:
+            meta = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise ProtocolError("a META body that is not JSON") from None
+        if not isinstance(meta, dict) or not all(isinstance(meta.get(k), (dict, type(None))) for k in META_KEYS):
+            raise ProtocolError("a META body that is not {topics, consumer_offsets, delay_offsets}")
+        write_json(os.path.join(self.rt.config_dir, META_FILE), {k: meta.get(k) for k in META_KEYS})
 
     def _append_whole_records(self) -> None:
         """Cut whole records out of ``pending``, check and append them; keep an incomplete tail."""

@@ -27,6 +27,7 @@ from collections import deque
 
 from .. import records as R
 from ..errors import HostMQError, MessageNotFoundError, NoRouteError, ValidationError
+from ..jsonfile import write_json
 from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode, response_code_for
 from ..protocol.frames import Frame
@@ -170,6 +171,22 @@ class BrokerService:
 
     def all_topics(self, frame: Frame, token=None) -> Reply:
         return Reply(fields={"topics": self.topics.registration(), "data_version": self.topics.data_version})
+
+    def apply_master_meta(self, meta: dict) -> None:
+        """A slave: its master's topics (taken as they are: routes name the slave's queues the same),
+        consumer offsets (the larger wins) and delay offsets (kept for a promotion: a slave runs no
+        scheduler) from the replica's ``master-meta.json``."""
+        topics, offsets, delay = meta.get("topics"), meta.get("consumer_offsets"), meta.get("delay_offsets")
+        if isinstance(topics, dict):
+            try:
+                if self.topics.replace(topics):
+                    self._topics_changed()
+            except ValidationError as e:
+                log.warning("slave: the master's topic table was not taken: %s", e)
+        if isinstance(offsets, dict) and self.offsets.merge_larger(offsets):
+            self.offsets.persist()
+        if isinstance(delay, dict):
+            write_json(self.rt.config_file("delayOffset.json"), delay)
 
     def _topics_changed(self) -> None:
         self.state.bump("topics_version")

@@ -49,7 +49,7 @@ from ..transport import Server
 from ..jsonfile import read_json, write_json
 from .ha_master import ha_address
 from .registration import NamesrvLink
-from .replica import EXIT_TRUNCATE, MASTER_FILE, TRUNCATE_MARKER
+from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
 from .runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
@@ -116,6 +116,7 @@ class Broker:
         self.must_restart = False           # a slave whose log must be cut first (replica.EXIT_TRUNCATE)
         self._stop: threading.Event | None = None
         self._master_ha = ""
+        self._meta_seen: tuple[int, int] | None = None
 
     # -- start ----------------------------------------------------------------------------------------
     def _create_pool(self) -> None:
@@ -251,6 +252,7 @@ class Broker:
         self.notify_ready()
         if self.rt.is_slave:
             self._note_master()
+            self._apply_master_meta()
         mine = {"broker"} | {c.name for c in self.children.children}
         stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items() if c in mine},
                                  now_ms, int(self.rt.config.broker.heartbeat_stale_s * 1000))
@@ -286,6 +288,24 @@ class Broker:
         if ha and ha != self._master_ha:
             write_json(os.path.join(self.rt.broker_dir, MASTER_FILE), {"ha_address": ha})
             self._master_ha = ha
+
+    def _apply_master_meta(self) -> None:
+        """A slave: apply the master's topics and offsets when the replica stored new ones."""
+        path = os.path.join(self.rt.config_dir, META_FILE)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        if (st.st_mtime_ns, st.st_size) == self._meta_seen:
+            return
+        self._meta_seen = (st.st_mtime_ns, st.st_size)
+        try:
+            meta = read_json(path, default=None)
+        except ConfigError as e:
+            log.warning("broker %s: the master's metadata was not applied: %s", self.rt.instance, e)
+            return
+        if isinstance(meta, dict):
+            self.service.apply_master_meta(meta)
 
     def serve(self, stop: threading.Event) -> None:
         self._stop = stop

@@ -40,7 +40,19 @@ class TopicTable:
         self.load()
 
     def load(self) -> None:
-        data = read_json(self.path, {"data_version": 0, "topics": {}})
+        self._take(read_json(self.path, {"data_version": 0, "topics": {}}))
+
+    def replace(self, data) -> bool:
+        """A slave: take its master's table (``topics.json``'s shape) as is; True if it changed.
+        ValidationError (nothing changed) for a table that does not parse."""
+        before = (self.data_version, self.topics)
+        self._take(data)
+        if (self.data_version, self.topics) == before:
+            return False
+        self.save()
+        return True
+
+    def _take(self, data) -> None:
         if not isinstance(data, dict) or not isinstance(data.get("topics"), dict):
             raise ValidationError(f"{self.path}: expected an object with a 'topics' object")
         version = data.get("data_version", 0)

@@ -225,3 +225,27 @@ def test_the_replication_port_streams_nothing_to_whoever_lacks_the_roots_secret(
             got += data
     assert got == b""                       # closed without a WELCOME or a byte of data
     wait_until(lambda: "authentication failed" in c.log_tail("broker-a", 100), 10, "the refusal in the log")
+
+
+def test_topics_and_consumer_offsets_reach_the_slave(cluster):
+    from hostmq.broker.offsets import parse_offset_table
+    from hostmq.jsonfile import read_json
+    c = cluster(slaves=1, broker={"ha_meta_interval_s": 0.5, "offset_persist_interval_s": 0.5})
+    root = c.root
+    with hostmq.Admin(root) as a:
+        a.create_topic("meta-t", queues=3)
+    _send(root, "meta-t", 300)
+    assert len(consume_bodies(root, "meta-t", 300, "g-meta")) == 300      # commits at close
+    wait_until(lambda: "meta-t" in _rows(root)[1].get("topics", {}), 30, "the topic on the slave")
+    slave_queues = [q for q in _rows(root)[1]["queues"] if q["topic"] == "meta-t"]
+    assert len(slave_queues) == 3
+    wait_until(lambda: sum(q["max_offset"] for q in _rows(root)[1]["queues"] if q["topic"] == "meta-t") == 300,
+               30, "the slave's queues to hold every message")
+    paths = RootPaths(root)
+
+    def offsets(instance: str) -> dict:
+        data = read_json(os.path.join(paths.config_dir(instance), "consumerOffset.json"), default={})
+        return {k: v for k, v in parse_offset_table(data).items() if k[0] == "g-meta"}
+    wait_until(lambda: offsets("broker-a") and offsets("broker-a.1") == offsets("broker-a"), 30,
+               "the group's offsets on the slave")
+    assert sum(offsets("broker-a.1").values()) == 300
