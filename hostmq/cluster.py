@@ -29,6 +29,7 @@ from .errors import ConfigError, ConnectError, HostMQError
 from .fsutil import ensure_dir, open_file
 from .namesrv.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
+from .process import describe_exit
 from .sdnotify import environment_without_notify
 from .shm.segment import reclaim_stale
 from .root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name
@@ -133,7 +134,8 @@ class LocalCluster:
     def _deadline_check(self, deadline: float, what: str) -> None:
         for name, p in self.processes.items():
             if p.poll() is not None:
-                raise ConnectError(f"{name} exited with {p.returncode} while starting:\n{self.log_tail(name)}")
+                raise ConnectError(f"{name} (pid {p.pid}) {describe_exit(p.returncode)} while starting:\n"
+                                   f"{self.log_tail(name)}")
         if time.monotonic() >= deadline:
             raise ConnectError(f"{what} not ready within {self.start_timeout_s:.0f} s")
 

@@ -1,4 +1,4 @@
-"""``bench/latency.py --quick`` end to end with tiny counts: it exits 0, writes a CSV row for every
+"""``hostmq bench --latency --quick`` (also ``bench/latency.py``) end to end with tiny counts: it exits 0, writes a CSV row for every
 system available (the Redis row may be missing only when the report says why), the report and the
 plot, every hostmq latency is a positive finite number — and it leaves no process, shared-memory
 segment or semaphore behind. No timing is asserted."""
@@ -54,7 +54,8 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
     before = _bench_shm_entries()
     token = uuid.uuid4().hex
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, SCRIPT, "--quick", "--messages", "150", "--warmup", "30",
+    p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--latency", "--quick", "--messages", "150",
+                        "--warmup", "30",
                         "--out", str(out), "--root-dir", short_dir],
                        capture_output=True, text=True, timeout=280, cwd=ROOT_DIR, env={**os.environ, RUN_ENV: token})
     try:
@@ -97,3 +98,9 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
     hashes = {root_hash(root, ""), root_hash(root, "broker-a")}
     left = [n for n in os.listdir("/dev/shm") if any(h in n for h in hashes)]
     assert not left, f"the cluster left shared memory behind: {left}"
+
+
+@pytest.mark.timeout(60)
+def test_the_bench_script_runs_the_same_bench():
+    p = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=50, cwd=ROOT_DIR)
+    assert p.returncode == 0 and "--messages" in p.stdout and "--dispatcher-nice" in p.stdout, p.stderr

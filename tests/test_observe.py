@@ -47,7 +47,8 @@ def test_empty_missing_and_directories(tmp_path):
     (tmp_path / "d" / "q" / "0").write_bytes(b"x" * 8192)
     r = dir_residency(str(tmp_path / "d"))
     assert set(r["files"]) == {os.path.join("q", "0")} and r["total_pct"] == 100.0 and r["resident_bytes"] == 8192
-    assert dir_residency(str(tmp_path / "absent")) == {"files": {}, "total_pct": 0.0, "resident_bytes": 0}
+    assert dir_residency(str(tmp_path / "absent")) == {"files": {}, "total_pct": 0.0, "resident_bytes": 0,
+                                                        "total_bytes": 0}
 
 
 def test_process_stats_count_faults_and_rss():

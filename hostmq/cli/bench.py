@@ -1,4 +1,6 @@
-"""``hostmq bench [--quick] [--out DIR]``: the page-cache tuning sweep (``hostmq.bench``).
+"""``hostmq bench [--quick] [--out DIR]``: the page-cache tuning sweep (``hostmq.bench``);
+``hostmq bench --latency [--quick] [--messages N] [--warmup N] [--out DIR]``: the delivery-latency
+bench (``hostmq/bench/latency.py``, also ``bench/latency.py``).
 
 Writes ``results.csv`` (a row per run and phase), ``latency.npz`` (latency quantiles per run),
 ``meta.json`` (machine, raw limits, sweep), ``report.md`` and the PNG plots into DIR.
@@ -31,6 +33,11 @@ def add_parser(sub) -> None:
                    help="where the runs' roots (and so their stores) are made (default: the temp dir)")
     p.add_argument("--no-peers", action="store_true", help="skip Redis, pyzmq and multiprocessing.Queue")
     p.add_argument("--report-only", action="store_true", help="rebuild report.md and plots from DIR's CSV")
+    p.add_argument("--latency", action="store_true",
+                   help="the delivery-latency bench instead: hostmq against a raw shm ring, pyzmq, Redis Streams "
+                        "and multiprocessing.Queue, quiet and beside a busy neighbour (README Performance)")
+    p.add_argument("--messages", type=int, default=None, help="with --latency: messages measured per row")
+    p.add_argument("--warmup", type=int, default=None, help="with --latency: messages not counted, per row")
     p.set_defaults(func=main)
 
 
@@ -40,6 +47,16 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         print("hostmq: error: hostmq bench draws its plots with matplotlib: pip install 'hostmq[bench]'",
               file=sys.stderr)
+        return EXIT_ERROR
+    if args.latency:
+        from ..bench import latency
+        argv = (["--quick"] if args.quick else []) + ["--out", os.path.abspath(args.out)]
+        argv += ["--messages", str(args.messages)] if args.messages is not None else []
+        argv += ["--warmup", str(args.warmup)] if args.warmup is not None else []
+        argv += ["--root-dir", args.root_dir] if args.root_dir else []
+        return latency.main(argv)
+    if args.messages is not None or args.warmup is not None:
+        print("hostmq: error: --messages and --warmup go with --latency", file=sys.stderr)
         return EXIT_ERROR
     from ..bench import limits, report, runner, scenarios
     if args.duration is not None and not 0.1 <= args.duration <= 600:

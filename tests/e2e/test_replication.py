@@ -249,3 +249,19 @@ def test_topics_and_consumer_offsets_reach_the_slave(cluster):
     wait_until(lambda: offsets("broker-a") and offsets("broker-a.1") == offsets("broker-a"), 30,
                "the group's offsets on the slave")
     assert sum(offsets("broker-a.1").values()) == 300
+
+
+@pytest.mark.timeout(300)
+def test_the_replication_bench_runs_and_reports_every_row(tmp_path):
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "replication_bench.py")
+    out = tmp_path / "rep"
+    r = subprocess.run([sys.executable, script, "--messages", "3000", "--sends", "100", "--out", str(out)],
+                       capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    for row in ("ASYNC_MASTER, no slave (baseline)", "ASYNC_MASTER + slave", "SYNC_MASTER + slave",
+                "SYNC_MASTER + slave, SYNC_FLUSH"):
+        assert f"| {row} |" in report
+    assert "SEND_OK 100" in report and "slave caught up after s" in report

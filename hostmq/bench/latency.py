@@ -1,0 +1,481 @@
+"""Delivery latency, producer process → consumer process, of hostmq and of what it is measured against
+(issue 16), all in one run.
+
+    hostmq bench --latency [--quick] [--messages N] [--out DIR]
+    .venv/bin/python bench/latency.py [--quick] [--messages N] [--out DIR]    (default DIR: bench/results/latency)
+
+Latency rows: one producer process and one consumer process (spawned, never a thread of the
+producer) per row; 100-byte bodies, one message every 500 µs and (not with ``--quick``) every 5 ms —
+with 5 ms every consumer has gone to sleep and is woken. The send time (``perf_counter_ns``, which is
+CLOCK_MONOTONIC on Linux, one clock for every process: checked at start) travels in the body; the
+consumer takes the receive time. The first ``--warmup`` messages of a row are not counted. Systems:
+
+  shm_ring           pure-Python shared-memory ring + POSIX semaphore: the floor for Python code
+  zmq_ipc            pyzmq PUSH → PULL over ipc (no store, no acknowledgement)
+  redis              Redis Streams, XADD → XREAD BLOCK (redis-py, a private redis-server)
+  mp_queue           multiprocessing.Queue
+  hostmq_poll        hostmq Producer.send → PullConsumer.poll
+  hostmq_push        hostmq Producer.send → PushConsumer listener
+  hostmq_poll_batch  hostmq Producer.send → PullConsumer.poll_batch
+
+Every row runs twice: quiet, and beside a CPU-bound neighbour (a Python busy loop at the bench's
+niceness, started before the row and killed after it). Then, one process each: hostmq and Redis sync
+send (p50, sends/s), batches of 100, hostmq send_async; a control round trip (hostmq PING of the broker
+and of the NameServer against a raw pyzmq REQ/REP over ipc); hostmq consume rates (poll_batch, poll)
+over the topic those sends filled.
+
+Prints the tables (hostmq figures with their ratio to the shm ring and to Redis) and writes
+``latency.csv``, ``report.md`` and ``latency_hist.png`` to DIR. Every process, temporary directory,
+redis-server, shared-memory segment and semaphore the run makes is removed on every way out.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime
+import multiprocessing
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import hostmq
+from hostmq.bench import latency_workers as W
+from hostmq.bench.runner import RedisServer
+
+SPAWN = multiprocessing.get_context("spawn")
+# The checkout this module runs from (an editable install), else the working directory: where the
+# results go by default and whose commit the report names.
+_HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = _HERE if os.path.isdir(os.path.join(_HERE, "bench", "results")) else os.getcwd()
+OUT = os.path.join(REPO, "bench", "results", "latency") if REPO == _HERE else os.path.join(REPO, "hostmq-latency")
+SYSTEMS = ["shm_ring", "zmq_ipc", "redis", "mp_queue", "hostmq_poll", "hostmq_push", "hostmq_poll_batch"]
+HOSTMQ = [s for s in SYSTEMS if s.startswith("hostmq")]
+QUANTILES = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)]
+WAIT_COUNTERS = ["blocked", "wakeups", "slice_timeouts", "rescued"]
+NAME_PREFIX = "hqlat"                 # /dev/shm/hqlat.* and /dev/shm/sem.hqlat.* (the shm_ring row)
+READY_TIMEOUT_S = 60.0
+SEND_TOPIC = "latsend"
+
+
+def check_clock() -> None:
+    info = time.get_clock_info("perf_counter")
+    if sys.platform.startswith("linux") and "CLOCK_MONOTONIC" not in info.implementation:
+        raise SystemExit(f"perf_counter is {info.implementation}, not CLOCK_MONOTONIC: "
+                         "send and receive times of two processes would not compare")
+
+
+def plan(args) -> dict:
+    n = args.messages or (2000 if args.quick else 20_000)
+    pacings = [("every 500 µs", 500e-6, n)]
+    if not args.quick:
+        pacings.append(("every 5 ms", 5e-3, max(200, n // 5)))     # 5 ms × n/5 = twice the 500 µs row's time
+    small = args.quick or args.messages
+    return {"pacings": pacings, "warmup": args.warmup, "sync": 2000 if small else 20_000,
+            "batches": 200 if small else 2000, "async": 2000 if small else 20_000,
+            "pings": 1000 if small else 5000}
+
+
+# -- processes ---------------------------------------------------------------------------------------------
+class Procs:
+    """Every child the bench spawns; ``kill_all`` (in the finally of main) ends the ones still alive."""
+
+    def __init__(self) -> None:
+        self.procs: list = []
+
+    def spawn(self, target, *args):
+        p = SPAWN.Process(target=target, args=args, daemon=True)
+        p.start()
+        self.procs.append(p)
+        return p
+
+    def worker(self, target, cfg: dict):
+        parent, child = SPAWN.Pipe()
+        p = self.spawn(target, child, cfg)
+        child.close()
+        return p, parent
+
+    def stop(self, p, timeout_s: float = 10.0) -> None:
+        p.join(timeout_s)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def kill_all(self) -> None:
+        for p in list(self.procs):
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+        self.procs.clear()
+
+
+def recv(conn, timeout_s: float, what: str):
+    if not conn.poll(timeout_s):
+        raise RuntimeError(f"{what}: nothing within {timeout_s:.0f} s")
+    return conn.recv()
+
+
+@contextlib.contextmanager
+def neighbour(procs: Procs, on: bool):
+    """A CPU-bound busy loop for the duration of the block (none when ``on`` is False)."""
+    if not on:
+        yield
+        return
+    started = SPAWN.Event()
+    p = procs.spawn(W.busy_loop, started)
+    try:
+        if not started.wait(READY_TIMEOUT_S):
+            raise RuntimeError("the neighbour did not start")
+        yield
+    finally:
+        p.kill()
+        procs.stop(p, 0)
+
+
+# -- one latency row -----------------------------------------------------------------------------------------
+def system_setup(system: str, row_id: int, env: dict, stack: contextlib.ExitStack) -> dict:
+    """What producer and consumer of ``system`` share for one row; its cleanup is pushed on ``stack``."""
+    if system == "shm_ring":
+        import posix_ipc
+        shm_name, sem_name = f"/{NAME_PREFIX}.{os.getpid()}.{row_id}", f"/{NAME_PREFIX}.{os.getpid()}.{row_id}.sem"
+        posix_ipc.SharedMemory(shm_name, posix_ipc.O_CREX, size=W.RING_BYTES).close_fd()
+        stack.callback(posix_ipc.unlink_shared_memory, shm_name)
+        posix_ipc.Semaphore(sem_name, posix_ipc.O_CREX, initial_value=0).close()
+        stack.callback(posix_ipc.unlink_semaphore, sem_name)
+        return {"shm_name": shm_name, "sem_name": sem_name}
+    if system == "zmq_ipc":
+        return {"address": f"ipc://{env['tmp']}/zmq-{row_id}.sock"}
+    if system == "redis":
+        import redis
+        key = f"lat{row_id}"
+        stack.callback(lambda: redis.Redis(port=env["redis"].port).delete(key))
+        return {"port": env["redis"].port, "key": key}
+    if system == "mp_queue":
+        q = SPAWN.Queue()
+        stack.callback(q.cancel_join_thread)
+        stack.callback(q.close)
+        return {"queue": q}
+    topic = f"lat{row_id}"                  # a fresh topic per row: a new group from FIRST_OFFSET reads only it
+    prime_topic(env, topic)
+    return {"root": env["root"], "topic": topic, "group": f"lat{row_id}"}
+
+
+def prime_topic(env: dict, topic: str) -> None:
+    """Create ``topic`` and store one message (sequence number −1: consumers skip it), read back
+    before the row starts, so the queue's first-record costs (its consume-queue file; the broker's
+    first, the index file) fall outside the row. Added after 0.1–0.2 s stalls in the first hostmq
+    row; one such stall was seen again afterwards on a heavily loaded host, so they are not (only) this."""
+    queues = env["admin"].create_topic(topic, queues=1)
+    if "producer" not in env:
+        env["producer"] = env["stack"].enter_context(hostmq.Producer(env["root"], group="latprime"))
+    env["producer"].send(hostmq.Message(topic, W.STAMP.pack(0, -1) + W.PAD))
+    with hostmq.PullConsumer(env["root"], group=f"prime-{topic}", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
+                             auto_commit=False) as c:
+        c.assign(queues)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not c.poll(1.0):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the priming message of {topic} was not delivered")
+
+
+def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, env: dict, pl: dict) -> dict:
+    label, period_s, n = pacing
+    total = n + pl["warmup"]
+    procs: Procs = env["procs"]
+    with contextlib.ExitStack() as stack:
+        cfg = {**system_setup(system, row_id, env, stack), "total": total, "warmup": pl["warmup"],
+               "period_s": period_s, "budget_s": total * period_s + 30}
+        consumer, c_conn = procs.worker(W.CONSUMERS[system], cfg)
+        stack.callback(procs.stop, consumer, 0)          # after the results: anything left is killed
+        recv(c_conn, READY_TIMEOUT_S, f"{system} consumer ready")
+        producer, p_conn = procs.worker(W.PRODUCERS[system], cfg)
+        stack.callback(procs.stop, producer, 0)
+        recv(p_conn, READY_TIMEOUT_S, f"{system} producer ready")
+        with neighbour(procs, with_neighbour):
+            c_conn.send("go")
+            p_conn.send("go")
+            made = recv(p_conn, cfg["budget_s"] + 30, f"{system} producer result")
+            got = recv(c_conn, cfg["budget_s"] + 30, f"{system} consumer result")
+        producer.join(10)
+        consumer.join(10)
+    lat_us = got["lat_ns"] / 1000.0
+    row = {"system": system, "pacing": label, "neighbour": "busy loop" if with_neighbour else "quiet",
+           "sent": made["sent"], "late_sends": made["late"], "received": got["received"], "measured": len(lat_us),
+           "loadavg_1m": round(os.getloadavg()[0], 2)}      # the host is shared: how busy it was
+    for name, q in QUANTILES:
+        row[name] = round(float(np.percentile(lat_us, q)), 1) if len(lat_us) else float("nan")
+    row.update({k: got["waits"].get(k, "") for k in WAIT_COUNTERS})
+    if system in HOSTMQ:    # mean send → stored (writer) and stored → received, µs (see latency_workers._StoreLag)
+        row["mean"] = round(float(np.mean(lat_us)), 1) if len(lat_us) else float("nan")
+        row["to_store_mean"] = round(got["to_store_us"], 1)
+        row["after_store_mean"] = round(row["mean"] - got["to_store_us"], 1)
+    return {"row": row, "lat_us": lat_us}
+
+
+# -- the send / control / consume table ------------------------------------------------------------------
+def send_table(env: dict, pl: dict) -> dict:
+    procs: Procs = env["procs"]
+    counts = {k: pl[k] for k in ("sync", "batches", "async", "pings")}
+    env["admin"].create_topic(SEND_TOPIC, queues=1)
+    p, conn = procs.worker(W.hostmq_send_worker, {"root": env["root"], "topic": SEND_TOPIC, **counts})
+    out = {"hostmq": recv(conn, 600, "hostmq send worker")}
+    procs.stop(p)
+    if env["redis"].proc is not None:
+        p, conn = procs.worker(W.redis_send_worker, {"port": env["redis"].port, "key": "latsend", **counts})
+        out["redis"] = recv(conn, 600, "redis send worker")
+        procs.stop(p)
+    address = f"ipc://{env['tmp']}/reqrep.sock"
+    ready = SPAWN.Event()
+    server = procs.spawn(W.rep_server, address, ready)
+    try:
+        if not ready.wait(READY_TIMEOUT_S):
+            raise RuntimeError("REQ/REP server did not start")
+        p, conn = procs.worker(W.reqrep_worker, {"address": address, "pings": pl["pings"]})
+        out["reqrep"] = recv(conn, 300, "REQ/REP worker")
+        procs.stop(p)
+    finally:
+        server.kill()
+        procs.stop(server, 0)
+    p, conn = procs.worker(W.hostmq_drain_worker, {"root": env["root"], "topic": SEND_TOPIC,
+                                                   "expect": out["hostmq"]["sent"]})
+    out["drain"] = recv(conn, 600, "hostmq drain worker")
+    procs.stop(p)
+    return out
+
+
+# -- output --------------------------------------------------------------------------------------------------
+def fmt(v, digits: int = 0) -> str:
+    if v == "" or v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return "–"
+    return f"{v:,.{digits}f}"
+
+
+def ratio(v, ref) -> str:
+    return f"{v / ref:.1f}×" if isinstance(ref, (int, float)) and ref and np.isfinite(ref) and np.isfinite(v) else "–"
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """``<q>_x_shm`` / ``<q>_x_redis`` on every hostmq row: its quantile over the same pacing and
+    neighbour's shm_ring / redis quantile."""
+    ref = {(r["system"], r["pacing"], r["neighbour"]): r for r in rows}
+    for r in rows:
+        if r["system"] not in HOSTMQ:
+            continue
+        for base in ("shm_ring", "redis"):
+            b = ref.get((base, r["pacing"], r["neighbour"]))
+            for name, _ in QUANTILES:
+                short = "shm" if base == "shm_ring" else "redis"
+                r[f"{name}_x_{short}"] = round(r[name] / b[name], 3) if b and b[name] else ""
+
+
+def latency_tables(rows: list[dict]) -> list[str]:
+    out = []
+    head = "| system | measured | load | " + " | ".join(f"{n} µs | ×shm | ×redis" for n, _ in QUANTILES) + " |"
+    for pacing in dict.fromkeys(r["pacing"] for r in rows):
+        for nb in ("quiet", "busy loop"):
+            sel = [r for r in rows if r["pacing"] == pacing and r["neighbour"] == nb]
+            out += [f"### One message {pacing}, {'quiet' if nb == 'quiet' else 'beside a CPU-bound busy loop'}",
+                    "", head, "|" + "---|" * (3 + 3 * len(QUANTILES))]
+            for r in sel:
+                cells = [r["system"], fmt(r["measured"]), fmt(r["loadavg_1m"], 1)]
+                for name, _ in QUANTILES:
+                    cells += [fmt(r[name]), fmt_x(r.get(f"{name}_x_shm")), fmt_x(r.get(f"{name}_x_redis"))]
+                out.append("| " + " | ".join(cells) + " |")
+            out.append("")
+    hm = [r for r in rows if r["system"] in HOSTMQ]
+    out += ["### hostmq rows: where the time goes (means, µs) and the consumer's futex waits", "",
+            "send → stored: producer to the writer's store timestamp; stored → received: dispatch, wake-up and "
+            "the consumer (both from the millisecond store timestamp, unbiased as means; see "
+            "hostmq/bench/latency_workers.py `_StoreLag`). Waits: `hostmq.shm.signal.process_totals` in the "
+            "consumer process during the row.", "",
+            "| system | pacing | neighbour | mean e2e | send → stored | stored → received | blocked | wakeups "
+            "| slice timeouts | rescued |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r['system']} | {r['pacing']} | {r['neighbour']} | {fmt(r['mean'])} | {fmt(r['to_store_mean'])} | "
+            f"{fmt(r['after_store_mean'])} | " + " | ".join(fmt(r[k]) for k in WAIT_COUNTERS) + " |" for r in hm]
+    return out + [""]
+
+
+def fmt_x(v) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v:.0f}×" if v >= 100 else f"{v:.1f}×" if v >= 1 else f"{v:.2f}×"
+
+
+def send_tables(s: dict) -> list[str]:
+    h, r = s["hostmq"], s.get("redis", {})
+
+    def line(what, hv, rv, digits=0, inverse=False):
+        x = ratio(hv, rv) if not inverse else ratio(rv, hv)
+        return f"| {what} | {fmt(hv, digits)} | {fmt(rv, digits)} | {x} |"
+    out = ["### Send (one producer process, unpaced, acknowledged)", "",
+           "| measure | hostmq | redis | hostmq / redis |", "|---|---|---|---|",
+           line("sync send p50, µs", h["sync_p50_us"], r.get("sync_p50_us"), 1),
+           line("sync sends/s", h["sync_per_s"], r.get("sync_per_s")),
+           line(f"batch of {W.SEND_BATCH} (send_batch / pipelined XADD), msgs/s", h["batch_msgs_per_s"],
+                r.get("batch_msgs_per_s")),
+           line("send_async, one call per message, msgs/s", h["async_msgs_per_s"], None),
+           line("send_async with auto_batch=True (RocketMQ 5 auto-batching), msgs/s",
+                h.get("auto_batch_msgs_per_s"), None), "",
+           "### Control round trip (p50, µs)", "", "| measure | µs | × raw REQ/REP |", "|---|---|---|"]
+    rr = s["reqrep"]["p50_us"]
+    out += [f"| hostmq PING → broker (RemotingClient DEALER ↔ ROUTER) | {fmt(h['ping_broker_p50_us'], 1)} | "
+            f"{ratio(h['ping_broker_p50_us'], rr)} |",
+            f"| hostmq PING → NameServer | {fmt(h['ping_namesrv_p50_us'], 1)} | {ratio(h['ping_namesrv_p50_us'], rr)} |",
+            f"| raw pyzmq REQ/REP over ipc (echo process) | {fmt(rr, 1)} | 1.0× |"]
+    if r:
+        out.append(f"| redis PING (TCP loopback) | {fmt(r['ping_p50_us'], 1)} | {ratio(r['ping_p50_us'], rr)} |")
+    d = s["drain"]
+    out += ["", f"### Consume a pre-filled queue ({fmt(h['sent'])} messages of 100 bytes, one queue)", "",
+            "| measure | msgs/s |", "|---|---|",
+            f"| PullConsumer.poll_batch (bodies as memoryviews) | {fmt(d['poll_batch_msgs_per_s'])} |",
+            f"| PullConsumer.poll (one MessageExt per message) | {fmt(d['poll_msgs_per_s'])} |", ""]
+    return out
+
+
+def machine(env: dict) -> list[str]:
+    try:
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        # The run's own outputs (bench/results/latency/ by default) are tracked: they do not count.
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        commit, dirty = "unknown", ""
+    return [f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+            f"- CPUs: {os.cpu_count()} ({platform.machine()}), load average at start {os.getloadavg()[0]:.2f}",
+            f"- kernel: {platform.release()}", f"- Python: {platform.python_version()}",
+            f"- git commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
+            f"- hostmq cluster root (removed at the end): {env['root']}; config overrides {env['config']}",
+            f"- redis: {env['redis_desc']}"]
+
+
+def plot(results: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = list(dict.fromkeys((r["row"]["pacing"], r["row"]["neighbour"]) for r in results))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
+    for ax, (pacing, nb) in zip(axes[:, 0], panels):
+        for r in results:
+            lat = np.sort(r["lat_us"])
+            if r["row"]["pacing"] == pacing and r["row"]["neighbour"] == nb and len(lat):
+                ax.plot(np.maximum(lat, 0.1), np.arange(1, len(lat) + 1) / len(lat), label=r["row"]["system"],
+                        lw=2 if r["row"]["system"] in HOSTMQ else 1.2)
+        ax.set_xscale("log")
+        ax.set_xlabel("producer → consumer latency, µs (log)")
+        ax.set_ylabel("fraction of messages")
+        ax.set_title(f"one 100-byte message {pacing}, {nb}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_outputs(out_dir: str, results: list[dict], sends: dict, env: dict, pl: dict, elapsed_s: float) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    rows = [r["row"] for r in results]
+    add_ratios(rows)
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    with open(os.path.join(out_dir, "latency.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(rows)
+    tables = latency_tables(rows) + send_tables(sends)
+    missing = [s for s in SYSTEMS if s not in {r["system"] for r in rows}]
+    notes = [f"- not measured: {s} — {env['redis_note']}" for s in missing if s == "redis"]
+    text = ["# Delivery latency, producer process → consumer process (bench/latency.py)", "",
+            f"100-byte messages; warm-up of {pl['warmup']} messages dropped per row; latencies in µs from the "
+            "send timestamp in the body (CLOCK_MONOTONIC) to the consumer's receive; ×shm / ×redis: the hostmq "
+            "figure over the shm ring's / Redis's at the same pacing and neighbour; load: the 1-minute load "
+            "average when the row ended (the host is shared with other work). "
+            f"Run took {elapsed_s:.0f} s.", "", *machine(env), *notes, "", *tables]
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write("\n".join(text))
+    plot(results, os.path.join(out_dir, "latency_hist.png"))
+    return "\n".join(tables)
+
+
+def _redis_version() -> str:
+    try:
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, timeout=10).stdout
+        return next((w[2:] for w in out.split() if w.startswith("v=")), "")
+    except OSError:
+        return ""
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)          # so every finally below runs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2,000 messages per row, the 500 µs pacing only")
+    ap.add_argument("--messages", type=int, default=0, help="messages measured per 500 µs row (5 ms rows: a fifth)")
+    ap.add_argument("--warmup", type=int, default=200, help="messages sent first and not counted, per row")
+    ap.add_argument("--out", default=OUT, help=f"output directory (default {OUT})")
+    ap.add_argument("--dispatcher-nice", type=int, default=None,
+                    help="broker.dispatcher_nice for the cluster (default: the broker's default, 10)")
+    ap.add_argument("--root-dir", default=None, help="where the temporary directory goes (default: $TMPDIR)")
+    args = ap.parse_args(argv)
+    if args.messages < 0 or args.warmup < 0:
+        ap.error("--messages and --warmup must be ≥ 0")
+    check_clock()
+    signal.signal(signal.SIGTERM, _terminate)
+    pl = plan(args)
+    t0 = time.monotonic()
+    procs = Procs()
+    results: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(procs.kill_all)                        # if the set-up below fails
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="hql-", dir=args.root_dir))
+        redis_server = RedisServer()
+        stack.callback(redis_server.stop)
+        # described now: the report is written after the server stopped
+        redis_desc = (f"redis-server {_redis_version()} on 127.0.0.1:{redis_server.port}, no persistence"
+                      if redis_server.proc is not None else "")
+        env = {"procs": procs, "stack": stack, "tmp": tmp, "root": os.path.join(os.path.realpath(tmp), "root"), "redis": redis_server,
+               "redis_note": ("redis-server not installed" if "not found" in redis_server.why_not
+                              else redis_server.why_not)}
+        env["redis_desc"] = redis_desc or env["redis_note"]
+        config = {"store": {"commitlog_file_bytes": 256 << 20}}
+        if args.dispatcher_nice is not None:
+            config["broker"] = {"dispatcher_nice": args.dispatcher_nice}
+        env["config"] = config
+        stack.enter_context(hostmq.LocalCluster(env["root"], config=config))
+        env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
+        stack.callback(procs.kill_all)                        # children go before the cluster stops
+        systems = [s for s in SYSTEMS if s != "redis" or redis_server.proc is not None]
+        if redis_server.proc is None:
+            print(f"redis row skipped: {env['redis_note']}", flush=True)
+        row_id = 0
+        for pacing in pl["pacings"]:
+            for with_nb in (False, True):
+                for system in systems:
+                    row_id += 1
+                    r = latency_row(system, pacing, with_nb, row_id, env, pl)
+                    results.append(r)
+                    x = r["row"]
+                    print(f"[{time.monotonic() - t0:5.0f} s] {system:18} {x['pacing']:13} {x['neighbour']:9} "
+                          f"p50 {x['p50']:8.1f}  p99 {x['p99']:8.1f}  max {x['max']:9.1f} µs  "
+                          f"({x['measured']} measured)", flush=True)
+        sends = send_table(env, pl)
+        print(f"[{time.monotonic() - t0:5.0f} s] send / control / consume table done", flush=True)
+    print()
+    print(write_outputs(args.out, results, sends, env, pl, time.monotonic() - t0))
+    print(f"wrote {args.out}/latency.csv, report.md, latency_hist.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
