@@ -35,11 +35,13 @@ def add_parser(sub) -> None:
     p.add_argument("--trials", type=int, default=16, help="kill/stop trials in all (default 16)")
     p.add_argument("--kinds", default=None,
                    help="fault kinds, comma-separated: targets (writer, dispatcher, flusher, scheduler, broker, "
-                        "namesrv, producer, consumer: every kind of that target) or kinds such as writer:kill, "
+                        "namesrv, producer, consumer, and with --configs ha: slave, replica, ha: every kind of that "
+                        "target) or kinds such as writer:kill, "
                         "writer:stop, broker@mid-append (default: all)")
     p.add_argument("--configs", default="async,pool,sync",
                    help="cluster configurations, comma-separated: async (the default store), pool (transient store "
-                        "pool), sync (SYNC_FLUSH); one cluster each, trials shared among them (default all three)")
+                        "pool), sync (SYNC_FLUSH), ha (a SYNC_MASTER and its slave: replication faults, the slave "
+                        "checked byte for byte); one cluster each, trials shared among them (default async,pool,sync)")
     p.add_argument("--out", default="hostmq-faults", help="directory for the results (default ./hostmq-faults)")
     p.add_argument("--fuzz-cases", type=int, default=0, help="cases per registered fuzzer (default 0: no fuzzing)")
     p.add_argument("--seed", type=int, default=0, help="seed of the plan, the moments and the fuzzers (default 0)")

@@ -40,7 +40,7 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
-from .plan import CHILDREN, FaultKind, RunOptions, cluster_config
+from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
                      recheck, scan_commitlog)
@@ -50,7 +50,9 @@ from .workload import DEFAULT_PRODUCERS, read_events
 TOPIC = "hmqf"
 QUEUES = 4
 BROKER = "broker-a"
+SLAVE = "broker-a.1"            # the ha configuration's slave (root.broker_instance)
 NAMESRV = "namesrv-0"
+COMPARE_BYTES = 1 << 20         # the slave's commitlog is compared with the master's in reads of this size
 FINAL_SAMPLE = 2000             # messages looked up by key and id in the end-of-run check (all by queue)
 SCAN_FILES = 16                 # commitlog files per read of the end-of-run scan
 PUBLIC_SAMPLE = 3               # messages per trial also looked up through Admin (the rest: store readers)
@@ -86,16 +88,19 @@ class ClusterUnderTest:
         self.log_dir = os.path.join(base_dir, "logs")
         os.makedirs(self.root)
         os.makedirs(self.log_dir)
-        self.cluster = LocalCluster(self.root, config=cluster_config(config))
+        self.cluster = LocalCluster(self.root, config=cluster_config(config), slaves=SLAVES.get(config, 0))
         self.store_dir = RootPaths(self.cluster.root).store_dir(BROKER)
+        self.has_slave = bool(SLAVES.get(config, 0))
         self.state: BrokerState | None = None
+        self.slave_state: BrokerState | None = None
+        self.slave_checked = 0          # the slave's commitlog is known identical to the master's below this
         self.admin: Admin | None = None
         self.producers: list[WorkerHandle] = []
         self.consumer: WorkerHandle | None = None
         self.ledger = Ledger()
         self.scan_pos = 0
         self._log_offsets: dict[str, int] = {}
-        self._server_log_pos = {BROKER: 0, NAMESRV: 0}
+        self._server_log_pos = {BROKER: 0, NAMESRV: 0, SLAVE: 0}
         self._fault: Fault | None = None
         self._first_ack_after = float("nan")
         self.trials: list[int] = []
@@ -121,6 +126,13 @@ class ClusterUnderTest:
         if self.state is not None:
             self.state.close()
         self.state = BrokerState.attach(shm_name(self.cluster.root, BROKER, "state"), readonly=True)
+        if self.has_slave:
+            self._attach_slave()
+
+    def _attach_slave(self) -> None:
+        if self.slave_state is not None:
+            self.slave_state.close()
+        self.slave_state = BrokerState.attach(shm_name(self.cluster.root, SLAVE, "state"), readonly=True)
 
     def stop(self) -> None:
         for w in self.producers + ([self.consumer] if self.consumer else []):
@@ -131,9 +143,12 @@ class ClusterUnderTest:
         if self.state is not None:
             self.state.close()
             self.state = None
+        if self.slave_state is not None:
+            self.slave_state.close()
+            self.slave_state = None
         self.cluster.stop()
         root = self.cluster.root
-        for p in {shm_name(root, b, "x").rsplit(".", 2)[0] + "." for b in (BROKER, "")}:
+        for p in {shm_name(root, b, "x").rsplit(".", 2)[0] + "." for b in (BROKER, SLAVE, "")}:
             for n in list_segments(p):
                 self.leftovers.append(n)
                 unlink_segment(n)
@@ -193,14 +208,15 @@ class ClusterUnderTest:
         with self._targets(kind.target, pids) as targets:
             fault = Fault(kind, pids, handle)
             sig = signal.SIGKILL if kind.action == "kill" else signal.SIGSTOP
-            if kind.target == "broker":
-                self.cluster.signal_group(BROKER, sig)
+            group = {"broker": BROKER, "slave": SLAVE}.get(kind.target)
+            if group:
+                self.cluster.signal_group(group, sig)
             else:
                 targets.signal(sig)
             if kind.action == "stop":
                 time.sleep(rng.uniform(*self.opts.stop_s))
-                if kind.target == "broker":
-                    self.cluster.signal_group(BROKER, signal.SIGCONT)
+                if group:
+                    self.cluster.signal_group(group, signal.SIGCONT)
                 else:
                     targets.signal(signal.SIGCONT)
         return fault
@@ -211,6 +227,9 @@ class ClusterUnderTest:
         if target in CHILDREN or target == "broker":
             broker = self.cluster.pid(BROKER)
             return Targets(pids, lambda pid: pid == broker or _pgid(pid) == broker)
+        if target in ("slave", "replica"):
+            slave = self.cluster.pid(SLAVE)
+            return Targets(pids, lambda pid: pid == slave or _pgid(pid) == slave)
         return Targets(pids)
 
     def _target(self, target: str) -> tuple[list[int], WorkerHandle | None]:
@@ -218,13 +237,17 @@ class ClusterUnderTest:
             return [int(self.state.get(f"{target}_pid"))], None
         if target == "broker":
             return self._group_pids(), None
+        if target == "slave":
+            return self._group_pids(SLAVE), None
+        if target == "replica":
+            return [int(self.slave_state.get("writer_pid"))], None
         if target == "namesrv":
             return [self.cluster.pid(NAMESRV)], None
         handle = self.rng.choice(self.producers) if target == "producer" else self.consumer
         return [handle.pid], handle
 
-    def _group_pids(self) -> list[int]:
-        broker = self.cluster.pid(BROKER)
+    def _group_pids(self, name: str = BROKER) -> list[int]:
+        broker = self.cluster.pid(name)
         try:
             return [broker] + [p.pid for p in psutil.Process(broker).children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -267,6 +290,15 @@ class ClusterUnderTest:
             psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)
             self.cluster.start_broker(BROKER)
             self._attach()
+        elif target == "slave":
+            self.cluster.processes[SLAVE].wait(30)
+            psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)
+            self.cluster.start_broker(SLAVE)
+            self._attach_slave()
+        elif target == "replica":
+            old = fault.pids[0]
+            wait_for(lambda: self.slave_state.get("writer_pid") not in (old, 0) and
+                     psutil.pid_exists(int(self.slave_state.get("writer_pid"))), 60, "a new replica")
         elif target == "namesrv":
             self.cluster.processes[NAMESRV].wait(30)
             self.cluster.start_namesrv(0)
@@ -326,13 +358,34 @@ class ClusterUnderTest:
             self.ledger.pending.add("unreachable", f"{e} (dispatched {self.state.readable_pos()}, need {need})")
         unreachable = check_reachable(self.store_dir, self.cluster.config.store, recs, TOPIC, self.state.stored_pos())
         unreachable += check_public(self.admin, self.rng.sample(recs, min(PUBLIC_SAMPLE, len(recs))), TOPIC)
+        if self.has_slave:
+            self._check_slave(deadline)
         return self.ledger.verdict(no, unreachable)
+
+    def _check_slave(self, deadline: float) -> None:
+        """The slave caught up with everything the master stored, and holds it byte for byte."""
+        target = self.state.stored_pos()
+        try:
+            wait_for(lambda: self.slave_state.stored_pos() >= target, max(5.0, deadline - time.monotonic()),
+                     "the slave to catch up")
+        except FaultHarnessError:
+            self.ledger.pending.add("unreachable", f"the slave holds the commitlog to {self.slave_state.stored_pos()}, "
+                                                   f"the master to {target}")
+        end = min(self.slave_state.stored_pos(), self.state.stored_pos())
+        paths = RootPaths(self.cluster.root)
+        where = first_difference(os.path.join(paths.store_dir(BROKER), "commitlog"),
+                                 os.path.join(paths.store_dir(SLAVE), "commitlog"),
+                                 self.state.commitlog_file_bytes, self.slave_checked, end)
+        if where is not None:
+            self.ledger.pending.add("corrupt", f"the slave's commitlog differs from the master's at {where}")
+        else:
+            self.slave_checked = max(self.slave_checked, end)
 
     def _crashes(self, fault: Fault) -> list[str]:
         """Server processes that died although the harness did not kill them (restarted here so the
         run goes on)."""
         out = []
-        for name in (BROKER, NAMESRV):
+        for name in (BROKER, NAMESRV) + ((SLAVE,) if self.has_slave else ()):
             path = os.path.join(self.cluster.root, "logs", f"{name}.log")
             with open(path, "rb") as f:
                 f.seek(self._server_log_pos[name])
@@ -345,8 +398,10 @@ class ClusterUnderTest:
                 out.append(f"{text.count('Traceback')} traceback(s) in {name}.log")
             if self.cluster.processes[name].poll() is not None:
                 out.append(f"crash: {name} exited with {self.cluster.processes[name].returncode}")
-                self.cluster.start_broker(BROKER) if name == BROKER else self.cluster.start_namesrv(0)
-                if name == BROKER:
+                if name == NAMESRV:
+                    self.cluster.start_namesrv(0)
+                else:
+                    self.cluster.start_broker(name)
                     self._attach()
         for w in self.producers + [self.consumer]:
             if not w.alive():
@@ -400,6 +455,30 @@ class ClusterUnderTest:
             pos = nxt
         cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
         return cat(keys), cat(phys), sampled, problems
+
+
+def first_difference(master_dir: str, slave_dir: str, file_bytes: int, start: int, end: int) -> int | None:
+    """The first commitlog offset in [start, end) where the slave's bytes differ from the master's
+    (a missing file counts as different), None if they agree."""
+    pos = start
+    while pos < end:
+        name = f"{pos - pos % file_bytes:020d}"
+        n = min(end - pos, file_bytes - pos % file_bytes, COMPARE_BYTES)
+        chunks = []
+        for d in (master_dir, slave_dir):
+            try:
+                fd = os.open(os.path.join(d, name), os.O_RDONLY)
+            except FileNotFoundError:
+                return pos
+            try:
+                chunks.append(os.pread(fd, n, pos % file_bytes))
+            finally:
+                os.close(fd)
+        if chunks[0] != chunks[1]:
+            at = next((i for i, (a, b) in enumerate(zip(*chunks)) if a != b), min(map(len, chunks)))
+            return pos + at
+        pos += n
+    return None
 
 
 def restarted_children(log_text: str) -> list[tuple[str, int, str]]:

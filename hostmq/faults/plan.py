@@ -12,7 +12,12 @@ A fault kind is a target, an action and, for aimed kills, a window (``aim``):
   ``--kinds`` means every kind of that target.
 
 Configurations are separate clusters (a store never changes its file sizes or flush mode): ``async``
-(the default store), ``sync`` (SYNC_FLUSH) and ``pool`` (the transient store pool).
+(the default store), ``sync`` (SYNC_FLUSH), ``pool`` (the transient store pool) and ``ha`` (a
+SYNC_MASTER with a slave on the same root). Replication kinds exist only in ``ha``: ``slave`` — the
+slave's whole process group (restarted with ``LocalCluster.start_broker``), ``replica`` — the slave's
+writer, the replica (cuts replication from the slave's side; its supervisor restarts it), ``ha`` —
+the master's replication process (cuts it from the master's side; it comes back on another port).
+After every ``ha`` trial the slave must catch up and hold the master's commitlog byte for byte.
 """
 from __future__ import annotations
 
@@ -22,8 +27,10 @@ from dataclasses import dataclass, field
 from ..errors import FaultHarnessError
 from .aim import WINDOW_PROCESS, WINDOWS
 
-TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", "producer", "consumer")
-CHILDREN = ("writer", "dispatcher", "flusher", "scheduler")
+TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", "producer", "consumer",
+           "slave", "replica", "ha")
+CHILDREN = ("writer", "dispatcher", "flusher", "scheduler", "ha")   # the master's, restarted by its supervisor
+HA_TARGETS = ("slave", "replica", "ha")
 AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),
         "dispatcher": ("mid-dispatch",), "flusher": ("mid-flush",),
         "broker": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "mid-flush",
@@ -46,7 +53,9 @@ CONFIGS = {
     "async": {},
     "sync": {"store": {"flush_disk_type": "SYNC_FLUSH"}},
     "pool": {"store": {"transient_store_pool_enable": True}},
+    "ha": {"broker": {"role": "SYNC_MASTER", "ha_sync_timeout_ms": 1000, "ha_meta_interval_s": 1.0}},
 }
+SLAVES = {"ha": 1}              # slaves per broker, by configuration
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class FaultKind:
     def applies(self, config: str) -> bool:
         """mid-commit exists only with the transient store pool, and mid-patch only without it (the
         pool's writer copies into its buffer, not the file the harness looks at)."""
+        if self.target in HA_TARGETS:
+            return config == "ha"
         if self.window == "mid-commit":
             return config == "pool"
         return self.window != "mid-patch" or config != "pool"

@@ -107,3 +107,18 @@ def test_the_command_line_refuses_a_used_root_and_bad_kinds(tmp_path):
                            timeout=60)
         assert p.returncode == 1 and want in p.stderr and "Traceback" not in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
+
+
+HA_KINDS = "slave:kill,replica:kill,ha:kill,slave:stop,broker:kill"
+
+
+def test_short_run_with_a_slave(short_tmp, older_children):
+    """A SYNC_MASTER and its slave: kill the slave, either end of the replication connection, stop the
+    slave, kill the master — every acknowledged message is on the master, and after every trial the
+    slave caught up and holds the master's commitlog byte for byte."""
+    kinds = parse_kinds(HA_KINDS)
+    summary = run(RunOptions(trials=len(kinds), kinds=tuple(kinds), configs=("ha",), seed=15,
+                             work_dir=os.path.join(short_tmp, "w")), progress=print)
+    assert sorted(r.kind for r in summary.rows) == sorted(k.name for k in kinds)
+    assert not no_children_left(older_children)
+    check(summary)
