@@ -296,9 +296,12 @@ def _run_broker(c, name: str, args=(), env=None, stderr=subprocess.DEVNULL, conf
 
 
 def _alive(root: str, name: str) -> bool:
+    """Registered, answering, and every child up — the scheduler, the last to log that it is ready,
+    holds its session and beats (its "ready" line is written before its first beat)."""
     try:
         with hostmq.Admin(root) as a:
-            return any(r["name"] == name and r["alive"] for r in a.brokers())
+            return any(r["name"] == name and r["alive"] and r["state"].get("scheduler_heartbeat_ms", 0) > 0
+                       for r in a.brokers())
     except hostmq.errors.HostMQError:
         return False
 
