@@ -58,7 +58,7 @@ def broker_args(root: str, instance: str) -> list[str]:
 def dump_toml(config: Config) -> str:
     """``config`` as TOML (sections of scalars: all hostmq config is that shape)."""
     lines = []
-    for section in ("namesrv", "broker", "store", "logging", "access"):
+    for section in (f.name for f in dataclasses.fields(config)):
         lines.append(f"[{section}]")
         for k, v in dataclasses.asdict(getattr(config, section)).items():
             if isinstance(v, bool):

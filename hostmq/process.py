@@ -27,8 +27,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .sdnotify import sd_notify  # noqa: F401 - re-exported: servers import it from here
-
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1

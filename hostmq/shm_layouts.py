@@ -157,8 +157,7 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #     Every child's *_heartbeat_ms (wall clock) moves at least every few hundred ms while its loop
 #     runs; the broker withholds systemd's WATCHDOG=1 while one is stale (broker.heartbeat_stale_s).
 #     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped |
-#                 (ha: a master's replication process, a slave's replica writer sets ha_pid too)
-#                 ha_pid | ha_heartbeat_ms | ha_port (the bound TCP port, registered with the NameServers)
+#                 (ha: a master's replication process) ha_pid | ha_heartbeat_ms | ha_port (the bound TCP port, registered with the NameServers)
 #                 | replicated_pos (the highest commitlog end a connected slave acknowledged)
 #     +512                      session table: session_slots × STATE_SLOT (broker control)
 #     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from .. import records as R
 from ..errors import ConfigError, ProtocolError
 from ..fsutil import fsync_dir, open_file
 from ..jsonfile import read_json
@@ -51,8 +50,6 @@ from .state import BrokerState, open_doorbell
 
 log = logging.getLogger(__name__)
 
-_W = R.STATE_WORD
-W_WRITE_POS, W_COMMITTED_POS = _W["write_pos"], _W["committed_pos"]
 MAX_SLAVES = 8                      # connections beyond are refused (each costs a buffer and a read)
 OUT_BUFFER_BYTES = 256 << 10        # queued per slave before the socket must drain
 RECV_BYTES = 64 << 10
@@ -152,8 +149,7 @@ class HAMaster:
 
     # -- the readable end of the commitlog ------------------------------------------------------------
     def end(self) -> int:
-        w = self.state.w
-        return int(min(w[W_WRITE_POS], w[W_COMMITTED_POS]))
+        return int(self.state.committed_end())
 
     def record_at(self, phys: int, size: int) -> bytes | None:
         mf = self._file(phys)

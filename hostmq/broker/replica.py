@@ -84,7 +84,6 @@ class Replica:
         self.reader = P.FrameReader(P.MASTER_KINDS)
         self.last_read_s = self.last_report_s = 0.0
         self.state.set("writer_pid", os.getpid())
-        self.state.set("ha_pid", os.getpid())
 
     # -- connecting -----------------------------------------------------------------------------------
     def master_address(self) -> str | None:
@@ -263,10 +262,10 @@ class Replica:
         self.end = base + rel
         self._publish()
 
-    def _append(self, phys: int, records) -> None:
+    def _append(self, phys: int, records: bytearray) -> None:
         if len(records):
             try:
-                self.cl.append_stored(phys, bytes(records))
+                self.cl.append_stored(phys, records)
             except ValidationError as e:
                 raise ProtocolError(str(e)) from None
 
@@ -280,9 +279,7 @@ class Replica:
             notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
 
     def heartbeat(self) -> None:
-        now_ms = int(time.time() * 1000)
-        self.state.w[W_HEARTBEAT] = now_ms
-        self.state.set("ha_heartbeat_ms", now_ms)
+        self.state.w[W_HEARTBEAT] = int(time.time() * 1000)
 
     def close(self) -> None:
         self.disconnect("the slave stops")

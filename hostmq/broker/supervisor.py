@@ -112,8 +112,6 @@ class Broker:
         self.watchdog = Watchdog.from_env()
         self.ready_sent = False
         self._next_status_s = 0.0
-        self.child_codes: dict[str, int | None] = {}
-        self.must_restart = False           # a slave whose log must be cut first (replica.EXIT_TRUNCATE)
         self._stop: threading.Event | None = None
         self._master_ha = ""
         self._meta_seen: tuple[int, int] | None = None
@@ -236,12 +234,11 @@ class Broker:
 
     # -- running --------------------------------------------------------------------------------------
     def supervise(self) -> None:
-        writer = self.children.children[[c.name for c in self.children.children].index("writer")]
-        if self.rt.is_slave and writer.process is not None and writer.process.exitcode == EXIT_TRUNCATE:
+        replica = self.children.children[0] if self.rt.is_slave else None     # SLAVE_CHILDREN[0]
+        if replica is not None and replica.process is not None and replica.process.exitcode == EXIT_TRUNCATE:
             # The replica found this slave ahead of its master: its log is cut at the next start.
             log.error("broker %s: stopping so that the next start cuts the log its master does not hold "
                       "(store/%s)", self.rt.instance, TRUNCATE_MARKER)
-            self.must_restart = True
             if self._stop is not None:
                 self._stop.set()
             return
@@ -322,7 +319,6 @@ class Broker:
         if self.server is not None and not self.server.closed and self.service is not None:
             self.link.unregister()
         codes = self.children.stop(self.rt.config.broker.child_stop_timeout_s) if self.children else {}
-        self.child_codes = codes
         if self.service is not None:
             self.service.offsets.persist(force=True)
             self.service.close()

@@ -389,13 +389,10 @@ class Writer(RingSessions):
     def _publish_synced(self, now_s: float) -> None:
         """Answer the pending batches whose wait is over, in order: durable (SYNC_FLUSH) and
         acknowledged by a slave (SYNC_MASTER), or out of time (a timeout status, stored anyway)."""
-        w = self.state.w
-        flushed, replicated = w[W_FLUSHED_POS], w[W_REPLICATED]
-        failed = w[W_FLUSH_ERROR] != 0          # the flusher will never get there (fsyncgate)
+        failed = self.state.w[W_FLUSH_ERROR] != 0       # the flusher will never get there (fsyncgate)
         while self.pending:
             p = self.pending[0]
-            unflushed = p.flush and p.phys_end > flushed
-            unreplicated = p.slave and p.phys_end > replicated
+            unflushed, unreplicated = self._unmet(p)
             flush_late = failed or now_s - p.since_s >= self.sync_timeout_s
             slave_late = now_s - p.since_s >= self.slave_timeout_s
             if (unflushed and not flush_late) or (unreplicated and not slave_late):
@@ -410,19 +407,20 @@ class Writer(RingSessions):
                 a.ring.restatus(p.cw_start, p.cw_end, R.COMPLETION_FLUSH_SLAVE_TIMEOUT)
             self._complete(a, p.cw_end, p.data_end)
 
-    def _pending_due(self) -> bool:
-        """The oldest pending batch can be answered (what it waits for arrived)."""
-        p, w = self.pending[0], self.state.w
-        return (not p.flush or w[W_FLUSHED_POS] >= p.phys_end or w[W_FLUSH_ERROR] != 0) and \
-            (not p.slave or w[W_REPLICATED] >= p.phys_end)
+    def _unmet(self, p: _Pending) -> tuple[bool, bool]:
+        """What ``p`` still waits for: (the flusher to reach its end, a slave to acknowledge it)."""
+        w = self.state.w
+        return p.flush and p.phys_end > w[W_FLUSHED_POS], p.slave and p.phys_end > w[W_REPLICATED]
 
     # -- waiting and housekeeping ---------------------------------------------------------------------
     def _ready(self) -> bool:
         w = self.state.w
         if w[W_SESSIONS_VERSION] != self._sessions_seen or w[W_TOPICS_VERSION] != self._topics_seen:
             return True
-        if self.pending and self._pending_due():
-            return True
+        if self.pending:
+            unflushed, unreplicated = self._unmet(self.pending[0])
+            if not (unflushed and not w[W_FLUSH_ERROR]) and not unreplicated:
+                return True
         for a in self._serving:
             if a.ring.has_frames():
                 return True

@@ -325,10 +325,7 @@ class CommitLog:
         at ``phys`` — checked by the caller, all in the file holding ``phys``, nothing patched. The
         first record's TOTALSIZE and MAGICCODE are copied last: a kill midway leaves none of them."""
         n = len(blob)
-        mf = self.mfq.find(phys) or self.mfq.last_for_write(phys)
-        if mf.file_from_offset + mf.wrote_pos != phys or mf.wrote_pos + n > self.file_bytes:
-            raise ValidationError(f"replicated records at {phys} (+{n}) do not continue the commitlog at "
-                                  f"{mf.file_from_offset + mf.wrote_pos}")
+        mf = self._continuing(phys, n, "replicated records")
         if self.pool is not None and mf.wbuf is None:
             mf.use_buffer(*self.pool.buffer_for(mf.file_from_offset))
         pos = mf.wrote_pos
@@ -343,14 +340,20 @@ class CommitLog:
     def pad_stored(self, phys: int) -> int:
         """A slave's end of file: the master padded its file at ``phys`` with a blank record; do the
         same and go on in the next file. Returns where the next record goes."""
-        mf = self.mfq.find(phys) or self.mfq.last_for_write(phys)
-        if mf.file_from_offset + mf.wrote_pos != phys:
-            raise ValidationError(f"a replicated end of file at {phys} does not continue the commitlog at "
-                                  f"{mf.file_from_offset + mf.wrote_pos}")
+        mf = self._continuing(phys, 0, "a replicated end of file")
         self.mfq.create(mf.file_end_offset)
         self._pad(mf)
         self._cur = None
         return mf.file_end_offset
+
+    def _continuing(self, phys: int, n: int, what: str):
+        """The file a slave's ``n`` bytes at ``phys`` go to — ValidationError unless they continue the
+        log exactly there and fit the file."""
+        mf = self.mfq.find(phys) or self.mfq.last_for_write(phys)
+        if mf.file_from_offset + mf.wrote_pos != phys or mf.wrote_pos + n > self.file_bytes:
+            raise ValidationError(f"{what} at {phys} (+{n}) do not continue the commitlog at "
+                                  f"{mf.file_from_offset + mf.wrote_pos}")
+        return mf
 
     def rollback(self, phys: int) -> None:
         """Forget everything appended at and after ``phys`` (a record boundary not yet published):

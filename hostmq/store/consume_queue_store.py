@@ -45,7 +45,6 @@ class ConsumeQueueStore:
         self.path = path
         self.config = config
         self.commitlog = commitlog
-        self.progress = None            # recovery's callback: progress(phys) after each redispatched batch
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.consume_queues_present = self._load_consume_queues()
         self.index = IndexService(path, config) if config.message_index_enable else None
@@ -113,8 +112,9 @@ class ConsumeQueueStore:
             raise
         return n
 
-    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
-        """Dispatch records in [start, end); returns (count, whether a queue had a gap).
+    def redispatch(self, start: int, end: int, batch: int = 8192, progress=None) -> tuple[int, bool]:
+        """Dispatch records in [start, end); returns (count, whether a queue had a gap). ``progress(phys)``
+        is called after each batch (recovery reports it).
 
         Stops early at a broken record (``dispatch_error``); ``dispatched_phys`` moves past each
         complete batch, so an exception leaves it where dispatch can resume."""
@@ -133,8 +133,8 @@ class ConsumeQueueStore:
                 n += len(b)
             if nxt > phys:
                 self.dispatched_phys = max(self.dispatched_phys, nxt)
-                if self.progress is not None:
-                    self.progress(nxt)
+                if progress is not None:
+                    progress(nxt)
             if b.error is not None:
                 self._stopped_at(b.error)
                 break

@@ -170,8 +170,8 @@ class MessageStore:
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         return self.cq_store.consume_queue(topic, queue_id, create)
 
-    def redispatch(self, start: int, end: int, batch: int = 8192) -> tuple[int, bool]:
-        return self.cq_store.redispatch(start, end, batch)
+    def redispatch(self, start: int, end: int, batch: int = 8192, progress=None) -> tuple[int, bool]:
+        return self.cq_store.redispatch(start, end, batch, progress)
 
     def rebuild_topic_queue_table(self) -> None:
         self.commitlog.topic_queue_table = self.cq_store.topic_queue_table()

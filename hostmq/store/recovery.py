@@ -167,11 +167,7 @@ def run(store, progress: RecoveryProgress | None = None) -> RecoveryReport:
     full = start == cl_min and start < max_phys
     known = set(store.queues)
     progress.enter("redispatch", max_phys - start)
-    store.cq_store.progress = lambda phys: setattr(progress, "done_bytes", phys - start)
-    try:
-        n, gap = store.redispatch(start, max_phys)
-    finally:
-        store.cq_store.progress = None
+    n, gap = store.redispatch(start, max_phys, progress=lambda phys: setattr(progress, "done_bytes", phys - start))
     gap |= any(cq.min_offset() > 0 for k, cq in store.queues.items() if k not in known)
     if gap and not full:
         full = True
