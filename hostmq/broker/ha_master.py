@@ -166,11 +166,16 @@ class HAMaster:
         return mf
 
     def _wait_for_writes(self) -> None:
-        """Sleep on ``ha_wake``; wake the selector when the writer posts it."""
+        """Sleep on ``ha_wake``; wake the selector when the writer posts it. The value slept on is the
+        one last seen, not re-read after waking the selector: a post between the two would be taken
+        as seen, and its batch would wait for the loop's next turn (up to ``LOOP_S``)."""
         word = self.state.ha_wake
+        seen = word.arm()
         while not self._stop.is_set():
-            token = word.arm()
-            if word.sleep(token, 0.5) and word.arm() != token:
+            word.sleep(seen, 0.5)
+            now = word.arm()
+            if now != seen:
+                seen = now                  # the selector's pump reads the end after this: it has it
                 try:
                     os.write(self._wake_w, b"w")
                 except BlockingIOError:
