@@ -22,6 +22,11 @@ class NoRouteError(HostMQError):
     """No broker serves the topic (or no NameServer answered)."""
 
 
+class NotMasterError(NoRouteError):
+    """A request that only a master serves reached a slave (NO_PERMISSION): topics, resets, send-backs
+    and transactions go to the master of the broker name."""
+
+
 class BrokerBusyError(HostMQError):
     """Back-pressure: ring full past the send timeout, or the disk is too full to accept writes."""
 

@@ -18,7 +18,10 @@ broker registers ``tcp://HOST:PORT`` with the NameServers as its HA address). Pe
    nothing on the send path waits for this under ASYNC_MASTER;
 3. META frames with the master's topics, consumer offsets and delay offsets (the files the broker
    persists) every 10 s and at once when the topics changed; the slave broker applies them;
-4. REPORTs from the slave: the commitlog end it stored. An ack beyond what the master has ends the
+4. OFFSETS from a slave, once after its WELCOME: what consumers committed on it while this master
+   was down — kept in ``config/slave-offsets.json`` (larger wins), which the broker's control loop
+   merges into its own offsets (the larger wins there too);
+5. REPORTs from the slave: the commitlog end it stored. An ack beyond what the master has ends the
    connection. The highest ack of a connected slave is published as ``replicated_pos`` (a SYNC_MASTER
    writer answers sends below it; one ack covers every send below it) and the writer is woken.
 
@@ -41,10 +44,11 @@ import orjson
 
 from ..errors import ConfigError, ProtocolError
 from ..fsutil import fsync_dir, open_file
-from ..jsonfile import read_json
+from ..jsonfile import read_json, write_json
 from ..protocol import ha as P
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
+from .offsets import OFFSETS_FILE, parse_offset_table, table_dict
 from .runtime import BrokerRuntime
 from .state import BrokerState, open_doorbell
 
@@ -54,7 +58,9 @@ MAX_SLAVES = 8                      # connections beyond are refused (each costs
 OUT_BUFFER_BYTES = 256 << 10        # queued per slave before the socket must drain
 RECV_BYTES = 64 << 10
 LOOP_S = 0.2                        # housekeeping and heartbeat granularity
-META_FILES = {"topics": "topics.json", "consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json"}
+META_FILES = {"topics": "topics.json", "consumer_offsets": OFFSETS_FILE, "delay_offsets": "delayOffset.json"}
+SLAVE_OFFSETS_FILE = "slave-offsets.json"   # offsets consumers committed on slaves (written here, read by the broker)
+_BEFORE_AUTH = frozenset((P.HELLO,))        # a peer that has not proven the secret sends a HELLO, no more
 
 
 def parse_tcp(address: str) -> tuple[str, int]:
@@ -104,7 +110,7 @@ def ha_address(rt: BrokerRuntime, port: int) -> str:
 class _Slave:
     sock: socket.socket
     peer: str
-    reader: P.FrameReader = field(default_factory=lambda: P.FrameReader(P.SLAVE_KINDS))
+    reader: P.FrameReader = field(default_factory=lambda: P.FrameReader(_BEFORE_AUTH))
     out: bytearray = field(default_factory=bytearray)
     challenge: bytes = field(default_factory=lambda: os.urandom(P.CHALLENGE_BYTES))
     next_pos: int | None = None         # None until the handshake
@@ -279,6 +285,7 @@ class HAMaster:
             hello = P.Hello.decode(f)
             if not P.auth_ok(self.secret, s.challenge, hello.auth):
                 raise ProtocolError("authentication failed (the slave does not hold this root's ha.secret)")
+            s.reader.accept = P.SLAVE_KINDS
             if hello.file_bytes != self.file_bytes:
                 raise ProtocolError(f"the slave's commitlog files are {hello.file_bytes} bytes, the master's "
                                     f"{self.file_bytes}: a slave's store must be made with the master's file size")
@@ -289,13 +296,33 @@ class HAMaster:
             log.info("ha: slave %s holds the commitlog up to %d; streaming from %d%s", s.peer, hello.end, start,
                      f" after it truncates to {cut}" if cut is not None and cut < hello.end else "")
         elif s.next_pos is None:
-            raise ProtocolError("a REPORT before the HELLO")
+            raise ProtocolError(f"a {P.KIND_NAMES[f.kind]} before the HELLO")
+        elif f.kind == P.OFFSETS:
+            self._take_offsets(s, f.body)
         else:
             if f.offset > self.end():
                 raise ProtocolError(f"an ack of {f.offset} beyond the master's end {self.end()}")
             if f.offset < s.acked:
                 raise ProtocolError(f"an ack of {f.offset} below its earlier {s.acked}")
             s.acked = f.offset
+
+    def _take_offsets(self, s: _Slave, body: bytes) -> None:
+        """A slave's consumer offsets, committed there while this master was down: kept (the larger
+        wins) where the broker's control loop merges them into its own (``SLAVE_OFFSETS_FILE``)."""
+        try:
+            got = parse_offset_table(orjson.loads(body))
+        except orjson.JSONDecodeError:
+            raise ProtocolError("an OFFSETS body that is not JSON") from None
+        path = self.rt.config_file(SLAVE_OFFSETS_FILE)
+        try:
+            kept = parse_offset_table(read_json(path, default=None))
+        except ConfigError:         # unreadable: the broker applied what it could; start it again
+            kept = {}
+        moved = {k: v for k, v in got.items() if v > kept.get(k, -1)}
+        if moved:
+            write_json(path, {"offset_table": table_dict({**kept, **moved})})
+        log.info("ha: slave %s carried back %d consumer offsets committed on it (%d ahead of what it sent "
+                 "before)", s.peer, len(got), len(moved))
 
     def _pump(self, s: _Slave, end: int, now: float) -> None:
         if s.next_pos is not None:

@@ -3,7 +3,11 @@
 
 File shape (RocketMQ's ``offsetTable`` keyed ``topic@group``)::
 
-    {"offset_table": {"orders@billing": {"0": 120, "1": 98}}}
+    {"offset_table": {"orders@billing": {"0": 120, "1": 98}}, "slave_commits": {…same shape…}}
+
+``slave_commits`` (a slave only): what consumers committed on this slave while its master was
+down and the master has not caught up with yet — the replica carries them back to the master
+when it reconnects (``broker/replica.py``), the larger offset winning there.
 
 Ownership: the broker's control loop is the only writer; it rewrites the file (atomically, ``.bak``
 kept) every ``offset_persist_interval_s`` when something changed, and at shutdown. A crash loses
@@ -14,13 +18,15 @@ from __future__ import annotations
 from ..errors import ValidationError
 from ..jsonfile import read_json, write_json
 
+OFFSETS_FILE = "consumerOffset.json"
 TOPIC_GROUP_SEP = "@"
+SLAVE_COMMITS = "slave_commits"
 
 
-def parse_offset_table(data) -> dict[tuple[str, str, int], int]:
+def parse_offset_table(data, section: str = "offset_table") -> dict[tuple[str, str, int], int]:
     """``{"offset_table": {"topic@group": {"qid": offset}}}`` → {(group, topic, qid): offset}; entries
     :meth:`OffsetTable.commit` would refuse are skipped (isdecimal, not isdigit: int("²") fails)."""
-    table = data.get("offset_table", {}) if isinstance(data, dict) else {}
+    table = data.get(section, {}) if isinstance(data, dict) else {}
     out = {}
     for key, queues in table.items() if isinstance(table, dict) else ():
         topic, sep, group = key.rpartition(TOPIC_GROUP_SEP)
@@ -32,21 +38,51 @@ def parse_offset_table(data) -> dict[tuple[str, str, int], int]:
     return out
 
 
+def table_dict(offsets: dict[tuple[str, str, int], int]) -> dict[str, dict[str, int]]:
+    """{(group, topic, qid): offset} → ``{"topic@group": {"qid": offset}}`` (the file's shape)."""
+    table: dict[str, dict[str, int]] = {}
+    for (g, t, q), o in sorted(offsets.items()):
+        table.setdefault(f"{t}{TOPIC_GROUP_SEP}{g}", {})[str(q)] = o
+    return table
+
+
 class OffsetTable:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, slave: bool = False) -> None:
         self.path = path
+        self.slave = slave
         self.offsets: dict[tuple[str, str, int], int] = {}
+        self.slave_commits: dict[tuple[str, str, int], int] = {}   # a slave: committed here, not yet on the master
         self.reset_versions: dict[str, int] = {}       # group → state word value of its last reset
         self.dirty = False
-        self.offsets.update(parse_offset_table(read_json(path, {"offset_table": {}})))
+        data = read_json(path, {"offset_table": {}})
+        self.offsets.update(parse_offset_table(data))
+        if slave:
+            self.slave_commits.update(parse_offset_table(data, SLAVE_COMMITS))
 
     def merge_larger(self, data) -> int:
-        """A slave: take its master's offsets (``consumerOffset.json``'s shape) where they are ahead
-        of its own — a consumer may have committed here while the master was down. Returns how many
+        """Take offsets (``consumerOffset.json``'s shape) where they are ahead of this table's: a
+        master taking what consumers committed on its slave while it was down. Returns how many
         offsets moved."""
         moved = 0
         for key, off in parse_offset_table(data).items():
             if off > self.offsets.get(key, -1):
+                self.offsets[key] = off
+                moved += 1
+        self.dirty |= moved > 0
+        return moved
+
+    def follow_master(self, data) -> int:
+        """A slave: take its master's offsets as they are (a reset there moves them back too),
+        except those consumers committed here while the master was down and the master has not
+        reached yet (the larger wins until it has). Returns how many offsets changed."""
+        moved = 0
+        for key, off in parse_offset_table(data).items():
+            mine = self.slave_commits.get(key)
+            if mine is not None:
+                if off < mine:
+                    continue
+                del self.slave_commits[key]
+            if self.offsets.get(key) != off:
                 self.offsets[key] = off
                 moved += 1
         self.dirty |= moved > 0
@@ -77,6 +113,8 @@ class OffsetTable:
         if self.offsets.get(key) != offset:
             self.offsets[key] = offset
             self.dirty = True
+            if self.slave:
+                self.slave_commits[key] = offset
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get((group, topic, queue_id))
@@ -90,15 +128,16 @@ class OffsetTable:
     def delete_topic(self, topic: str) -> None:
         for key in [k for k in self.offsets if k[1] == topic]:
             del self.offsets[key]
+            self.slave_commits.pop(key, None)
             self.dirty = True
 
     def persist(self, force: bool = False) -> bool:
         """Rewrite the file if anything changed (or ``force``); True if written."""
         if not (self.dirty or force):
             return False
-        table: dict[str, dict[str, int]] = {}
-        for (g, t, q), o in sorted(self.offsets.items()):
-            table.setdefault(f"{t}{TOPIC_GROUP_SEP}{g}", {})[str(q)] = o
-        write_json(self.path, {"offset_table": table})
+        data = {"offset_table": table_dict(self.offsets)}
+        if self.slave_commits:
+            data[SLAVE_COMMITS] = table_dict(self.slave_commits)
+        write_json(self.path, data)
         self.dirty = False
         return True

@@ -28,12 +28,13 @@ import time
 import orjson
 
 from .. import records as R
-from ..errors import ConnectError, CorruptRecordError, HostMQError, ProtocolError, ValidationError
+from ..errors import ConfigError, ConnectError, CorruptRecordError, HostMQError, ProtocolError, ValidationError
 from ..jsonfile import read_json, write_json
 from ..protocol import ha as P
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
 from .ha_master import parse_tcp, replication_secret
+from .offsets import OFFSETS_FILE, SLAVE_COMMITS, parse_offset_table, table_dict
 from .runtime import BrokerRuntime
 from .state import BrokerState
 
@@ -154,6 +155,7 @@ class Replica:
             raise ProtocolError(f"the master streams from {w.start}, this log ends at {self.end} "
                                 f"(a slave starts empty or from a copy of the master's store)")
         self.state.set("master_end_pos", w.master_end)
+        self._carry_back_offsets(sock)
         sock.settimeout(None)
         sock.setblocking(True)
         self.sock, self.reader = sock, reader
@@ -163,6 +165,24 @@ class Replica:
         for f in frames[1:]:
             self._handle(f)
         log.info("replica: replicating from %s from offset %d (the master is at %d)", address, self.end, w.master_end)
+
+    def _carry_back_offsets(self, sock: socket.socket) -> None:
+        """Send the master what consumers committed here while it was down (``slave_commits`` of this
+        broker's offsets file, which its control loop writes); the master takes each where it is
+        ahead, and its next META tells this broker which ones it has."""
+        try:
+            data = read_json(self.rt.config_file(OFFSETS_FILE), default=None)
+        except ConfigError as e:
+            log.warning("replica: the offsets committed here are not carried back: %s", e)
+            return
+        commits = parse_offset_table(data, SLAVE_COMMITS)
+        if commits:
+            body = orjson.dumps({"offset_table": table_dict(commits)})
+            if len(body) > P.MAX_OFFSETS_BYTES:
+                log.warning("replica: %d offsets committed here are too many to carry back", len(commits))
+                return
+            sock.sendall(P.encode(P.OFFSETS, 0, body))
+            log.info("replica: carried %d consumer offsets committed here back to the master", len(commits))
 
     def disconnect(self, why: str) -> None:
         if self.sock is not None:

@@ -26,10 +26,10 @@ import time
 from collections import deque
 
 from .. import records as R
-from ..errors import HostMQError, MessageNotFoundError, NoRouteError, ValidationError
+from ..errors import HostMQError, MessageNotFoundError, NoRouteError, NotMasterError, ValidationError
 from ..jsonfile import write_json
 from ..namesrv.route_data import TopicConfig
-from ..protocol.codes import RequestCode, ResponseCode, response_code_for
+from ..protocol.codes import RequestCode, ResponseCode, code_name, response_code_for
 from ..protocol.frames import Frame
 from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
                                  HeartbeatRequest, LockRequest, OffsetRequest, PullRequest,
@@ -40,7 +40,7 @@ from ..store.message_store import delay_levels_ms
 from ..store.reader import GetStatus
 from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
-from .offsets import OffsetTable
+from .offsets import OFFSETS_FILE, OffsetTable
 from .runtime import BrokerRuntime
 from . import consumed
 from .consumers import ConsumerTable
@@ -55,6 +55,10 @@ from .transaction_check import TransactionCheck
 log = logging.getLogger(__name__)
 
 MAX_PULL_COUNT = 4096
+# What changes a broker's store or topics on request: a slave refuses it (NO_PERMISSION).
+MASTER_ONLY = (RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.AUTO_CREATE_TOPIC,
+               RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CONSUMER_SEND_MSG_BACK,
+               RequestCode.END_TRANSACTION, RequestCode.CHECK_TRANSACTION_STATE)
 MAX_EXPRESSION_CHARS = 16 << 10  # a pull's filter expression (kept while the pull is held)
 CLIENT_EXPIRY_S = 120.0          # a client silent this long is dropped (RocketMQ channelExpiredTimeout)
 HELD_QUEUES_PER_CHECK = 512      # queues with held pulls refreshed per check_held call
@@ -87,7 +91,7 @@ class BrokerService:
         b = rt.config.broker
         self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
                                              b.transaction_check_max, b.transaction_resolve_lease_s)
-        self.offsets = OffsetTable(rt.config_file("consumerOffset.json"))
+        self.offsets = OffsetTable(rt.config_file(OFFSETS_FILE), slave=rt.is_slave)
         self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
         self.on_topics_changed = on_topics_changed
@@ -101,7 +105,7 @@ class BrokerService:
 
     def handlers(self) -> dict:
         c = RequestCode
-        return {
+        handlers = {
             c.PING: self.ping, c.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             c.DELETE_TOPIC_IN_BROKER: self.delete_topic, c.AUTO_CREATE_TOPIC: self.auto_create_topic,
             c.GET_ALL_TOPIC_CONFIG: self.all_topics, c.PULL_MESSAGE: self.pull,
@@ -114,6 +118,14 @@ class BrokerService:
             c.LOCK_BATCH_MQ: self.lock_queues, c.UNLOCK_BATCH_MQ: self.unlock_queues, c.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             c.END_TRANSACTION: self.end_transaction, c.CHECK_TRANSACTION_STATE: self.transaction_checks,
         }
+        if self.rt.is_slave:        # a slave's store and topics are its master's copy: nothing else writes them
+            for code in MASTER_ONLY:
+                handlers[code] = self.refuse_on_slave
+        return handlers
+
+    def refuse_on_slave(self, frame: Frame, token=None) -> Reply:
+        raise NotMasterError(f"broker {self.rt.instance} is a slave: {code_name(frame.code)} goes to the master "
+                             f"of {self.rt.name}")
 
     def ping(self, frame: Frame, token=None) -> Reply:
         return Reply(fields={"pid": os.getpid(), "broker": self.rt.name,
@@ -174,7 +186,7 @@ class BrokerService:
 
     def apply_master_meta(self, meta: dict) -> None:
         """A slave: its master's topics (taken as they are: routes name the slave's queues the same),
-        consumer offsets (the larger wins) and delay offsets (kept for a promotion: a slave runs no
+        consumer offsets (``OffsetTable.follow_master``) and delay offsets (kept for a promotion: a slave runs no
         scheduler) from the replica's ``master-meta.json``."""
         topics, offsets, delay = meta.get("topics"), meta.get("consumer_offsets"), meta.get("delay_offsets")
         if isinstance(topics, dict):
@@ -183,10 +195,19 @@ class BrokerService:
                     self._topics_changed()
             except ValidationError as e:
                 log.warning("slave: the master's topic table was not taken: %s", e)
-        if isinstance(offsets, dict) and self.offsets.merge_larger(offsets):
+        if isinstance(offsets, dict) and self.offsets.follow_master(offsets):
             self.offsets.persist()
         if isinstance(delay, dict):
             write_json(self.rt.config_file("delayOffset.json"), delay)
+
+    def apply_slave_offsets(self, data: dict) -> None:
+        """A master: offsets consumers committed on a slave while this master was down (its
+        replication process keeps them in ``slave-offsets.json``); each is taken where it is ahead."""
+        moved = self.offsets.merge_larger(data)
+        if moved:
+            self.offsets.persist()
+            log.info("broker %s: took %d consumer offsets committed on a slave while it was down",
+                     self.rt.name, moved)
 
     def _topics_changed(self) -> None:
         self.state.bump("topics_version")
@@ -353,8 +374,8 @@ class BrokerService:
 
     def heartbeat(self, frame: Frame, token=None) -> Reply:
         req = HeartbeatRequest.from_fields(frame.fields)
-        for group in req.consumer_groups:           # members subscribe to their retry topic (RocketMQ)
-            self._ensure_topic(retry_topic(group))
+        for group in req.consumer_groups if not self.rt.is_slave else ():    # members subscribe to their
+            self._ensure_topic(retry_topic(group))              # retry topic (RocketMQ); a slave's come from its master
         self._consumers_changed(self.consumers.heartbeat(req.client_id, req.pid, req.producer_groups,
                                                          req.consumer_groups, time.monotonic()))
         return Reply(fields={"consumers_version": int(self.state.get("consumers_version"))})

@@ -47,7 +47,7 @@ from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool, salvage
 from ..transport import Server
 from ..jsonfile import read_json, write_json
-from .ha_master import ha_address
+from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
 from .runtime import BrokerRuntime
@@ -114,7 +114,7 @@ class Broker:
         self._next_status_s = 0.0
         self._stop: threading.Event | None = None
         self._master_ha = ""
-        self._meta_seen: tuple[int, int] | None = None
+        self._seen_files: dict[str, tuple[int, int]] = {}     # file → (mtime_ns, size) last applied
 
     # -- start ----------------------------------------------------------------------------------------
     def _create_pool(self) -> None:
@@ -249,7 +249,9 @@ class Broker:
         self.notify_ready()
         if self.rt.is_slave:
             self._note_master()
-            self._apply_master_meta()
+            self._apply_file(META_FILE, self.service.apply_master_meta, "the master's metadata")
+        else:
+            self._apply_file(SLAVE_OFFSETS_FILE, self.service.apply_slave_offsets, "offsets committed on a slave")
         mine = {"broker"} | {c.name for c in self.children.children}
         stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items() if c in mine},
                                  now_ms, int(self.rt.config.broker.heartbeat_stale_s * 1000))
@@ -286,23 +288,25 @@ class Broker:
             write_json(os.path.join(self.rt.broker_dir, MASTER_FILE), {"ha_address": ha})
             self._master_ha = ha
 
-    def _apply_master_meta(self) -> None:
-        """A slave: apply the master's topics and offsets when the replica stored new ones."""
-        path = os.path.join(self.rt.config_dir, META_FILE)
+    def _apply_file(self, name: str, apply, what: str) -> None:
+        """Apply a config file another process of this broker writes (a slave: the master's metadata
+        its replica stored; a master: the offsets its replication process got from slaves) when it
+        changed since last applied."""
+        path = self.rt.config_file(name)
         try:
             st = os.stat(path)
         except FileNotFoundError:
             return
-        if (st.st_mtime_ns, st.st_size) == self._meta_seen:
+        if (st.st_mtime_ns, st.st_size) == self._seen_files.get(name):
             return
-        self._meta_seen = (st.st_mtime_ns, st.st_size)
+        self._seen_files[name] = (st.st_mtime_ns, st.st_size)
         try:
-            meta = read_json(path, default=None)
+            data = read_json(path, default=None)
         except ConfigError as e:
-            log.warning("broker %s: the master's metadata was not applied: %s", self.rt.instance, e)
+            log.warning("broker %s: %s not applied: %s", self.rt.instance, what, e)
             return
-        if isinstance(meta, dict):
-            self.service.apply_master_meta(meta)
+        if isinstance(data, dict):
+            apply(data)
 
     def serve(self, stop: threading.Event) -> None:
         self._stop = stop

@@ -6,6 +6,13 @@ The view maps the broker's commitlog and the consume queues it needs read-only
 segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH). With the broker down, the
 store is still readable up to what crash recovery would keep. A broker restart (a new state
 segment) is noticed by :meth:`stale`; the owner then builds a new view.
+
+A consumer's view of a broker name whose master is down reads a running slave of that name on this
+root instead (``ROOT/brokers/NAME.ID``: RocketMQ's consumers pull from a slave while the master is
+gone), and is stale again as soon as the master runs. The slave's commitlog is the master's byte for
+byte and its dispatcher gives every record the master's queue offset, so positions carry over both
+ways; a slave may hold less than the consumer read from the master, so its view never corrects a
+position past a queue's end (RocketMQ: a slave does not check offsets, ``offsetCheckInSlave``).
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from .. import records as R
 from ..broker.state import W_DISPATCH_SEQ, BrokerState
 from ..config import StoreConfig
 from ..errors import SegmentError
-from ..root import RootPaths, shm_name
+from ..root import RootPaths, broker_instance, shm_name
 from ..store.readonly import StoreReader, infer_store_config
 
 
@@ -31,22 +38,52 @@ def live_state(root: str, broker: str) -> BrokerState | None:
     return None
 
 
+def broker_running(root: str, broker: str) -> bool:
+    st = live_state(root, broker)       # a killed broker's segment stays until it starts again
+    if st is None:
+        return False
+    st.close()
+    return True
+
+
+def running_slave(root: str, broker: str) -> tuple[str, BrokerState] | None:
+    """A running slave of broker name ``broker`` on this root — (its instance, its state segment),
+    the lowest id first — or None."""
+    prefix = broker_instance(broker, 1)[:-1]        # "NAME."
+    ids = sorted(int(n[len(prefix):]) for n in RootPaths(root).instances()
+                 if n.startswith(prefix) and n[len(prefix):].isdecimal())
+    for broker_id in ids:
+        instance = broker_instance(broker, broker_id)
+        st = live_state(root, instance)
+        if st is not None:
+            return instance, st
+    return None
+
+
 class BrokerView:
     def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None, *,
-                 by_id: bool = False, tail: bool = False) -> None:
+                 by_id: bool = False, tail: bool = False, slaves: bool = False) -> None:
         """``by_id``: a view for reading messages by id (Admin), bounded by what is stored rather
         than by what consumers may read (dispatched), so a message is found as soon as it is acked.
         ``tail``: a consumer's view, which also reads the records stored past the dispatched position
-        from the commitlog (``store/tail.py``): a message is readable one hop after the writer."""
+        from the commitlog (``store/tail.py``): a message is readable one hop after the writer.
+        ``slaves``: with the master not running, read a running slave of the name instead."""
+        self.root = root
         self.broker = broker
+        self.instance = broker                  # the process group read: the master, or a slave
         self.state: BrokerState | None = live_state(root, broker)   # None: not running — read what recovery would keep
+        if self.state is None and slaves:
+            found = running_slave(root, broker)
+            if found is not None:
+                self.instance, self.state = found
+                tail = False        # a slave's records are readable once its dispatcher has them
         cfg = store_config or StoreConfig()
         if self.state is not None:
             st = self.state
             cfg = StoreConfig(**{**cfg.__dict__, "commitlog_file_bytes": st.commitlog_file_bytes,
                                  "consume_queue_file_entries": st.consume_queue_file_entries,
                                  "index_slots": st.index_slots, "index_entries": st.index_entries})
-        self.store_dir = RootPaths(root).store_dir(broker)
+        self.store_dir = RootPaths(root).store_dir(self.instance)
         if self.state is None:          # stopped: read with the file sizes it was written with
             cfg = infer_store_config(self.store_dir, cfg)
         self.config = cfg
@@ -55,12 +92,17 @@ class BrokerView:
                                   (self.state.stored_pos if by_id else self.state.readable_pos),
                                   consumed_below=None if self.state is None else self.state.consumed_below,
                                   tail_limit=self.state.stored_pos if tail and self.state is not None else None,
-                                  alive=None if self.state is None else self.state.owner_alive)
+                                  alive=None if self.state is None else self.state.owner_alive,
+                                  corrects=not self.on_slave)
         self.tailing = self.reader.tail is not None
 
     @property
     def live(self) -> bool:
         return self.state is not None
+
+    @property
+    def on_slave(self) -> bool:
+        return self.instance != self.broker
 
     def dispatch_seq(self) -> int:
         return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
@@ -111,9 +153,12 @@ class BrokerView:
         return words
 
     def stale(self) -> bool:
-        """True if the broker this view follows has gone (or one started since a static view)."""
+        """True if the broker this view follows has gone (or one started since a static view), or
+        the master of a slave's view runs again."""
         if self.state is None:
             return False
+        if self.on_slave and broker_running(self.root, self.broker):
+            return True
         return not self.state.owner_alive()
 
     def close(self) -> None:

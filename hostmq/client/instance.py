@@ -17,7 +17,7 @@ from ..namesrv.route_data import PERM_READ, PERM_WRITE, TopicRouteData, cluster_
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
-from .remoting import RemotingClient
+from .remoting import RemotingClient, listening
 
 ROUTE_MAX_AGE_S = 30.0
 
@@ -105,9 +105,11 @@ class ClientInstance:
 
     def _build_queues(self, topic: str, refresh: bool, perm: int, count: str) -> list[MessageQueue]:
         route = self.route(topic, refresh)
-        masters = {b.broker_name for b in route.broker_datas if b.master_address}
+        # Producers write to masters; consumers also read a broker name whose master is gone from
+        # its slaves (RocketMQ findBrokerAddressInSubscribe), so its queues stay theirs meanwhile.
+        served = {b.broker_name for b in route.broker_datas if (b.master_address if perm == PERM_WRITE else b.addrs)}
         out = [MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
-               if q.perm & perm and q.broker_name in masters for i in range(getattr(q, count))]
+               if q.perm & perm and q.broker_name in served for i in range(getattr(q, count))]
         if not out:
             raise NoRouteError(f"topic {topic!r} has no {'writable' if perm == PERM_WRITE else 'readable'} queue")
         return sorted(out)
@@ -123,6 +125,41 @@ class ClientInstance:
         if b is None or not b.master_address:
             raise NoRouteError(f"broker {broker!r} is not registered with any NameServer")
         return b.master_address
+
+    def broker_addresses(self, broker: str, topic: str | None = None) -> list[str]:
+        """Every registered address of a broker name, the master's first, then its slaves' by id."""
+        datas = self.route(topic).broker_datas if topic is not None else []
+        for b in datas:
+            if b.broker_name == broker and b.addrs:
+                return list(b.addrs.values())           # sorted by id: the master (0) first
+        b = self.cluster_info()["brokers"].get(broker)
+        if b is None or not b.addrs:
+            raise NoRouteError(f"broker {broker!r} is not registered with any NameServer")
+        return list(b.addrs.values())
+
+    def read_request(self, broker: str, code: int, fields: dict | None = None, topic: str | None = None,
+                     timeout_s: float | None = None, raw: bool = False) -> Frame:
+        """A consumer's request to a broker name (offsets, members): its master, or while the master
+        is down (not registered, or its socket refuses) its first slave that answers. A master that
+        is alive but slow is waited for, never passed over: its slave may hold older offsets."""
+        addrs = self.broker_addresses(broker, topic)
+        last: Exception | None = None
+        for i, addr in enumerate(addrs):
+            if i < len(addrs) - 1 and not self.listening(addr):
+                continue
+            try:
+                return self.broker_request(addr, code, fields, timeout_s, raw)
+            except ConnectError as e:
+                last = e
+        raise last if last is not None else ConnectError(f"no broker of {broker!r} is listening")
+
+    def listening(self, address: str) -> bool:
+        """Whether a broker listens at ``address`` (a connect probe); if not, its cached connection
+        is dropped — requests over a killed server's connection would only time out."""
+        if listening(address):
+            return True
+        self._drop(self._brokers, address)
+        return False
 
     def cluster_info(self) -> dict:
         return cluster_info_from_dict(self.namesrv_request(RequestCode.GET_BROKER_CLUSTER_INFO).fields)

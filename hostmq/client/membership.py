@@ -45,7 +45,7 @@ class GroupMember:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.rebalance_interval_s = rebalance_interval_s
         self.topics: list[str] = []
-        self.brokers: dict[str, str] = {}          # broker name → address heartbeated to
+        self.brokers: dict[str, list[str]] = {}    # broker name → addresses heartbeated to
         self.seen_versions: dict[str, int] = {}    # broker → consumers_version at the last rebalance
         self._next_heartbeat = 0.0
         self._next_rebalance = 0.0
@@ -72,20 +72,30 @@ class GroupMember:
                   "pid": os.getpid()}
         for broker in sorted(brokers):
             try:
-                address = self.instance.broker_address(broker)
-                self.instance.broker_request(address, RequestCode.HEART_BEAT, fields, timeout_s=2.0)
-                self.brokers[broker] = address
+                addresses = self.instance.broker_addresses(broker)
             except HostMQError as e:
                 log.info("heartbeat to %s failed: %s", broker, e)
+                continue
+            for address in addresses:   # its slaves too: they answer for the group while the master is down
+                if len(addresses) > 1 and not self.instance.listening(address):
+                    continue
+                try:
+                    self.instance.broker_request(address, RequestCode.HEART_BEAT, fields, timeout_s=2.0)
+                    self.brokers.setdefault(broker, [])
+                    if address not in self.brokers[broker]:
+                        self.brokers[broker].append(address)
+                except HostMQError as e:
+                    log.info("heartbeat to %s (%s) failed: %s", broker, address, e)
 
     def leave(self) -> None:
         """Unregister from every broker (the others rebalance at once)."""
-        for broker, address in sorted(self.brokers.items()):
-            try:
-                self.instance.broker_request(address, RequestCode.UNREGISTER_CLIENT, {"client_id": self.client_id},
-                                             timeout_s=1.0)
-            except HostMQError as e:
-                log.debug("unregistering from %s: %s", broker, e)
+        for broker, addresses in sorted(self.brokers.items()):
+            for address in addresses:
+                try:
+                    self.instance.broker_request(address, RequestCode.UNREGISTER_CLIENT,
+                                                 {"client_id": self.client_id}, timeout_s=1.0)
+                except HostMQError as e:
+                    log.debug("unregistering from %s (%s): %s", broker, address, e)
         self.brokers.clear()
 
     # -- rebalance ------------------------------------------------------------------------------------
@@ -98,9 +108,8 @@ class GroupMember:
     def members(self, topic: str, queues: list[MessageQueue]) -> list[str]:
         for broker in sorted({q.broker for q in queues}):
             try:
-                f = self.instance.broker_request(self.instance.broker_address(broker),
-                                                 RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"group": self.group},
-                                                 timeout_s=2.0).fields
+                f = self.instance.read_request(broker, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                               {"group": self.group}, timeout_s=2.0).fields
                 return list(f["consumer_ids"])
             except HostMQError as e:
                 log.info("consumer list of %s from %s failed: %s", self.group, broker, e)

@@ -1,7 +1,9 @@
 """Where a consumer group's progress lives (RocketMQ ``OffsetStore``).
 
 * :class:`BrokerOffsets` — clustering: each queue's offset is kept by the broker that holds the
-  queue (``consumerOffset.json`` there); every member of the group sees the same offsets.
+  queue (``consumerOffset.json`` there); every member of the group sees the same offsets. While a
+  broker name's master is down they go to its slave, which carries them back to the master when it
+  returns (``broker/replica.py``; the larger offset wins).
 * :class:`LocalOffsets` — broadcasting: every consumer instance keeps its own offsets in
   ``ROOT/consumer-offsets/<instance>/<group>.json`` (RocketMQ ``LocalFileOffsetStore``), written
   atomically; the same ``instance_name`` resumes where it stopped.
@@ -22,23 +24,21 @@ class BrokerOffsets:
         self.group = group
 
     def query(self, mq: MessageQueue) -> int | None:
-        addr = self.instance.broker_address(mq.broker, mq.topic)
-        f = self.instance.broker_request(addr, RequestCode.QUERY_CONSUMER_OFFSET,
-                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
-                                         raw=True)
+        f = self.instance.read_request(mq.broker, RequestCode.QUERY_CONSUMER_OFFSET,
+                                       {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
+                                       topic=mq.topic, raw=True)
         if f.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if f.code != ResponseCode.SUCCESS:
-            raise error_for_response(f.code, f.remark, addr)
+            raise error_for_response(f.code, f.remark, mq.broker)
         return f.fields["offset"]
 
     def store(self, mq: MessageQueue, offset: int, reset_version: int | None = None) -> bool:
         """Commit; False if the broker refused it because the group was reset since ``reset_version``
         (the caller reloads its offsets)."""
-        addr = self.instance.broker_address(mq.broker, mq.topic)
-        f = self.instance.broker_request(addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                                         {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                          "offset": offset, "reset_version": reset_version})
+        f = self.instance.read_request(mq.broker, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                       {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
+                                        "offset": offset, "reset_version": reset_version}, topic=mq.topic)
         return not f.fields.get("ignored", False)
 
     def flush(self) -> None:

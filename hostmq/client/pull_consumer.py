@@ -32,7 +32,7 @@ from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
-from .broker_view import BrokerView, live_state
+from .broker_view import BrokerView, broker_running, running_slave
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
@@ -174,7 +174,7 @@ class PullConsumer:
     def _view(self, broker: str) -> BrokerView:
         v = self.views.get(broker)
         if v is None:
-            v = self.views[broker] = BrokerView(self.root, broker, tail=True)
+            v = self.views[broker] = BrokerView(self.root, broker, tail=True, slaves=True)
             self._reset_seen[broker] = v.offsets_reset_version()     # resets before we came are in the offsets
         return v
 
@@ -327,17 +327,28 @@ class PullConsumer:
                  stats=self.wait_stats)
 
     def _refresh_stale(self) -> None:
-        """Rebuild views of brokers that restarted (or started) since they were made."""
-        now = time.monotonic()
-        if now < self._next_stale_check:
-            return
-        self._next_stale_check = now + STALE_CHECK_S
+        if time.monotonic() >= self._next_stale_check:
+            self.refresh_brokers()
+
+    def refresh_brokers(self) -> None:
+        """Look now, rather than at the next poll's half-second check, for brokers that restarted,
+        stopped, or whose slave takes over (a master down) or gives back (the master runs again):
+        their store views are rebuilt."""
+        self._next_stale_check = time.monotonic() + STALE_CHECK_S
         for name, v in list(self.views.items()):
-            if v.stale() or (not v.live and _broker_running(self.root, name)):
-                log.info("broker %s restarted; reopening its store view", name)
+            if v.stale() or (not v.live and (broker_running(self.root, name) or self._slave_runs(name))):
                 v.close()
                 del self.views[name]
-                self._view(name)
+                nv = self._view(name)
+                log.info("broker %s started or stopped; reading %s now%s", name, nv.instance,
+                         "" if nv.live else " (stopped: what its recovery keeps)")
+
+    def _slave_runs(self, broker: str) -> bool:
+        found = running_slave(self.root, broker)
+        if found is None:
+            return False
+        found[1].close()
+        return True
 
     # -- offsets --------------------------------------------------------------------------------------
     def seek(self, mq: MessageQueue, offset: int) -> None:
@@ -451,11 +462,3 @@ class PullConsumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _broker_running(root: str, broker: str) -> bool:
-    st = live_state(root, broker)       # a killed broker's segment stays until it starts again
-    if st is None:
-        return False
-    st.close()
-    return True

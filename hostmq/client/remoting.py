@@ -413,6 +413,15 @@ def _timeout_text(address: str, code: int, timeout_s: float) -> str:
     return text
 
 
+def listening(address: str) -> bool:
+    """Whether something listens at ``address`` (always True for a non-ipc address)."""
+    try:
+        _check_listening(address)
+    except ConnectError:
+        return False
+    return True
+
+
 def _check_listening(address: str) -> None:
     """ConnectError now if ``address`` is an ipc path with no listener (missing or stale socket file).
 

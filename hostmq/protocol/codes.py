@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 
-from ..errors import (BrokerBusyError, HostMQError, MessageNotFoundError, NoRouteError, ProtocolError,
-                      RemoteError, ValidationError)
+from ..errors import (BrokerBusyError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
+                      ProtocolError, RemoteError, ValidationError)
 
 
 class RequestCode(enum.IntEnum):
@@ -93,6 +93,7 @@ def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
 _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
     (ProtocolError, ResponseCode.BAD_REQUEST),
     (ValidationError, ResponseCode.MESSAGE_ILLEGAL),
+    (NotMasterError, ResponseCode.NO_PERMISSION),
     (NoRouteError, ResponseCode.TOPIC_NOT_EXIST),
     (BrokerBusyError, ResponseCode.SYSTEM_BUSY),
     (MessageNotFoundError, ResponseCode.QUERY_NOT_FOUND),
@@ -101,6 +102,7 @@ _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
 _CODE_ERRORS: dict[int, type[HostMQError]] = {
     ResponseCode.MESSAGE_ILLEGAL: ValidationError,
     ResponseCode.TOPIC_NOT_EXIST: NoRouteError,
+    ResponseCode.NO_PERMISSION: NotMasterError,
     ResponseCode.SYSTEM_BUSY: BrokerBusyError,
     ResponseCode.QUERY_NOT_FOUND: MessageNotFoundError,
 }

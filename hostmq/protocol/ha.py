@@ -17,6 +17,9 @@ slave → master
             the first of each of its last files), so the master can tell where their logs agree
     REPORT  offset = the slave's commitlog end (after each batch it stored, and every few seconds);
             no body
+    OFFSETS offset = 0; body = orjson ``{"offset_table": {"topic@group": {"qid": offset}}}``: what
+            consumers committed on the slave while the master was down (once, after the WELCOME);
+            the master takes each where it is ahead of its own
 master → slave
     WELCOME offset = where the master streams from; body = orjson ``{"version", "file_bytes",
             "master_end", "truncate_to"}`` — ``truncate_to`` is set when the slave holds bytes the
@@ -46,18 +49,20 @@ from ..errors import ProtocolError
 
 VERSION = 1
 HEADER = struct.Struct(">B3xqI")
-HELLO, REPORT, WELCOME, DATA, BEAT, META, CHALLENGE = 1, 2, 3, 4, 5, 6, 7
+HELLO, REPORT, WELCOME, DATA, BEAT, META, CHALLENGE, OFFSETS = 1, 2, 3, 4, 5, 6, 7, 8
 KIND_NAMES = {HELLO: "HELLO", REPORT: "REPORT", WELCOME: "WELCOME", DATA: "DATA", BEAT: "BEAT", META: "META",
-              CHALLENGE: "CHALLENGE"}
-SLAVE_KINDS = frozenset((HELLO, REPORT))
+              CHALLENGE: "CHALLENGE", OFFSETS: "OFFSETS"}
+SLAVE_KINDS = frozenset((HELLO, REPORT, OFFSETS))
 MASTER_KINDS = frozenset((WELCOME, DATA, BEAT, META, CHALLENGE))
 CHALLENGE_BYTES = 32
 TRANSFER_CHUNK_BYTES = 32 << 10             # RocketMQ haTransferBatchSize
 MAX_CONTROL_BODY_BYTES = 64 << 10           # HELLO / WELCOME bodies
 MAX_META_BYTES = 64 << 20                   # topics and offsets of a large broker
+MAX_OFFSETS_BYTES = 16 << 20                # a slave's consumer offsets
 MAX_CHECKPOINTS = 64
 _LIMITS = {HELLO: MAX_CONTROL_BODY_BYTES, REPORT: 0, WELCOME: MAX_CONTROL_BODY_BYTES,
-           DATA: TRANSFER_CHUNK_BYTES, BEAT: 0, META: MAX_META_BYTES, CHALLENGE: CHALLENGE_BYTES}
+           DATA: TRANSFER_CHUNK_BYTES, BEAT: 0, META: MAX_META_BYTES, CHALLENGE: CHALLENGE_BYTES,
+           OFFSETS: MAX_OFFSETS_BYTES}
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,12 @@ class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
                  scan_queues: bool = True, consumed_below: Callable[[], int] | None = None,
-                 tail_limit: Callable[[], int] | None = None, alive: Callable[[], bool] | None = None) -> None:
+                 tail_limit: Callable[[], int] | None = None, alive: Callable[[], bool] | None = None,
+                 corrects: bool = True) -> None:
         """``tail_limit``: a live broker's stored position; records between ``limit_phys`` (dispatched)
-        and it are read from the commitlog itself (``tail.CommitlogTail``) — a consumer's view."""
+        and it are read from the commitlog itself (``tail.CommitlogTail``) — a consumer's view.
+        ``corrects=False``: a store that may hold less than its reader has read elsewhere (a slave
+        read while its master is down) never moves a position past a queue's end."""
         self.path = os.path.abspath(path)
         if not os.path.isdir(os.path.join(self.path, "commitlog")):
             raise MessageNotFoundError(f"{self.path} is not a hostmq store (no commitlog directory)")
@@ -71,6 +74,7 @@ class StoreReader:
         self._static_clean = False      # a store with no live writer was shut down cleanly (no ``abort``)
         self._tail_limit = tail_limit
         self._alive = alive                 # whether the live broker behind ``limit_phys`` still runs
+        self._corrects = corrects
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         if scan_queues:
             self.refresh()
@@ -167,6 +171,8 @@ class StoreReader:
         tailing consumer's position is past the dispatcher's; a killed broker's consume queues lag
         its commitlog; a new tail is still scanning — and reads do not move it (RocketMQ's
         ``nextOffsetCorrection``: a lagging slave does not correct offsets either)."""
+        if not self._corrects:
+            return False
         if self._limit is None:
             return self._static_clean
         if self._alive is not None and not self._alive():

@@ -381,3 +381,34 @@ def test_offsets_reload_as_the_last_commit_of_every_queue(tmp_path, commits, del
     for (g, t, q), off in model.items():
         assert back.query(g, t, q) == off
     assert back.groups() == sorted({g for g, _, _ in model})
+
+
+def test_a_slave_follows_its_master_but_keeps_what_was_committed_on_it_until_the_master_has_it(tmp_path):
+    path = str(tmp_path / "config" / "consumerOffset.json")
+    t = OffsetTable(path, slave=True)
+    master = {"offset_table": {"orders@g": {"0": 100, "1": 50}}}
+    assert t.follow_master(master) == 2 and t.query("g", "orders", 0) == 100
+    t.commit("g", "orders", 0, 180)                 # the master is down: a consumer commits here
+    assert t.slave_commits == {("g", "orders", 0): 180}
+    t.persist()
+    again = OffsetTable(path, slave=True)           # a restarted slave still knows what to carry back
+    assert again.slave_commits == {("g", "orders", 0): 180}
+    # The master (before it took the carried offsets) still says 100 for queue 0, and was reset to
+    # 10 on queue 1: the reset is taken, the slave's own commit is not undone.
+    assert again.follow_master({"offset_table": {"orders@g": {"0": 100, "1": 10}}}) == 1
+    assert again.query("g", "orders", 0) == 180 and again.query("g", "orders", 1) == 10
+    # Once the master has it (carried back, the larger won), the slave lets it go.
+    again.follow_master({"offset_table": {"orders@g": {"0": 180, "1": 10}}})
+    assert again.slave_commits == {} and again.query("g", "orders", 0) == 180
+    again.persist(force=True)
+    assert "slave_commits" not in json.load(open(path))
+
+
+def test_a_master_takes_only_the_larger_of_a_slaves_offsets(tmp_path):
+    t = OffsetTable(str(tmp_path / "consumerOffset.json"))
+    t.commit("g", "orders", 0, 100)
+    t.commit("g", "orders", 1, 100)
+    assert t.merge_larger({"offset_table": {"orders@g": {"0": 90, "1": 120}, "bad": {"x": -1}}}) == 1
+    assert (t.query("g", "orders", 0), t.query("g", "orders", 1)) == (100, 120)
+    t.commit("g", "orders", 0, 101)
+    assert t.slave_commits == {}                    # a master keeps none

@@ -10,6 +10,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
+from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths
 from hostmq.store import MessageStore
 from tests.e2e.conftest import consume_bodies, wait_until
@@ -225,6 +226,10 @@ def test_the_replication_port_streams_nothing_to_whoever_lacks_the_roots_secret(
             got += data
     assert got == b""                       # closed without a WELCOME or a byte of data
     wait_until(lambda: "authentication failed" in c.log_tail("broker-a", 100), 10, "the refusal in the log")
+    with socket.create_connection((host, int(port)), timeout=10) as s:     # before proving the secret,
+        s.sendall(P.HEADER.pack(P.OFFSETS, 0, P.MAX_OFFSETS_BYTES))        # nothing but a HELLO is read
+        wait_until(lambda: s.recv(65536) == b"", 10, "the connection closed")
+    wait_until(lambda: "kind 8 is not expected" in c.log_tail("broker-a", 100), 10, "the refusal in the log")
 
 
 def test_topics_and_consumer_offsets_reach_the_slave(cluster):
@@ -265,3 +270,66 @@ def test_the_replication_bench_runs_and_reports_every_row(tmp_path):
                 "SYNC_MASTER + slave, SYNC_FLUSH"):
         assert f"| {row} |" in report
     assert "SEND_OK 100" in report and "slave caught up after s" in report
+
+
+def _group_offsets(root: str, instance: str, group: str, section: str = "offset_table") -> dict:
+    from hostmq.broker.offsets import OFFSETS_FILE, parse_offset_table
+    from hostmq.jsonfile import read_json
+    data = read_json(os.path.join(RootPaths(root).config_dir(instance), OFFSETS_FILE), default={})
+    return {k: v for k, v in parse_offset_table(data, section).items() if k[0] == group}
+
+
+def test_consumers_read_from_the_slave_while_the_master_is_down_and_their_offsets_come_back(cluster):
+    """A SYNC_MASTER's process group is SIGKILLed: a running consumer goes on with the slave (no
+    acknowledged message lost, none twice), another group consumes there and closes; the master
+    restarts, the first consumer is back on it, and the second group's offsets committed on the
+    slave are the master's again (a new member of that group reads nothing twice)."""
+    c = cluster(slaves=1, broker={**SYNC, "ha_meta_interval_s": 0.5, "offset_persist_interval_s": 0.5})
+    root = c.root
+    wait_until(lambda: _slave_connected(root), 30, "the slave to connect")
+    with hostmq.Admin(root) as a:
+        a.create_topic("outage", queues=2)
+    wait_until(lambda: "outage" in _rows(root)[1].get("topics", {}), 30, "the topic on the slave")
+    with hostmq.Producer(root) as p:
+        acked = [p.send(Message("outage", b"m%05d" % i)) for i in range(600)]
+    assert all(r.status == hostmq.SendStatus.SEND_OK for r in acked)
+    live = hostmq.PullConsumer(root, group="g-live", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
+    try:
+        live.subscribe("outage", "*")
+        got = []
+        wait_until(lambda: got.extend(m.body for m in live.poll(timeout=0.2)) or len(got) >= 300, 30,
+                   "the first half")
+        live.commit()
+        c.signal_group("broker-a", signal.SIGKILL)
+        c.processes["broker-a"].wait(30)
+        live.refresh_brokers()
+        assert live.views["broker-a"].instance == "broker-a.1"
+        wait_until(lambda: got.extend(m.body for m in live.poll(timeout=0.2)) or len(got) >= 600, 60,
+                   "the rest, from the slave")
+        assert sorted(got) == [b"m%05d" % i for i in range(600)]
+        live.commit()                           # the master is down: the slave takes it
+        wait_until(lambda: sum(_group_offsets(root, "broker-a.1", "g-live", "slave_commits").values()) == 600,
+                   30, "the slave to keep the live group's commit")
+        away = consume_bodies(root, "outage", 600, "g-away")        # commits on the slave as it closes
+        assert sorted(away) == sorted(got)
+        wait_until(lambda: sum(_group_offsets(root, "broker-a.1", "g-away", "slave_commits").values()) == 600,
+                   30, "the slave to keep the offsets committed on it")
+        with pytest.raises(hostmq.NotMasterError):
+            with hostmq.Admin(root) as a:
+                slave_addr = next(r["address"] for r in a.brokers() if r["id"] == 1)
+                a.instance.broker_request(slave_addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                          {"topic": "nope", "read_queues": 1, "write_queues": 1, "perm": 6,
+                                           "order": False})
+        c.start_broker("broker-a")
+        wait_until(lambda: sum(_group_offsets(root, "broker-a", "g-away").values()) == 600, 60,
+                   "the offsets committed on the slave to reach the master")
+        with hostmq.Producer(root) as p:
+            assert p.send(Message("outage", b"after")).status == hostmq.SendStatus.SEND_OK
+        more = []
+        wait_until(lambda: more.extend(m.body for m in live.poll(timeout=0.2)) or more, 60, "a message after")
+        assert more == [b"after"] and live.views["broker-a"].instance == "broker-a"
+    finally:
+        live.close()
+    assert consume_bodies(root, "outage", 1, "g-away", linger_s=1.0) == [b"after"]
+    wait_until(lambda: not _group_offsets(root, "broker-a.1", "g-away", "slave_commits"), 30,
+               "the slave to learn that its master has them")

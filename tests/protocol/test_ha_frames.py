@@ -28,6 +28,7 @@ def test_frames_survive_any_cut_of_the_stream():
     ha.HEADER.pack(99, 0, 0),                                       # no such kind
     ha.HEADER.pack(ha.HELLO, -1, 0),                                # a negative offset
     ha.HEADER.pack(ha.HELLO, 0, ha.MAX_CONTROL_BODY_BYTES + 1),     # longer than allowed: refused early
+    ha.HEADER.pack(ha.OFFSETS, 0, ha.MAX_OFFSETS_BYTES + 1),        # a slave's offsets past their bound
     b"\x02\x00\x01\x00" + bytes(12),                                # padding not zero
 ])
 def test_a_master_refuses_what_a_slave_may_not_send(frame):
