@@ -19,6 +19,7 @@ look at the last entries of each queue).
 from __future__ import annotations
 
 import os
+import struct
 from typing import Callable
 
 import numpy as np
@@ -29,7 +30,7 @@ from ..errors import CorruptRecordError, MessageNotFoundError
 from ..message import MessageExt, MessageQueue
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
-from ..records import CQ_ENTRY_STRUCT
+from ..records import CQ_ENTRY
 from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
 from .reader import GetResult, GetStatus, MessageBatch, get_batch, get_messages
@@ -38,6 +39,9 @@ from .tail import CommitlogTail, TailedQueue
 
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
+_CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's first two fields
+_CQ_SIZE_AT = CQ_ENTRY.fields["size"][1]
+assert CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize
 
 
 def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfig:
@@ -132,7 +136,7 @@ class StoreReader:
         cq.min_logic_offset = first.file_from_offset + (int(lead[0]) if len(lead) else 0) * ENTRY_BYTES
         for mf in reversed(files):                     # only the newest files can be partly written
             ents = cq._entries(mf)
-            ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)
+            ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)   # sizes first
             bad = np.flatnonzero(~ok)
             n = int(bad[0]) if len(bad) else len(ents)
             for later in files[files.index(mf) + 1:]:
@@ -226,11 +230,17 @@ class StoreReader:
         if mf is not None:
             pos = m * ENTRY_BYTES - mf.file_from_offset
             limit, end = self.readable_end, min(mf.file_bytes, pos + SCALAR_ENTRIES * ENTRY_BYTES)
-            mm, unpack = mf.mm, CQ_ENTRY_STRUCT.unpack_from
+            mm, size_at, phys_at = mf.mm, _CQ_SIZE.unpack_from, _CQ_PHYS.unpack_from
             start = pos
             while pos < end:
-                phys, size, _ = unpack(mm, pos)
-                if size <= 0 or phys + size > limit:
+                # The size first: the entry at ``m`` may be the one the dispatcher is storing now
+                # (past dispatched_pos; ``pack_into`` zeroes it, then stores phys, size, tag). Its
+                # size seen stored means its phys is too; loaded the other way round an entry can
+                # read as (phys 0, its size), "ending" far below the bound, and be counted before
+                # its record is readable — the view's max then no longer meets the tail's entries
+                # and falls below positions read from them (fault run fce7182, trial 456).
+                size = size_at(mm, pos + _CQ_SIZE_AT)[0]
+                if size <= 0 or phys_at(mm, pos)[0] + size > limit:
                     break
                 pos += ENTRY_BYTES
             if pos > start:
@@ -249,6 +259,7 @@ class StoreReader:
             first = mf.file_from_offset // ENTRY_BYTES
             i = m - first
             ents = cq._entries(mf)[i:min(per_file, i + 4096)]
+            # every size loaded before any phys offset, as in the scalar loop above
             ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)
             bad = np.flatnonzero(~ok)
             k = int(bad[0]) if len(bad) else len(ents)

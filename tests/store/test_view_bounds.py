@@ -1,0 +1,130 @@
+"""A live view's queue end never goes back below a position its consumer reached (fault run fce7182,
+trial 456: a consumer tailing ahead of the dispatcher was sent back to offset 0 of a queue).
+
+The view decides which consume-queue entries are readable from the entries themselves (their
+record must end within the readable bound), so it also looks at the entry the dispatcher is storing
+right now. ``ConsumeQueue.put_one`` stores it with ``struct.pack_into``: the 20 bytes zeroed, then
+the phys offset, then the size (docs/internals.md fact 14). A view that loads the phys offset first
+can see the old phys offset (0) with the new size — an entry "ending" at ``size``, well within the
+bound — and count it. The queue's max then stops short of the tail's entries (they continue the
+queue from that entry, not after it) and falls below the consumer's position while the view
+believes it knows the end: RocketMQ's OFFSET_OVERFLOW_BADLY correction sent the position to 0.
+
+``TornLoads`` replays that interleaving deterministically: the view's loads from the entry's slot
+go field by field, and the dispatcher's stores land after the first of them.
+"""
+from __future__ import annotations
+
+import re
+import struct
+
+import pytest
+
+from hostmq.message import Message
+from hostmq.records import CQ_ENTRY
+from hostmq.store import MessageStore, readonly
+from hostmq.store.reader import GetStatus
+from hostmq.store.readonly import StoreReader
+
+from .conftest import small_config
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = ("T0", 0)
+
+
+class Live:
+    """A store whose dispatcher runs ahead of what it has published to the view (``published``)."""
+
+    def __init__(self, path: str) -> None:
+        self.store = MessageStore(path, small_config())
+        self.published = 0
+        self.reader = StoreReader(path, small_config(), scan_queues=False, limit_phys=lambda: self.published,
+                                  tail_limit=lambda: self.store.commitlog.max_offset())
+
+    def put(self, n: int) -> None:
+        for i in range(n):
+            self.store.put(Message(KEY[0], b"m%04d" % i), queue_id=KEY[1])
+
+    def record_end(self, k: int) -> int:
+        """End of the k-th record of the queue (records start at 0)."""
+        reqs, _ = self.store.commitlog.scan(0, self.store.commitlog.max_offset(), 1 << 20)
+        return reqs[k].phys_offset + reqs[k].size
+
+    def dispatch(self, n: int, publish: bool = True) -> None:
+        """Write the consume-queue entries of the first ``n`` records (and publish them)."""
+        self.store.cq_store.dispatch(self.record_end(n - 1))
+        if publish:
+            self.published = self.store.cq_store.dispatched_phys
+
+    def read_all(self, pos: int) -> int:
+        while True:
+            self.reader.refresh_queue(*KEY)
+            g = self.reader.get(*KEY, pos, 5)
+            if not g.messages:
+                return pos
+            assert [m.queue_offset for m in g.messages] == list(range(pos, pos + len(g.messages)))
+            pos = g.next_offset
+
+    def close(self) -> None:
+        self.reader.close()
+        self.store.close()
+
+
+class TornLoads:
+    """Every ``unpack_from`` of a struct of ``hostmq.store.readonly`` that touches consume-queue slot
+    ``[lo, hi)`` of map ``mm`` loads the struct's fields one by one; ``store()`` (the dispatcher
+    writing that slot) runs right after the first field load inside the slot."""
+
+    def __init__(self, monkeypatch, mm, lo: int, store) -> None:
+        self.mm, self.lo, self.hi, self.store = mm, lo, lo + CQ_ENTRY.itemsize, store
+        self.stored = False
+        for name, value in list(vars(readonly).items()):
+            if isinstance(value, struct.Struct):
+                monkeypatch.setattr(readonly, name, self._wrap(value))
+
+    def _wrap(self, real: struct.Struct):
+        order, codes = real.format[0], re.findall(r"\d*[a-zA-Z?]", real.format[1:])
+        fields, at = [], 0
+        for c in codes:
+            f = struct.Struct(order + c)
+            fields.append((at, f))
+            at += f.size
+        torn = self
+
+        class Loads:
+            size, format = real.size, real.format
+
+            @staticmethod
+            def unpack_from(buf, offset=0):
+                if buf is not torn.mm or offset + real.size <= torn.lo or offset >= torn.hi:
+                    return real.unpack_from(buf, offset)
+                out = []
+                for at, f in fields:
+                    out.append(f.unpack_from(buf, offset + at)[0])
+                    if not torn.stored and torn.lo <= offset + at < torn.hi:
+                        torn.stored = True
+                        torn.store()
+                return tuple(out)
+
+            pack_into = staticmethod(real.pack_into)
+        return Loads
+
+
+def test_an_entry_being_stored_is_not_readable_before_it_is_published(tmp_path, monkeypatch):
+    live = Live(str(tmp_path / "s"))
+    try:
+        live.put(12)
+        live.dispatch(10)                       # entries 0..9 published; 10 and 11 only in the commitlog
+        pos = live.read_all(0)
+        assert pos == 12                        # 10 from the consume queue, 2 from the tail
+        cq = live.reader.queues[KEY]
+        slot = 10 * CQ_ENTRY.itemsize
+        torn = TornLoads(monkeypatch, cq.mfq.find(slot).mm, slot, lambda: live.dispatch(11, publish=False))
+        m = live.reader.refresh_queue(*KEY)     # loads slot 10 while the dispatcher stores it
+        assert torn.stored
+        assert m == 12, "the view counted entry 10 before its record was published"
+        g = live.reader.get(*KEY, pos, 5)
+        assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 12)
+    finally:
+        live.close()
