@@ -139,11 +139,14 @@ class StoreReader:
             ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)   # sizes first
             bad = np.flatnonzero(~ok)
             n = int(bad[0]) if len(bad) else len(ents)
-            for later in files[files.index(mf) + 1:]:
-                later.wrote_pos = later.committed_pos = 0
             mf.wrote_pos = mf.committed_pos = n * ENTRY_BYTES
             if n or mf is files[0]:
                 break
+        # Unmap the files after it: max_offset() is the last file's end of entries, so a newer file
+        # left mapped with none readable made the max its start — past the bound when the readable
+        # entries end inside an earlier file (the dispatcher ahead of the flushed position).
+        while files[-1] is not mf:
+            files.pop().close()
 
     def drop_consumed(self) -> None:
         """Let go of commitlog files every consumer group has read (``broker.consumed``)."""

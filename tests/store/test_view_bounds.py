@@ -128,3 +128,23 @@ def test_an_entry_being_stored_is_not_readable_before_it_is_published(tmp_path, 
         assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 12)
     finally:
         live.close()
+
+
+def test_a_new_view_ends_a_queue_at_its_bound_when_a_newer_file_has_entries_past_it(tmp_path):
+    """Under SYNC_FLUSH the dispatcher runs ahead of the flushed position consumers may read to. A
+    view opened after it started the queue's next consume-queue file took the newer file's start as
+    the queue's max: entries past the bound counted (read before they were flushed), and the tail's
+    entries, which continue the queue from the bound, left out."""
+    live = Live(str(tmp_path / "s"))
+    try:
+        per_file = small_config()["consume_queue_file_entries"]
+        live.put(per_file + 6)
+        live.dispatch(per_file + 6, publish=False)      # two consume-queue files written
+        live.published = live.record_end(per_file - 5)  # readable: the first per_file - 4 records
+        with StoreReader(str(tmp_path / "s"), small_config(), limit_phys=live.published) as scan:
+            assert scan.max_offset(*KEY) == per_file - 4
+        assert live.reader.refresh_queue(*KEY) == per_file + 6      # the rest from the tail
+        assert live.reader.max_offset(*KEY) == per_file - 4
+        assert live.read_all(0) == per_file + 6
+    finally:
+        live.close()
