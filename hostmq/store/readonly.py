@@ -18,6 +18,7 @@ look at the last entries of each queue).
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from typing import Callable
@@ -37,6 +38,7 @@ from .reader import GetResult, GetStatus, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
 from .tail import CommitlogTail, TailedQueue
 
+log = logging.getLogger(__name__)
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
 _CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's first two fields
@@ -80,6 +82,8 @@ class StoreReader:
         self._alive = alive                 # whether the live broker behind ``limit_phys`` still runs
         self._corrects = corrects
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
+        self._shown: dict[tuple[str, int], int] = {}    # per queue, the highest max offset shown (see _uncorrected)
+        self._warned: set[tuple[str, int, int]] = set()
         if scan_queues:
             self.refresh()
         else:       # queues are opened one by one with refresh_queue (a consumer's few queues)
@@ -164,12 +168,12 @@ class StoreReader:
             self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
         m = self._refresh_consume_queue(topic, queue_id)
         tail = self.tail
-        if tail is None:
-            return m
-        # The tail continues from the same readable_end the consume queue was bounded by: every record
-        # below it is in a consume queue, every record from it on is scanned.
-        tail.advance(self.readable_end, int(self._tail_limit()))
-        return m + tail.count_after(topic, queue_id, m)
+        if tail is not None:
+            # The tail continues from the same readable_end the consume queue was bounded by: every
+            # record below it is in a consume queue, every record from it on is scanned.
+            tail.advance(self.readable_end, int(self._tail_limit()))
+            m += tail.count_after(topic, queue_id, m)
+        return self._show(topic, queue_id, m)
 
     def knows_end(self) -> bool:
         """Whether a queue's max offset here is the store's: a live broker's view whose tail (when it
@@ -191,18 +195,38 @@ class StoreReader:
         Cheap: a consumer asks after every refresh (``knows_end`` also asks the OS about the broker)."""
         return self.tail is None or self.tail.caught_up()
 
-    def _uncorrected(self, result, queue_offset: int):
-        if result.status is GetStatus.OFFSET_OVERFLOW_BADLY and not self.knows_end():
+    def _show(self, topic: str, queue_id: int, max_offset: int) -> int:
+        """Remember the highest max offset this view showed for a queue: positions up to it were reachable."""
+        if max_offset > self._shown.get((topic, queue_id), 0):
+            self._shown[(topic, queue_id)] = max_offset
+        return max_offset
+
+    def _uncorrected(self, result, topic: str, queue_id: int, queue_offset: int):
+        """OFFSET_OVERFLOW_BADLY moves the position (RocketMQ's correction) only when this view knows
+        the queue's end and never showed the queue reaching ``queue_offset``. A live store's consume
+        queue never shrinks: an end below one this view showed is the view's own mistake (a race of
+        its reads with the broker's writes), and a position reached through it is kept — no message
+        yet — rather than sent back to the queue's start. The broker's own answer is unchanged."""
+        if result.status is not GetStatus.OFFSET_OVERFLOW_BADLY:
+            return result
+        shown = self._shown.get((topic, queue_id), 0)
+        if queue_offset <= shown:
+            if (topic, queue_id, queue_offset) not in self._warned and self.knows_end():
+                self._warned.add((topic, queue_id, queue_offset))      # once per position, not per poll
+                log.warning("store view of %s: queue %s/%d ends before offset %d, which it showed readable "
+                            "(up to %d); the position stays", self.broker or self.path, topic, queue_id,
+                            queue_offset, shown)
+            result.next_offset = queue_offset
+        elif not self.knows_end():
             result.next_offset = queue_offset
         return result
 
     def _tailed(self, topic: str, queue_id: int):
         """The queue to read: its consume queue, followed by its tail entries when there are some."""
         cq = self.queues.get((topic, queue_id))
-        if self.tail is None:
-            return cq
         m = cq.max_offset() if cq is not None else 0
-        n = self.tail.count_after(topic, queue_id, m)
+        n = self.tail.count_after(topic, queue_id, m) if self.tail is not None else 0
+        self._show(topic, queue_id, m + n)
         return TailedQueue(cq, self.tail, topic, queue_id, m, n) if n else cq
 
     def _refresh_consume_queue(self, topic: str, queue_id: int) -> int:
@@ -314,14 +338,14 @@ class StoreReader:
         _check_read(queue_offset, max_count)
         return self._uncorrected(get_messages(self._tailed(topic, queue_id), self.commitlog, queue_offset,
                                               max_count, _tag_filter(expression), self.config.max_transfer_bytes,
-                                              self.broker), queue_offset)
+                                              self.broker), topic, queue_id, queue_offset)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
         from .message_store import _check_read
         _check_read(queue_offset, max_count)
         return self._uncorrected(get_batch(self._tailed(topic, queue_id), self.commitlog,
                                            MessageQueue(topic, self.broker, queue_id), queue_offset, max_count),
-                                 queue_offset)
+                                 topic, queue_id, queue_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         cq = self.queues.get((topic, queue_id))

@@ -148,3 +148,30 @@ def test_a_new_view_ends_a_queue_at_its_bound_when_a_newer_file_has_entries_past
         assert live.read_all(0) == per_file + 6
     finally:
         live.close()
+
+
+def test_a_view_keeps_a_position_at_or_below_an_end_it_showed(tmp_path, caplog):
+    """Whatever makes a live view's end of a queue go back (here its tail drops the entries while it
+    still counts as caught up), a position at or below an end the view showed was reached
+    legitimately — a live consume queue never shrinks — and OFFSET_OVERFLOW_BADLY leaves it where
+    it is (no message yet). A position the view never showed is corrected as RocketMQ does."""
+    live = Live(str(tmp_path / "s"))
+    try:
+        live.put(12)
+        live.dispatch(10)
+        pos = live.read_all(0)
+        assert pos == 12
+        r = live.reader
+        r.tail.queues.clear()                       # the view's own mistake: its end goes back to 10
+        assert r.refresh_queue(*KEY) == 10 and r.knows_end()
+        g, b = r.get(*KEY, pos, 5), r.get_batch(*KEY, pos, 5)
+        assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, pos)
+        assert (b.status, b.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, pos)
+        assert "ends before offset 12, which it showed readable" in caplog.text
+        g = r.get(*KEY, pos + 1, 5)                 # never shown: past the end the view knows
+        assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+        live.dispatch(12)
+        assert r.refresh_queue(*KEY) == 12
+        assert r.get(*KEY, pos, 5).status == GetStatus.OFFSET_OVERFLOW_ONE
+    finally:
+        live.close()
