@@ -70,6 +70,7 @@ class BrokerView:
         ``slaves``: with the master not running, read a running slave of the name instead."""
         self.root = root
         self.broker = broker
+        self.slaves = slaves
         self.instance = broker                  # the process group read: the master, or a slave
         self.state: BrokerState | None = live_state(root, broker)   # None: not running — read what recovery would keep
         if self.state is None and slaves:
@@ -153,10 +154,16 @@ class BrokerView:
         return words
 
     def stale(self) -> bool:
-        """True if the broker this view follows has gone (or one started since a static view), or
-        the master of a slave's view runs again."""
+        """True if the broker this view follows has gone; for a static view (nothing was running),
+        once the master — or, for a view that may read slaves, one of its slaves — runs; for a
+        slave's view, once the master runs again."""
         if self.state is None:
-            return False
+            if broker_running(self.root, self.broker):
+                return True
+            found = running_slave(self.root, self.broker) if self.slaves else None
+            if found is not None:
+                found[1].close()
+            return found is not None
         if self.on_slave and broker_running(self.root, self.broker):
             return True
         return not self.state.owner_alive()

@@ -13,7 +13,7 @@ import time
 
 from ..errors import ConnectError, HostMQError, NoRouteError, SendTimeout
 from ..message import MessageQueue
-from ..namesrv.route_data import PERM_READ, PERM_WRITE, TopicRouteData, cluster_info_from_dict
+from ..namesrv.route_data import PERM_READ, PERM_WRITE, BrokerData, TopicRouteData, cluster_info_from_dict
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
@@ -116,26 +116,23 @@ class ClientInstance:
 
     def broker_address(self, broker: str, topic: str | None = None) -> str:
         """The master address of a broker name (from a topic's route, else the cluster info)."""
-        if topic is not None:
-            for b in self.route(topic).broker_datas:
-                if b.broker_name == broker and b.master_address:
-                    return b.master_address
-        info = self.cluster_info()
-        b = info["brokers"].get(broker)
-        if b is None or not b.master_address:
-            raise NoRouteError(f"broker {broker!r} is not registered with any NameServer")
-        return b.master_address
+        return self._broker_data(broker, topic, lambda b: b.master_address).master_address
 
     def broker_addresses(self, broker: str, topic: str | None = None) -> list[str]:
         """Every registered address of a broker name, the master's first, then its slaves' by id."""
-        datas = self.route(topic).broker_datas if topic is not None else []
-        for b in datas:
-            if b.broker_name == broker and b.addrs:
-                return list(b.addrs.values())           # sorted by id: the master (0) first
+        return list(self._broker_data(broker, topic, lambda b: b.addrs).addrs.values())   # sorted by id
+
+    def _broker_data(self, broker: str, topic: str | None, usable) -> BrokerData:
+        """The broker name's record for which ``usable`` holds: from the topic's route, else the
+        cluster info; NoRouteError if neither has one."""
+        if topic is not None:
+            for b in self.route(topic).broker_datas:
+                if b.broker_name == broker and usable(b):
+                    return b
         b = self.cluster_info()["brokers"].get(broker)
-        if b is None or not b.addrs:
+        if b is None or not usable(b):
             raise NoRouteError(f"broker {broker!r} is not registered with any NameServer")
-        return list(b.addrs.values())
+        return b
 
     def read_request(self, broker: str, code: int, fields: dict | None = None, topic: str | None = None,
                      timeout_s: float | None = None, raw: bool = False) -> Frame:

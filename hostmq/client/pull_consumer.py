@@ -32,7 +32,7 @@ from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
-from .broker_view import BrokerView, broker_running, running_slave
+from .broker_view import BrokerView
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
@@ -336,19 +336,12 @@ class PullConsumer:
         their store views are rebuilt."""
         self._next_stale_check = time.monotonic() + STALE_CHECK_S
         for name, v in list(self.views.items()):
-            if v.stale() or (not v.live and (broker_running(self.root, name) or self._slave_runs(name))):
+            if v.stale():
                 v.close()
                 del self.views[name]
                 nv = self._view(name)
                 log.info("broker %s started or stopped; reading %s now%s", name, nv.instance,
                          "" if nv.live else " (stopped: what its recovery keeps)")
-
-    def _slave_runs(self, broker: str) -> bool:
-        found = running_slave(self.root, broker)
-        if found is None:
-            return False
-        found[1].close()
-        return True
 
     # -- offsets --------------------------------------------------------------------------------------
     def seek(self, mq: MessageQueue, offset: int) -> None:
