@@ -168,14 +168,16 @@ class LocalCluster:
             inst.close()
 
     def _broker_ready(self, inst, instance: str) -> bool:
-        """Registered with every NameServer (under its id) and RUNNING (its children attached)."""
+        """Registered with every NameServer (under the id its role gives it: a promoted slave is
+        id 0) and RUNNING (its children attached)."""
         paths = RootPaths(self.root)
-        name, bid = split_instance(instance)
+        name, _ = split_instance(instance)
+        address = ipc_address(paths.broker_socket(instance))
         try:
             for i in range(self.namesrvs):
                 with RemotingClient(ipc_address(paths.namesrv_socket(i)), timeout_s=1.0) as c:
                     info = cluster_info_from_dict(c.request(RequestCode.GET_BROKER_CLUSTER_INFO).fields)
-                if name not in info["brokers"] or bid not in info["brokers"][name].addrs:
+                if name not in info["brokers"] or address not in info["brokers"][name].addrs.values():
                     return False
             f = inst.broker_request(ipc_address(paths.broker_socket(instance)), RequestCode.PING).fields
             return f["state"] == R.BROKER_RUNNING

@@ -27,6 +27,11 @@ class NotMasterError(NoRouteError):
     and transactions go to the master of the broker name."""
 
 
+class PromotionRefusedError(HostMQError):
+    """``hostmq ha promote`` refused: the instance is not a slave, it has not stored everything its
+    master said it holds (``--force`` accepts that loss), or its master still runs."""
+
+
 class BrokerBusyError(HostMQError):
     """Back-pressure: ring full past the send timeout, or the disk is too full to accept writes."""
 
@@ -74,7 +79,7 @@ class MessageNotFoundError(HostMQError, LookupError):
 __all__ = [
     "HostMQError", "ValidationError", "ConfigError", "NoRouteError", "BrokerBusyError", "SendTimeout",
     "ConnectError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
-    "MessageNotFoundError",
+    "MessageNotFoundError", "NotMasterError", "PromotionRefusedError",
 ]
 
 

@@ -55,14 +55,17 @@ def parse_listen(listen: str) -> tuple[str, int]:
 def snapshot(root: str, admin=None) -> dict:
     """Everything the metrics say, read at one moment: ``{"brokers": {name: {...}}, "lag": [rows]}``."""
     from .broker.runtime import check_broker_name
-    from .client.broker_view import live_state
+    from .broker.group import live_state
     paths = RootPaths.of(root)
     brokers = {}
-    for name in paths.brokers():
+    for name in paths.instances():      # masters (NAME) and slaves (NAME.ID): labelled by instance
+        base, dot, bid = name.partition(".")
         try:
-            check_broker_name(name)
+            check_broker_name(base)
         except HostMQError:
             continue                    # not a broker's directory
+        if dot and not (bid.isdecimal() and bid[0] != "0"):
+            continue
         st = live_state(root, name)
         try:
             state = st.snapshot() if st is not None else None
@@ -106,6 +109,12 @@ def families(snap: dict) -> list:
                              labels=["broker", "process"])
     clag = GaugeMetricFamily("hostmq_consumer_lag_messages", "messages stored but not yet consumed by a group",
                              labels=["group", "topic", "broker", "queue"])
+    slave = GaugeMetricFamily("hostmq_broker_is_slave", "1 while the instance runs as a slave of its group",
+                              labels=["broker"])
+    rlag = GaugeMetricFamily("hostmq_replication_lag_bytes", "a slave: commitlog bytes its master said it held "
+                             "that the slave has not stored", labels=["broker"])
+    rconn = GaugeMetricFamily("hostmq_replication_connected", "a slave: 1 while it streams from its master; a "
+                              "master: slaves streaming from it", labels=["broker"])
     for name, b in sorted(snap["brokers"].items()):
         st, tuning = b["state"], b["tuning"]
         up.add_metric([name], 1.0 if st is not None and st["broker_state"] == R.BROKER_RUNNING else 0.0)
@@ -116,6 +125,12 @@ def families(snap: dict) -> list:
         if st is None:
             continue
         stored.add_metric([name], float(st["appended_records"]))
+        slave.add_metric([name], float(st["role"] == R.ROLE_SLAVE))
+        if st["role"] == R.ROLE_SLAVE:
+            rlag.add_metric([name], float(max(0, st["master_end_pos"] - st["write_pos"])))
+            rconn.add_metric([name], float(st["replica_connected"]))
+        elif st["ha_pid"]:
+            rconn.add_metric([name], float(st["ha_slaves"]))
         wpos.add_metric([name], float(st["write_pos"]))
         fpos.add_metric([name], float(st["flushed_pos"]))
         dlag.add_metric([name], float(max(0, st["write_pos"] - st["dispatched_pos"])))
@@ -136,7 +151,7 @@ def families(snap: dict) -> list:
                 beat.add_metric([name, proc], max(0.0, (snap["now_ms"] - ms) / 1000))
     for r in snap["lag"]:
         clag.add_metric([r["group"], r["topic"], r["broker"], str(r["queue"])], float(r["lag"]))
-    return [up, stored, wpos, fpos, dlag, sess, flush, cache, rss, beat, clag]
+    return [up, stored, wpos, fpos, dlag, sess, flush, cache, rss, beat, clag, slave, rlag, rconn]
 
 
 class Collector:

@@ -102,6 +102,17 @@ class RootPaths:
         """Where producers hand their ingress rings to the broker (``broker.session_server``)."""
         return os.path.join(self.broker_dir(broker), "session.sock")
 
+    def session_socket_of(self, name: str, address: str) -> str:
+        """The session socket of the instance of broker name ``name`` whose control address is
+        ``address`` (a NameServer's answer: after a promotion the master of ``name`` is ``NAME.ID``).
+        The address only selects one of this root's own paths, never names one: ConnectError if no
+        instance of ``name`` here has it."""
+        prefix = name + "."
+        for inst in self.instances():
+            if (inst == name or inst.startswith(prefix)) and address == f"ipc://{self.broker_socket(inst)}":
+                return self.broker_session_socket(inst)
+        raise ConnectError(f"{address} is not the address of a broker named {name} under {self.root}")
+
     def broker_lock(self, broker: str) -> str:
         return os.path.join(self.broker_dir(broker), "broker.lock")
 

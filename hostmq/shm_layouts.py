@@ -159,11 +159,15 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #     line 7 +448 (scheduler) scheduler_pid | scheduler_heartbeat_ms | delayed_delivered | delayed_skipped |
 #                 (ha: a master's replication process) ha_pid | ha_heartbeat_ms | ha_port (the bound TCP port, registered with the NameServers)
 #                 | replicated_pos (the highest commitlog end a connected slave acknowledged)
-#     +512                      session table: session_slots × STATE_SLOT (broker control)
-#     +512 + 64·S               writer attach table: session_slots × i64 generation (writer)
-#     +512 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
+#     line 8 +512 (broker, once, before the magic) role (ROLE_MASTER | ROLE_SLAVE: what this instance
+#                 plays now, broker/role.py — clients find a group's master by it, not by its directory) |
+#                 role_epoch | registered_id (the id the NameServers know it by); (replica: a slave's
+#                 writer) replica_connected (1 while it streams from a master past the handshake)
+#     +576                      session table: session_slots × STATE_SLOT (broker control)
+#     +576 + 64·S               writer attach table: session_slots × i64 generation (writer)
+#     +576 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
 #                               i counts commitlog flushes that took [2^(i-1), 2^i) µs (bucket 0: < 1 µs)
-#     +512 + 72·S + 8·H         queue wake words: QUEUE_WAKE_WORDS × i64 (writer); the writer adds one to
+#     +576 + 72·S + 8·H         queue wake words: QUEUE_WAKE_WORDS × i64 (writer); the writer adds one to
 #                               the word of every queue a batch appended to (``queue_wake_word``) and
 #                               wakes its futex once the batch is readable
 #
@@ -178,11 +182,12 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
 # under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 9          # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 10         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
                                   # 9: dispatcher and flusher heartbeats, flush latency sum, replication
+                                  # 10: role line (promotion), BROKER_STOPPED
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -202,6 +207,7 @@ _STATE_FIELDS = [
            "ha_slaves", "master_end_pos", "ha_wake"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped",
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
+    (512, ["role", "role_epoch", "registered_id", "replica_connected"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.
@@ -212,11 +218,14 @@ BROKER_STATE = np.dtype({
     "names": [n for _, names in _STATE_FIELDS for n in names],
     "formats": ["S8" if n == "store_host" else "i8" for _, names in _STATE_FIELDS for n in names],
     "offsets": [base + 8 * i for base, names in _STATE_FIELDS for i in range(len(names))],
-    "itemsize": 512,
+    "itemsize": 576,
 })
-assert BROKER_STATE.itemsize == 512 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
+assert BROKER_STATE.itemsize == 576 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
 STATE_WORD = {name: BROKER_STATE.fields[name][1] // 8 for name in BROKER_STATE.names}
-BROKER_STARTING, BROKER_RUNNING, BROKER_STOPPING = 0, 1, 2
+# BROKER_STOPPED: the last word of a stopped run — a broker that changes role starts again in the same
+# process (same pid), so a reader of the old segment learns from this that it is gone.
+BROKER_STARTING, BROKER_RUNNING, BROKER_STOPPING, BROKER_STOPPED = 0, 1, 2, 3
+ROLE_MASTER, ROLE_SLAVE = 0, 1
 FLUSH_ASYNC, FLUSH_SYNC = 0, 1
 DEFAULT_SESSION_SLOTS = 256
 

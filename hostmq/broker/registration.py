@@ -91,7 +91,7 @@ class NamesrvLink:
 
     def _identity(self) -> dict:
         return {"cluster": self.rt.config.broker.cluster_name, "broker_name": self.rt.name,
-                "broker_id": self.rt.broker_id, "address": self.rt.address}
+                "broker_id": self.rt.registered_id, "address": self.rt.address}
 
     def _paged(self, topics: dict, data_version: int) -> list[dict]:
         # The topic table changes only with its data version (topics.TopicTable._changed).
@@ -139,7 +139,7 @@ class NamesrvLink:
             return
         fields = fut.result().fields
         complete = fields.get("complete", True)
-        if self.rt.broker_id != 0 and isinstance(fields.get("ha_server_address"), str) and \
+        if self.rt.is_slave and isinstance(fields.get("ha_server_address"), str) and \
                 fields["ha_server_address"].startswith("tcp://"):
             self.master_ha_address = fields["ha_server_address"]
         with self._lock:

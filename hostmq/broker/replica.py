@@ -84,6 +84,7 @@ class Replica:
         self.sock: socket.socket | None = None
         self.reader = P.FrameReader(P.MASTER_KINDS)
         self.last_read_s = self.last_report_s = 0.0
+        self.state.set("replica_connected", 0)     # a killed predecessor may have left it set
         self.state.set("writer_pid", os.getpid())
 
     # -- connecting -----------------------------------------------------------------------------------
@@ -159,6 +160,7 @@ class Replica:
         sock.settimeout(None)
         sock.setblocking(True)
         self.sock, self.reader = sock, reader
+        self.state.set("replica_connected", 1)
         self.pending.clear()
         self.skip_to = 0
         self.last_read_s = self.last_report_s = time.monotonic()
@@ -187,6 +189,7 @@ class Replica:
     def disconnect(self, why: str) -> None:
         if self.sock is not None:
             log.warning("replica: connection to the master ended: %s", why)
+            self.state.set("replica_connected", 0)
             self.sock.close()
             self.sock = None
 

@@ -37,17 +37,24 @@ def check_broker_name(name: str) -> str:
 class BrokerRuntime:
     root: str
     name: str = "broker-a"
-    broker_id: int = 0
+    broker_id: int = 0                  # the instance's id: its directory and IPC names (never changes)
     config: Config = field(default_factory=Config)
+    epoch: int = 0                      # promotions of the group this instance knows of (broker/role.py)
+    slave_id: int = 0                   # a demoted instance of id 0: the id it registers under as a slave
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", resolve_root(self.root))
         check_broker_name(self.name)
         if not isinstance(self.broker_id, int) or not 0 <= self.broker_id <= 1024:
             raise ConfigError(f"broker id must be 0 (master) .. 1024, got {self.broker_id!r}")
-        if (self.broker_id == 0) == (self.config.broker.role == "SLAVE"):
-            raise ConfigError(f"broker {self.name} id {self.broker_id}: id 0 is a master and a slave needs "
-                              f"an id ≥ 1 (broker.role is {self.config.broker.role})")
+        # Only a promotion (a role record, broker/role.py) makes a slave's instance a master or the
+        # master's instance a slave; the configuration alone cannot.
+        if self.broker_id == 0 and self.is_slave and not 1 <= self.slave_id <= 1024:
+            raise ConfigError(f"broker {self.name} id 0 is the master: a slave needs an id ≥ 1 (broker.role is "
+                              f"{self.config.broker.role})")
+        if self.broker_id != 0 and not self.is_slave and self.epoch < 1:
+            raise ConfigError(f"broker {self.name} id {self.broker_id} is a slave (broker.role must be SLAVE, "
+                              f"is {self.config.broker.role}); `hostmq ha promote` makes it a master")
 
     # -- identity -------------------------------------------------------------------------------------
     @property
@@ -57,7 +64,14 @@ class BrokerRuntime:
 
     @property
     def is_slave(self) -> bool:
-        return self.broker_id != 0
+        return self.config.broker.role == "SLAVE"
+
+    @property
+    def registered_id(self) -> int:
+        """The id the NameServers know this broker by: 0 while it is the master of its group."""
+        if not self.is_slave:
+            return 0
+        return self.broker_id or self.slave_id
 
     # -- files --------------------------------------------------------------------------------------
     @property

@@ -470,8 +470,8 @@ class BrokerService:
         b = self.rt.config.broker
         ha = ha_address(self.rt, st.get("ha_port"))
         return Reply(fields={"broker": self.rt.name, "pid": os.getpid(), "state": st.snapshot(),
-                             "broker_id": self.rt.broker_id, "role": "SLAVE" if self.rt.is_slave else b.role,
-                             "ha_address": ha,
+                             "broker_id": self.rt.registered_id, "role": b.role, "instance": self.rt.instance,
+                             "epoch": self.rt.epoch, "ha_address": ha,
                              "sessions": len(st.active_slots()),
                              "topics": self.topics.registration(), "queues": queues,
                              "groups": self.offsets.groups(), "clients": len(self.consumers),

@@ -53,6 +53,8 @@ class BrokerState:
         self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
         self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
         self.queue_wakes = bool(hdr["queue_wakes"])     # the writer wakes queue words (writer.wake_queues)
+        self.is_slave = int(hdr["role"]) == R.ROLE_SLAVE       # broker/role.py: what it plays in its group
+        self.role_epoch = int(hdr["role_epoch"])
         sess, attach, histogram, wake, total = R.broker_state_bytes(self.session_slots)
         if total > segment.size or self.session_slots < 1:
             raise SegmentError(self.name, "broker state tables do not fit the segment")
@@ -77,7 +79,8 @@ class BrokerState:
     def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
                index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int,
                session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1,
-               queue_wakes: bool = False) -> "BrokerState":
+               queue_wakes: bool = False, slave: bool = False, role_epoch: int = 0,
+               registered_id: int = 0) -> "BrokerState":
         """Create the segment (this process owns it) with every position at ``start_pos``."""
         *_, total = R.broker_state_bytes(session_slots)
 
@@ -92,6 +95,8 @@ class BrokerState:
             h[0]["consume_queue_file_entries"] = consume_queue_file_entries
             h[0]["index_slots"], h[0]["index_entries"] = index_slots, index_entries
             h[0]["queue_wakes"] = int(queue_wakes)
+            h[0]["role"] = R.ROLE_SLAVE if slave else R.ROLE_MASTER
+            h[0]["role_epoch"], h[0]["registered_id"] = role_epoch, registered_id
             h[0]["started_ms"] = int(time.time() * 1000)
             for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos",
                         "committed_pos"):
@@ -141,6 +146,11 @@ class BrokerState:
             return info_owner_alive(self.segment.info())
         except SegmentError:
             return False
+
+    def gone(self) -> bool:
+        """Whether the run that created this segment is over: its process died, or it stopped — a
+        broker that changes role starts a new run (a new segment) in the same process."""
+        return self.w[_W["broker_state"]] == R.BROKER_STOPPED or not self.owner_alive()
 
     def stored_pos(self) -> int:
         """End of the records a sender has been (or may be) told are stored: everything the writer

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from .. import records as R
-from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
+from ..errors import ConfigError, ConnectError, CorruptRecordError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
@@ -45,8 +45,12 @@ from ..store.message_store import MessageStore
 from ..store.meta import effective_config
 from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool, salvage
-from ..transport import Server
+from ..protocol.codes import RequestCode
+from ..protocol.frames import Frame
+from ..transport import Reply, Server
 from ..jsonfile import read_json, write_json
+from . import promotion
+from . import role as roles
 from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
@@ -113,8 +117,10 @@ class Broker:
         self.ready_sent = False
         self._next_status_s = 0.0
         self._stop: threading.Event | None = None
+        self._outer: threading.Event | None = None
         self._master_ha = ""
         self._seen_files: dict[str, tuple[int, int]] = {}     # file → (mtime_ns, size) last applied
+        self.restart: str | None = None     # why this run ends with the broker starting again (its role changed)
 
     # -- start ----------------------------------------------------------------------------------------
     def _create_pool(self) -> None:
@@ -165,18 +171,23 @@ class Broker:
                                         start_pos=end, last_store_ts_ms=last_ts,
                                         session_slots=b.session_slots, doorbell_fd=self.doorbell.fd,
                                         # a slave's replica wakes no queue words: its readers sleep on dispatch_seq
-                                        queue_wakes=writer_wakes_queues(rt.config.store) and not rt.is_slave)
+                                        queue_wakes=writer_wakes_queues(rt.config.store) and not rt.is_slave,
+                                        slave=rt.is_slave, role_epoch=rt.epoch, registered_id=rt.registered_id)
         self._create_pool()
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
         self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)
         self.children = Supervisor([Child(name, target, rt) for name, target in children_of(rt)])
         self.children.start()
-        self.server = Server(rt.address, self.service.handlers(), name=f"broker {rt.name}")
+        handlers = self.service.handlers()
+        handlers[RequestCode.PROMOTE_BROKER] = self.promote
+        self.server = Server(rt.address, handlers, name=f"broker {rt.instance}")
         self.service.server = self.server
         self.server.bind()
         if not rt.is_slave:                 # producers never send to a slave: no session socket
             self.sessions.bind()
             self.sessions.start()
+        elif os.path.exists(rt.session_socket_path):
+            os.unlink(rt.session_socket_path)   # a killed master's, now a slave (we hold the broker lock)
         self._await_children()
         self.state.set("broker_state", R.BROKER_RUNNING)
         self.server.add_timer(SUPERVISE_INTERVAL_S, self.supervise)
@@ -236,12 +247,11 @@ class Broker:
     def supervise(self) -> None:
         replica = self.children.children[0] if self.rt.is_slave else None     # SLAVE_CHILDREN[0]
         if replica is not None and replica.process is not None and replica.process.exitcode == EXIT_TRUNCATE:
-            # The replica found this slave ahead of its master: its log is cut at the next start.
-            log.error("broker %s: stopping so that the next start cuts the log its master does not hold "
-                      "(store/%s)", self.rt.instance, TRUNCATE_MARKER)
-            if self._stop is not None:
-                self._stop.set()
+            # The replica found this slave ahead of its master: the next start cuts its log.
+            self.start_again(f"to cut the log its master does not hold (store/{TRUNCATE_MARKER})")
             return
+        if self._outer is not None and self._outer.is_set():
+            self._stop.set()
         for name in self.children.check():
             log.warning("broker %s: restarted its %s process", self.rt.name, name)
         now_ms = int(time.time() * 1000)
@@ -308,9 +318,25 @@ class Broker:
         if isinstance(data, dict):
             apply(data)
 
+    def promote(self, frame: Frame, token=None) -> Reply:
+        """PROMOTE_BROKER (``broker/promotion.py``): answer, then start again as the master."""
+        record = promotion.handle(self.rt, self.state, frame)
+        self.start_again(f"as {record.role} (epoch {record.epoch})")
+        return Reply(fields={"epoch": record.epoch, "write_pos": int(self.state.get("write_pos")),
+                             "instance": self.rt.instance})
+
+    def start_again(self, why: str) -> None:
+        """End this run; ``run`` starts the broker again in this process (same lock, new run)."""
+        log.warning("broker %s: starting again %s", self.rt.instance, why)
+        self.restart = why
+        if self._stop is not None:
+            self._stop.set()
+
     def serve(self, stop: threading.Event) -> None:
-        self._stop = stop
-        self.server.run(stop)
+        # This run ends when the process is asked to stop (checked by ``supervise``) or when the
+        # broker starts again in another role (``start_again``).
+        self._outer, self._stop = stop, threading.Event()
+        self.server.run(self._stop)
 
     # -- stop -----------------------------------------------------------------------------------------
     def shutdown(self) -> bool:
@@ -347,6 +373,7 @@ class Broker:
         for name in self.pool_names:
             unlink_segment(name)
         if st is not None:
+            st.set("broker_state", R.BROKER_STOPPED)    # readers of this run's segment: it is over
             st.unlink()
             st.close()
         if self._store_lock_fd is not None:
@@ -368,7 +395,7 @@ def apply_truncate_marker(rt: BrokerRuntime) -> int | None:
     mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), cfg.commitlog_file_bytes)
     try:
         mfq.load()
-        before = mfq.max_offset()
+        kept, end = keep_cut_records(mfq, offset, rt.store_dir)
         mfq.truncate(offset)
         mfq.flush()
     finally:
@@ -377,9 +404,45 @@ def apply_truncate_marker(rt: BrokerRuntime) -> int | None:
         if os.path.exists(p):
             os.unlink(p)
     fsync_dir(rt.store_dir)
-    log.warning("broker %s: cut the commitlog at %d (it went to %s): its master does not hold what was after it",
-                rt.instance, offset, before)
+    log.warning("broker %s: cut the commitlog at %d: its master does not hold the %d bytes of records after it "
+                "(up to %d)%s", rt.instance, offset, end - offset, end, f", kept in {kept}" if kept else "")
     return offset
+
+
+def keep_cut_records(mfq: MappedFileQueue, offset: int, store_dir: str) -> tuple[str | None, int]:
+    """Copy the whole records from ``offset`` on (until the first byte that is not one) to
+    ``store/cut-FROM-TO.bin`` before a cut: acknowledged messages of an ASYNC_MASTER that never
+    reached the slave promoted over it are then still on disk for an operator (``hostmq query``
+    can't see them; the bytes are commitlog records, ``records.check_stored_record`` reads them).
+    Returns (the file, None if there was nothing, and where the records ended)."""
+    phys, name, fd = offset, None, None
+    try:
+        while True:
+            mf = mfq.find(phys)
+            if mf is None:
+                break
+            rel = phys - mf.file_from_offset
+            try:
+                kind, total = R.check_stored_record(mf.mm, rel, mfq.file_bytes, phys, False)
+            except CorruptRecordError:
+                break
+            if kind != R.RecordKind.MESSAGE:    # an end-of-file blank: the records go on in the next file
+                phys = mf.file_end_offset
+                continue
+            if fd is None:
+                name = os.path.join(store_dir, f"cut-{offset}.bin.tmp")
+                fd = open_file(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.write(fd, mf.mm[rel:rel + total])
+            phys += total
+        if fd is None:
+            return None, offset
+        os.fsync(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    final = os.path.join(store_dir, f"cut-{offset}-{phys}.bin")
+    os.replace(name, final)
+    return final, phys
 
 
 def salvage_pool(rt: BrokerRuntime) -> int:
@@ -435,15 +498,20 @@ def run(rt: BrokerRuntime, stop: threading.Event) -> int:
     systemd's ``Restart=on-failure`` restarts a broker that stopped uncleanly."""
     ensure_dir(rt.broker_dir)
     ensure_dir(rt.config_dir)
-    lock_fd = take_lock(rt.lock_path, f"another broker named {rt.name}")
+    lock_fd = take_lock(rt.lock_path, f"another broker named {rt.instance}")
     try:
-        broker = Broker(rt)
-        try:
-            broker.start()
-            broker.serve(stop)
-        finally:
-            clean = broker.shutdown()
-        log.info("broker %s stopped (%s)", rt.name, "clean" if clean else "store needs recovery")
+        while True:
+            # Its role record (broker/role.py) says what this instance plays: read again each run,
+            # since a promotion or a demotion ends a run to start the next in the new role.
+            broker = Broker(roles.current(rt))
+            try:
+                broker.start()
+                broker.serve(stop)
+            finally:
+                clean = broker.shutdown()
+            log.info("broker %s stopped (%s)", rt.instance, "clean" if clean else "store needs recovery")
+            if broker.restart is None or stop.is_set():
+                break
     finally:
         os.close(lock_fd)
     return EXIT_CLEAN if clean else EXIT_UNCLEAN

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..broker import supervisor
+from ..broker import group, supervisor
 from ..broker.runtime import BrokerRuntime
-from ..root import resolve_root
+from ..root import broker_instance, resolve_root
 from .common import add_root_and_config, load_config, run_foreground
 
 
@@ -24,9 +24,13 @@ def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     cfg = load_config(root, args.config)
     if args.id != 0 or args.master:
-        if args.id == 0:
-            print("hostmq: error: --master is for a slave: give it an id ≥ 1 (--id 1)")
+        record = group.record(root, broker_instance(args.name, args.id)) if args.id == 0 else None
+        if args.id == 0 and (record is None or not record.is_slave):
+            print("hostmq: error: --master is for a slave: give it an id ≥ 1 (--id 1), or demote this master "
+                  "first (hostmq ha demote)")
             return 2
-        cfg = cfg.with_overrides({"broker": {"role": "SLAVE", **({"ha_master": args.master} if args.master else {})}})
+        # Instance 0 plays a slave only by its role record (broker/role.py), which sets the role itself.
+        cfg = cfg.with_overrides({"broker": {**({"role": "SLAVE"} if args.id != 0 else {}),
+                                             **({"ha_master": args.master} if args.master else {})}})
     rt = BrokerRuntime(root, args.name, args.id, cfg)
     return run_foreground(supervisor.run, rt, cfg, root, args.log_level, name=rt.instance)

@@ -13,13 +13,14 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import (bench, broker, consume, demo, dlq, exporter, faults, namesrv, offsets, query, send, status,
-                   systemd, topic, up)
+    from . import (bench, broker, consume, demo, dlq, exporter, faults, ha, namesrv, offsets, query, send,
+                   status, systemd, topic, up)
     p = argparse.ArgumentParser(prog="hostmq", description="RocketMQ's design on one host.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     demo.add_parser(sub)
-    for verb in (up, namesrv, broker, send, consume, topic, status, query, offsets, dlq, bench, faults, systemd, exporter):
+    for verb in (up, namesrv, broker, send, consume, topic, status, query, offsets, dlq, ha, bench, faults, systemd,
+                 exporter):
         verb.add_parser(sub)
     return p
 

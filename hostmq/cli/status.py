@@ -106,7 +106,7 @@ def gather(admin: Admin, tuning: bool = True) -> dict:
     brokers = admin.brokers()
     paths = RootPaths.of(admin.root)
     for b in brokers if tuning else ():     # page-cache picture, read from outside the broker (mincore, /proc)
-        b["tuning"] = broker_tuning(paths.store_dir(b["name"]), b.get("state") if b["alive"] else None)
+        b["tuning"] = broker_tuning(paths.store_dir(b.get("instance", b["name"])), b.get("state") if b["alive"] else None)
     groups = sorted({g for b in brokers for g in b.get("groups", [])})
     progress = {g: admin.consumer_progress(g) for g in groups}
     return {"root": admin.root, "brokers": brokers, "topics": admin.topics(), "groups": progress}
@@ -129,12 +129,22 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def replication(b: dict) -> str:
+    """A slave: how far behind its master it is (bytes, and "!" while its replica is not connected);
+    a master: how many slaves stream from it; "-" for neither."""
+    st = b.get("state") or {}
+    if b.get("role") == "SLAVE" and "lag_bytes" in b:
+        return f"{b['lag_bytes']} B" + ("" if st.get("replica_connected") else " !")
+    return f"{st['ha_slaves']} slave(s)" if st.get("ha_pid") else "-"
+
+
 def show(data: dict) -> None:
     print(f"root {data['root']}")
     rows = []
     for b in data["brokers"]:
         st = b.get("state", {})
-        rows.append({"broker": b["name"], "id": b["id"], "cluster": b["cluster"], "alive": b["alive"],
+        rows.append({"broker": b.get("instance", b["name"]), "id": b["id"], "role": b.get("role", "-"),
+                     "repl lag": replication(b), "cluster": b["cluster"], "alive": b["alive"],
                      "pid": b["pids"].get("broker", "-"),
                      "writer/dispatcher/flusher": "/".join(str(b["pids"].get(k, "-"))
                                                           for k in ("writer", "dispatcher", "flusher")),
@@ -145,10 +155,10 @@ def show(data: dict) -> None:
                      "dirty": b["tuning"].get("dirty_bytes", "-"),
                      "tx checking/given up": "{}/{}".format(b.get("transactions", {}).get("checking", "-"),
                                                             b.get("transactions", {}).get("given_up_total", "-"))})
-    print_table(rows, ["broker", "id", "cluster", "alive", "pid", "writer/dispatcher/flusher", "write_pos",
+    print_table(rows, ["broker", "id", "role", "repl lag", "cluster", "alive", "pid", "writer/dispatcher/flusher", "write_pos",
                        "dispatched", "flushed", "sessions", "cached (log/cq)", "dirty", "tx checking/given up"])
     queues = [{"topic": q["topic"], "broker": b["name"], "queue": q["queue_id"], "min_offset": q["min_offset"],
-               "max_offset": q["max_offset"]} for b in data["brokers"] for q in b.get("queues", [])]
+               "max_offset": q["max_offset"]} for b in data["brokers"] if b["id"] == 0 for q in b.get("queues", [])]
     print()
     print_table(sorted(queues, key=lambda r: (r["topic"], r["broker"], r["queue"])),
                 ["topic", "broker", "queue", "min_offset", "max_offset"])

@@ -121,6 +121,7 @@ class Admin:
                                    sessions=rt["sessions"], groups=rt["groups"],
                                    transactions=rt.get("transactions", {}),
                                    role=rt.get("role", "ASYNC_MASTER"), ha_address=rt.get("ha_address", ""),
+                                   instance=rt.get("instance", name), epoch=rt.get("epoch", 0),
                                    pids={"broker": rt["pid"], **{p: st[f"{p}_pid"] for p in
                                          ("writer", "dispatcher", "flusher", "scheduler", "ha")
                                          if st.get(f"{p}_pid")}})
@@ -131,6 +132,15 @@ class Admin:
                         row["error"] = str(e)
                     rows.append(row)
         return rows
+
+    def promote(self, name: str, broker_id: int, role: str = "ASYNC_MASTER", force: bool = False,
+                timeout_s: float = 120.0) -> dict:
+        """Make the slave ``name``.``broker_id`` of this root the master of its group (``hostmq ha
+        promote``; ``broker/promotion.py``): refused (PromotionRefusedError) while a master of the
+        group runs or when the slave lacks what its master said it held (``force`` accepts that).
+        Returns once it runs as the master: ``{"instance", "epoch", "write_pos", "demoted"}``."""
+        from ..broker.promotion import promote
+        return promote(self.root, name, broker_id, role, force, timeout_s, instance_client=self.instance)
 
     def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
         """Backtracking: every queue of ``topic`` continues, for ``group``, from its first message

@@ -17,47 +17,20 @@ position past a queue's end (RocketMQ: a slave does not check offsets, ``offsetC
 from __future__ import annotations
 
 from .. import records as R
+from ..broker.group import recorded_master, running_master, running_slave
 from ..broker.state import W_DISPATCH_SEQ, BrokerState
 from ..config import StoreConfig
-from ..errors import SegmentError
-from ..root import RootPaths, broker_instance, shm_name
+from ..root import RootPaths
 from ..store.readonly import StoreReader, infer_store_config
 
 
-def live_state(root: str, broker: str) -> BrokerState | None:
-    """The running broker's state segment, or None. A killed broker leaves its segment behind until
-    it starts again: following that one would show a store frozen at the kill while recovery
-    rewrites it, so it counts as not running."""
-    try:
-        st = BrokerState.attach(shm_name(root, broker, "state"), readonly=True)
-    except SegmentError:
-        return None
-    if st.owner_alive():
-        return st
-    st.close()
-    return None
-
-
 def broker_running(root: str, broker: str) -> bool:
-    st = live_state(root, broker)       # a killed broker's segment stays until it starts again
-    if st is None:
+    """Whether a master of broker name ``broker`` runs on this root."""
+    found = running_master(root, broker)
+    if found is None:
         return False
-    st.close()
+    found[1].close()
     return True
-
-
-def running_slave(root: str, broker: str) -> tuple[str, BrokerState] | None:
-    """A running slave of broker name ``broker`` on this root — (its instance, its state segment),
-    the lowest id first — or None."""
-    prefix = broker_instance(broker, 1)[:-1]        # "NAME."
-    ids = sorted(int(n[len(prefix):]) for n in RootPaths(root).instances()
-                 if n.startswith(prefix) and n[len(prefix):].isdecimal())
-    for broker_id in ids:
-        instance = broker_instance(broker, broker_id)
-        st = live_state(root, instance)
-        if st is not None:
-            return instance, st
-    return None
 
 
 class BrokerView:
@@ -71,13 +44,18 @@ class BrokerView:
         self.root = root
         self.broker = broker
         self.slaves = slaves
-        self.instance = broker                  # the process group read: the master, or a slave
-        self.state: BrokerState | None = live_state(root, broker)   # None: not running — read what recovery would keep
-        if self.state is None and slaves:
+        # The process group read: the master (whichever instance plays it, broker/group.py), or a
+        # slave; with none running, the stopped master's store (None: read what recovery would keep).
+        self.state: BrokerState | None = None
+        found = running_master(root, broker)
+        if found is None and slaves:
             found = running_slave(root, broker)
-            if found is not None:
-                self.instance, self.state = found
-                tail = False        # a slave's records are readable once its dispatcher has them
+        if found is not None:
+            self.instance, self.state = found
+        else:
+            self.instance = recorded_master(root, broker)
+        if self.on_slave:
+            tail = False            # a slave's records are readable once its dispatcher has them
         cfg = store_config or StoreConfig()
         if self.state is not None:
             st = self.state
@@ -103,7 +81,7 @@ class BrokerView:
 
     @property
     def on_slave(self) -> bool:
-        return self.instance != self.broker
+        return self.state is not None and self.state.is_slave
 
     def dispatch_seq(self) -> int:
         return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
@@ -166,7 +144,7 @@ class BrokerView:
             return found is not None
         if self.on_slave and broker_running(self.root, self.broker):
             return True
-        return not self.state.owner_alive()
+        return self.state.gone()
 
     def close(self) -> None:
         self.reader.close()

@@ -97,7 +97,7 @@ class ProducerSession:
         self.wake: FutexWord | None = None
         self.state: BrokerState | None = None
         try:
-            f = self._open(RootPaths(instance.root).broker_session_socket(broker))
+            f = self._open(RootPaths(instance.root).session_socket_of(broker, address))
             self.slot, self.generation = f["slot"], f["generation"]
             self.store_host = bytes.fromhex(f["store_host"])
             self.host_hex = self.store_host.hex().upper()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import (BrokerBusyError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
-                      ProtocolError, RemoteError, ValidationError)
+                      PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
 
 
 class RequestCode(enum.IntEnum):
@@ -56,6 +56,7 @@ class RequestCode(enum.IntEnum):
     # this socket; rings now go over session.sock (protocol.session) and consumers register nothing.
     PING = 902
     AUTO_CREATE_TOPIC = 905         # a producer's first send to a topic no broker serves yet
+    PROMOTE_BROKER = 906            # hostmq only: a slave becomes its group's master (broker/promotion.py)
 
 
 class ResponseCode(enum.IntEnum):
@@ -79,6 +80,7 @@ class ResponseCode(enum.IntEnum):
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_PARSE_FAILED = 23
     BAD_REQUEST = 400          # hostmq only: malformed frame or bad request fields
+    PROMOTION_REFUSED = 401    # hostmq only: the slave is not caught up, or its master still runs
 
 
 def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
@@ -92,6 +94,7 @@ def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
 # Most specific class first: the first isinstance match wins (StoreFullError is a BrokerBusyError).
 _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
     (ProtocolError, ResponseCode.BAD_REQUEST),
+    (PromotionRefusedError, ResponseCode.PROMOTION_REFUSED),
     (ValidationError, ResponseCode.MESSAGE_ILLEGAL),
     (NotMasterError, ResponseCode.NO_PERMISSION),
     (NoRouteError, ResponseCode.TOPIC_NOT_EXIST),
@@ -105,6 +108,7 @@ _CODE_ERRORS: dict[int, type[HostMQError]] = {
     ResponseCode.NO_PERMISSION: NotMasterError,
     ResponseCode.SYSTEM_BUSY: BrokerBusyError,
     ResponseCode.QUERY_NOT_FOUND: MessageNotFoundError,
+    ResponseCode.PROMOTION_REFUSED: PromotionRefusedError,
 }
 
 

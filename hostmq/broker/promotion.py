@@ -1,0 +1,175 @@
+"""Promotion: a slave becomes the master of its group, and the old master later rejoins as a slave
+(README "Replication"; beyond RocketMQ 4, whose operators edit brokerId and brokerRole by hand).
+
+``hostmq ha promote ROOT --name NAME --id ID`` (:func:`promote`), on the slave's host:
+
+1. takes the ``broker.lock`` of every other stopped instance of NAME on this root, so none starts
+   while the roles change, and refuses if one of them runs as a master;
+2. asks the slave (PROMOTE_BROKER) — which refuses (:func:`refusal`) while its replica is connected
+   to a master (the master runs and is reachable), or when it has not stored everything its master
+   said it holds (``--force`` accepts losing that tail); otherwise it records its new role
+   (``role.json``, one epoch past the newest it or the command knows) and starts again in the same
+   process as the master: recovery, writer, scheduler, replication listener, id 0 with the
+   NameServers (the route moves to its address at its first registration);
+3. records, for each former master it locked, that it is now a slave (``role.demoted``): started
+   again, it joins the new master, whose handshake finds where their logs part; the old master cuts
+   what the new one never had (keeping the cut bytes in ``store/cut-FROM-TO.bin``) and catches up.
+
+Across hosts the old master's root is out of reach: run ``hostmq ha demote`` there before starting it
+(a master started without that keeps serving as a master of its own root).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+
+from .. import records as R
+from ..errors import ConfigError, ConnectError, PromotionRefusedError, ValidationError
+from ..protocol.codes import RequestCode
+from ..protocol.frames import Frame
+from ..jsonfile import write_json
+from ..root import RootPaths, broker_instance, ipc_address
+from . import group, role
+from .runtime import BrokerRuntime
+from .state import pid_alive
+
+log = logging.getLogger(__name__)
+
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+PROMOTE_TIMEOUT_S = 120.0           # recovery of a large store is part of the restart
+
+
+def refusal(*, is_slave: bool, replica_connected: bool, write_pos: int, master_end_pos: int,
+            master_running: str | None, force: bool) -> str | None:
+    """Why a slave may not become the master now (None: it may). Pure."""
+    if not is_slave:
+        return "it is the master of its group already"
+    if master_running is not None:
+        return f"the master {master_running} runs on this root: stop it first"
+    if replica_connected:
+        return "its replica is connected to the master, which runs and is reachable: stop the master first"
+    if write_pos < master_end_pos and not force:
+        return (f"it holds the commitlog up to {write_pos} but its master said it held {master_end_pos}: "
+                f"{master_end_pos - write_pos} bytes would be lost (--force accepts that)")
+    return None
+
+
+def handle(rt: BrokerRuntime, state, frame: Frame) -> role.RoleRecord:
+    """PROMOTE_BROKER on the slave's control socket: the role record it starts again with (already
+    saved), or PromotionRefusedError. ``state``: the slave's BrokerState."""
+    f = frame.fields
+    new_role, force, epoch = f.get("role", "ASYNC_MASTER"), f.get("force", False), f.get("epoch", 0)
+    if new_role not in MASTER_ROLES or not isinstance(force, bool) or type(epoch) is not int \
+            or not 0 <= epoch < role.MAX_EPOCH:
+        raise ValidationError(f"PROMOTE_BROKER takes role in {MASTER_ROLES}, force: bool and epoch ≥ 0, got {f!r}")
+    found = group.running_master(rt.root, rt.name)
+    if found is not None:
+        found[1].close()
+    # A killed replica leaves the word set until its successor starts: only a live one counts.
+    connected = bool(state.get("replica_connected")) and pid_alive(state.get("writer_pid"))
+    why = refusal(is_slave=rt.is_slave, replica_connected=connected,
+                  write_pos=state.get("write_pos"), master_end_pos=state.get("master_end_pos"),
+                  master_running=found[0] if found is not None else None, force=force)
+    if why is not None:
+        raise PromotionRefusedError(f"broker {rt.instance} is not promoted: {why}")
+    record = role.RoleRecord(new_role, max(rt.epoch, epoch) + 1)
+    role.save(rt, record)
+    log.warning("broker %s: promoted to %s of %s (epoch %d) at commitlog offset %d%s", rt.instance, new_role,
+                rt.name, record.epoch, state.get("write_pos"),
+                "" if state.get("write_pos") >= state.get("master_end_pos") else
+                f", {state.get('master_end_pos') - state.get('write_pos')} bytes behind what its master held")
+    return record
+
+
+def _lock_stopped(path: str) -> int | None:
+    """An exclusive flock on a stopped instance's broker.lock (None: it runs, or never ran)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def promote(root: str, name: str, broker_id: int, new_role: str = "ASYNC_MASTER", force: bool = False,
+            timeout_s: float = PROMOTE_TIMEOUT_S, instance_client=None) -> dict:
+    """Make the slave ``NAME.ID`` of this root the master of its group (see the module docstring).
+    Returns ``{"instance", "epoch", "write_pos", "demoted": [instances]}`` once it runs as the master."""
+    from ..client.instance import ClientInstance
+    paths = RootPaths.of(root).require()
+    target = broker_instance(name, broker_id)
+    if not os.path.isdir(paths.broker_dir(target)):
+        raise ConfigError(f"no broker {target} under {paths.root}")
+    held: dict[str, int] = {}
+    demote: list[tuple[int, str]] = []
+    client = instance_client or ClientInstance(paths.root)
+    try:
+        for i in group.instance_ids(paths.root, name):
+            instance = broker_instance(name, i)
+            if instance == target:
+                continue
+            fd = _lock_stopped(paths.broker_lock(instance))
+            if fd is None:
+                continue                    # it runs (the slave refuses while a master does) or never ran
+            held[instance] = fd
+            rec = group.record(paths.root, instance)
+            if (rec is None and i == 0) or (rec is not None and not rec.is_slave):
+                demote.append((i, instance))
+        epoch = group.newest_epoch(paths.root, name)
+        reply = client.broker_request(ipc_address(paths.broker_socket(target)), RequestCode.PROMOTE_BROKER,
+                                      {"role": new_role, "force": force, "epoch": epoch}, timeout_s=10.0).fields
+        new_epoch = reply["epoch"]
+        for i, instance in demote:
+            write_json(role.instance_path(paths, instance), role.demoted(i, broker_id, new_epoch).to_dict())
+            log.warning("%s will join %s as a slave when it starts", instance, target)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+        if instance_client is None:
+            client.close()
+    _await_master(paths.root, name, target, timeout_s)
+    return {"instance": target, "epoch": new_epoch, "write_pos": reply.get("write_pos", 0),
+            "demoted": [inst for _, inst in demote]}
+
+
+def _await_master(root: str, name: str, target: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = group.running_master(root, name)
+        if found is not None:
+            instance, st = found
+            running = st.get("broker_state") == R.BROKER_RUNNING
+            st.close()
+            if instance == target and running:
+                return
+        time.sleep(0.05)
+    raise ConnectError(f"{target} did not run as the master of {name} within {timeout_s:.0f} s (see its log)")
+
+
+def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1) -> dict:
+    """Record that the stopped instance ``NAME[.ID]`` of this root is a slave of epoch ``epoch``
+    (its group's master was promoted on another host): started again — with ``--master`` pointing at
+    the new master — it joins as a slave and cuts what the new master never had."""
+    paths = RootPaths.of(root).require()
+    instance = broker_instance(name, broker_id)
+    if not os.path.isdir(paths.broker_dir(instance)):
+        raise ConfigError(f"no broker {instance} under {paths.root}")
+    fd = _lock_stopped(paths.broker_lock(instance))
+    if fd is None and os.path.exists(paths.broker_lock(instance)):
+        raise PromotionRefusedError(f"broker {instance} runs: stop it before demoting it")
+    try:
+        record = role.RoleRecord("SLAVE", epoch, slave_id if broker_id == 0 else 0)
+        if broker_id == 0 and record.slave_id < 1:
+            raise ConfigError("a demoted instance 0 needs a --slave-id ≥ 1 to register under")
+        write_json(role.instance_path(paths, instance), record.to_dict())
+    finally:
+        if fd is not None:
+            os.close(fd)
+    log.warning("%s will start as a slave (epoch %d)", instance, epoch)
+    return {"instance": instance, **record.to_dict()}

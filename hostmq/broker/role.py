@@ -1,0 +1,111 @@
+"""Which role a broker process group plays now (README "Replication": promote and rejoin).
+
+A broker's *instance* — its directory ``ROOT/brokers/NAME`` or ``NAME.ID``, its store, its IPC names —
+is fixed by the id it was started with. Its *role* starts as that id says (0: the master, ≥ 1: a
+slave) and changes only by a promotion (``hostmq ha promote``): the promoted slave becomes the
+master of its group, and the old master, when it starts again, a slave. The change is kept in the
+instance's ``config/role.json``, which overrides what the id and ``broker.role`` say::
+
+    {"role": "ASYNC_MASTER" | "SYNC_MASTER" | "SLAVE", "epoch": E, "slave_id": K}
+
+``epoch`` counts promotions of the group (the first master has 0); ``slave_id`` is the id a demoted
+instance whose directory id is 0 registers under (the promoted slave's old id: the two swap ids
+with the NameServers, never directories). The file has one writer at a time: the promote command
+writes both records while it holds each instance's ``broker.lock`` or while the broker it promotes
+asks for it (``service.promote``); a running broker never writes it otherwise.
+
+Pure except :func:`load` and :func:`save`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from ..config import ROLES
+from ..errors import ConfigError
+from ..jsonfile import read_json, write_json
+from .runtime import BrokerRuntime
+
+ROLE_FILE = "role.json"
+MAX_EPOCH = 1 << 40
+
+
+@dataclass(frozen=True)
+class RoleRecord:
+    role: str                   # one of config.ROLES
+    epoch: int = 0
+    slave_id: int = 0           # a demoted instance of directory id 0: the id it registers under
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ConfigError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        for key, top in (("epoch", MAX_EPOCH), ("slave_id", 1024)):
+            v = getattr(self, key)
+            if type(v) is not int or not 0 <= v <= top:
+                raise ConfigError(f"{key} must be an int in 0..{top}, got {v!r}")
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == "SLAVE"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> "RoleRecord":
+        if not isinstance(d, dict) or set(d) - {"role", "epoch", "slave_id"}:
+            raise ConfigError(f"a role record is {{role, epoch, slave_id}}, got {d!r}")
+        return cls(**d)
+
+
+def path(rt: BrokerRuntime) -> str:
+    return rt.config_file(ROLE_FILE)
+
+
+def load(rt: BrokerRuntime) -> RoleRecord | None:
+    """The instance's role record, None when it never changed role."""
+    d = read_json(path(rt), default=None)
+    if d is None:
+        return None
+    try:
+        return RoleRecord.from_dict(d)
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"{path(rt)}: {e}") from None
+
+
+def save(rt: BrokerRuntime, record: RoleRecord) -> None:
+    write_json(path(rt), record.to_dict())
+
+
+def apply(rt: BrokerRuntime, record: RoleRecord | None) -> BrokerRuntime:
+    """``rt`` playing the recorded role (``rt`` itself when there is no record)."""
+    if record is None:
+        return rt
+    b = dataclasses.replace(rt.config.broker, role=record.role)
+    return dataclasses.replace(rt, config=dataclasses.replace(rt.config, broker=b), epoch=record.epoch,
+                               slave_id=record.slave_id if record.is_slave and rt.broker_id == 0 else 0)
+
+
+def current(rt: BrokerRuntime) -> BrokerRuntime:
+    """The runtime an instance starts with: its id's role, or the one its role record says."""
+    return apply(rt, load(rt))
+
+
+def promoted(slave: BrokerRuntime, role: str) -> RoleRecord:
+    """The record of a slave becoming its group's master (one epoch after the newest it knows)."""
+    if role == "SLAVE":
+        raise ConfigError("a slave is promoted to ASYNC_MASTER or SYNC_MASTER")
+    return RoleRecord(role, slave.epoch + 1)
+
+
+def demoted(old_master_id: int, new_master_id: int, epoch: int) -> RoleRecord:
+    """The record of the instance with directory id ``old_master_id`` joining the master of
+    directory id ``new_master_id`` as a slave: under its own id, or — the directory of id 0 — under
+    the id the new master had."""
+    return RoleRecord("SLAVE", epoch, new_master_id if old_master_id == 0 else 0)
+
+
+def instance_path(root_paths, instance: str) -> str:
+    """``role.json`` of an instance of the group (the promote command writes another's)."""
+    return os.path.join(root_paths.config_dir(instance), ROLE_FILE)
