@@ -14,8 +14,8 @@ file) before it is appended, and a stream that does not continue the log ends th
 each batch the new end is published (``write_pos``), the dispatcher woken and the end REPORTed to
 the master (one ack covers everything below it: SYNC_MASTER). A master that says the slave must cut
 its log first (the slave holds bytes the master lost) gets a marker file ``store/truncate_to`` and an
-exit with ``EXIT_TRUNCATE``: the broker stops, and its next start cuts the log there before recovery
-(which then drops the consume-queue entries past it).
+exit with ``EXIT_TRUNCATE``: the broker starts again in the same process, which cuts the log there
+before recovery (which then drops the consume-queue entries past it).
 """
 from __future__ import annotations
 

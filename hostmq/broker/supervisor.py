@@ -19,7 +19,12 @@ Start-up, in this order (docs/internals.md fact 3):
 Stop (SIGTERM / SIGINT): STOPPING (no new sessions), unregister from the NameServers, stop the
 children in order scheduler → writer → dispatcher → flusher (each drains, then the flusher writes
 the final checkpoint), persist offsets; remove ``abort`` only if all stopped cleanly; end the
-producer sessions, unlink the state segment, close the sockets.
+producer sessions, unlink the state segment (its last word BROKER_STOPPED), close the sockets.
+
+A run also ends when the broker's role changes — promoted (PROMOTE_BROKER, ``promotion.py``) or a
+slave that must cut its log first (``replica.EXIT_TRUNCATE``): ``run`` then starts the next run in
+the same process, under the same ``broker.lock``, in the role its ``config/role.json`` says
+(``role.py``).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import time
 import numpy as np
 
 from .. import records as R
-from ..errors import ConfigError, ConnectError, CorruptRecordError, SegmentError, StoreLockedError
+from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
@@ -42,7 +47,6 @@ from ..shm.futex import FutexWord
 from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.mapped_file_queue import MappedFileQueue
 from ..store.message_store import MessageStore
-from ..store.meta import effective_config
 from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool, salvage
 from ..protocol.codes import RequestCode
@@ -54,6 +58,7 @@ from . import role as roles
 from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
+from .truncation import apply_truncate_marker
 from .runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
@@ -379,70 +384,6 @@ class Broker:
         if self._store_lock_fd is not None:
             os.close(self._store_lock_fd)
         return clean
-
-
-def apply_truncate_marker(rt: BrokerRuntime) -> int | None:
-    """A slave's replica left ``store/truncate_to`` (it held bytes its master does not): cut the
-    commitlog there now, before recovery. Returns the offset cut at, None if there was nothing to do."""
-    path = os.path.join(rt.store_dir, TRUNCATE_MARKER)
-    marker = read_json(path, default=None)
-    if marker is None:
-        return None
-    offset = marker.get("offset") if isinstance(marker, dict) else None
-    if type(offset) is not int or offset < 0:
-        raise ConfigError(f"{path} does not name an offset: {marker!r}")
-    cfg = effective_config(rt.store_dir, rt.config.store, record=False)
-    mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), cfg.commitlog_file_bytes)
-    try:
-        mfq.load()
-        kept, end = keep_cut_records(mfq, offset, rt.store_dir)
-        mfq.truncate(offset)
-        mfq.flush()
-    finally:
-        mfq.close()
-    for p in (path, path + ".bak"):
-        if os.path.exists(p):
-            os.unlink(p)
-    fsync_dir(rt.store_dir)
-    log.warning("broker %s: cut the commitlog at %d: its master does not hold the %d bytes of records after it "
-                "(up to %d)%s", rt.instance, offset, end - offset, end, f", kept in {kept}" if kept else "")
-    return offset
-
-
-def keep_cut_records(mfq: MappedFileQueue, offset: int, store_dir: str) -> tuple[str | None, int]:
-    """Copy the whole records from ``offset`` on (until the first byte that is not one) to
-    ``store/cut-FROM-TO.bin`` before a cut: acknowledged messages of an ASYNC_MASTER that never
-    reached the slave promoted over it are then still on disk for an operator (``hostmq query``
-    can't see them; the bytes are commitlog records, ``records.check_stored_record`` reads them).
-    Returns (the file, None if there was nothing, and where the records ended)."""
-    phys, name, fd = offset, None, None
-    try:
-        while True:
-            mf = mfq.find(phys)
-            if mf is None:
-                break
-            rel = phys - mf.file_from_offset
-            try:
-                kind, total = R.check_stored_record(mf.mm, rel, mfq.file_bytes, phys, False)
-            except CorruptRecordError:
-                break
-            if kind != R.RecordKind.MESSAGE:    # an end-of-file blank: the records go on in the next file
-                phys = mf.file_end_offset
-                continue
-            if fd is None:
-                name = os.path.join(store_dir, f"cut-{offset}.bin.tmp")
-                fd = open_file(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.write(fd, mf.mm[rel:rel + total])
-            phys += total
-        if fd is None:
-            return None, offset
-        os.fsync(fd)
-    finally:
-        if fd is not None:
-            os.close(fd)
-    final = os.path.join(store_dir, f"cut-{offset}-{phys}.bin")
-    os.replace(name, final)
-    return final, phys
 
 
 def salvage_pool(rt: BrokerRuntime) -> int:

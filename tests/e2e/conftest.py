@@ -117,3 +117,47 @@ def cluster(root):
         unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
     assert not socks, f"socket files left behind: {socks}"
     assert not left, f"shared memory left behind: {left}"
+
+
+def commitlogs_identical(root: str, a: str = "broker-a", b: str = "broker-a.1") -> int:
+    """Compares two instances' commitlog files byte for byte; returns the files compared."""
+    from hostmq.root import RootPaths
+    paths = RootPaths(root)
+    da, db = (os.path.join(paths.store_dir(n), "commitlog") for n in (a, b))
+    names = sorted(os.listdir(da))
+    assert names == sorted(os.listdir(db))
+    for n in names:
+        with open(os.path.join(da, n), "rb") as fa, open(os.path.join(db, n), "rb") as fb:
+            assert fa.read() == fb.read(), f"commitlog file {n} differs"
+    return len(names)
+
+
+class SendsUntilStopped:
+    """A thread sending one message at a time (body ``%08d`` of a counter) until :meth:`stop` or the
+    first error; ``acked`` holds (body, msg_id) of every SEND_OK."""
+
+    def __init__(self, root: str, topic: str) -> None:
+        import threading
+        self.root, self.topic = root, topic
+        self.acked: list[tuple[bytes, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import hostmq
+        with hostmq.Producer(self.root, retries=0) as p:
+            i = 0
+            while not self._stop.is_set():
+                body = b"%08d" % i
+                try:
+                    r = p.send(hostmq.Message(self.topic, body), timeout=2.0)
+                except hostmq.errors.HostMQError:
+                    return
+                if r.status == hostmq.SendStatus.SEND_OK:
+                    self.acked.append((body, r.msg_id))
+                i += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)

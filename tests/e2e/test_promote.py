@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
 import hostmq
 from hostmq import Message
 from hostmq.root import RootPaths
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,16 +31,6 @@ def _caught_up(root: str, master: str, slave: str) -> bool:
         rows[slave]["state"]["write_pos"] == rows[master]["state"]["write_pos"] > 0
 
 
-def _commitlogs_identical(root: str) -> None:
-    paths = RootPaths(root)
-    m, s = (os.path.join(paths.store_dir(n), "commitlog") for n in ("broker-a", "broker-a.1"))
-    names = sorted(os.listdir(m))
-    assert names == sorted(os.listdir(s))
-    for n in names:
-        with open(os.path.join(m, n), "rb") as fm, open(os.path.join(s, n), "rb") as fs:
-            assert fm.read() == fs.read(), f"commitlog file {n} differs"
-
-
 def test_promote_is_refused_while_the_master_runs_then_the_old_master_rejoins_as_a_slave(cluster):
     """SYNC_MASTER: every SEND_OK survives the master's crash, the promotion, further sends to the
     new master and the old master's return; the old master registers as slave id 1, catches up and
@@ -49,32 +38,17 @@ def test_promote_is_refused_while_the_master_runs_then_the_old_master_rejoins_as
     c = cluster(slaves=1, broker={"role": "SYNC_MASTER", "ha_sync_timeout_ms": 700})
     root = c.root
     wait_until(lambda: _rows(root)["broker-a"]["state"]["ha_slaves"] == 1, 30, "the slave to connect")
-    acked: list[bytes] = []
-    stop = threading.Event()
-
-    def produce():
-        with hostmq.Producer(root, retries=0) as p:
-            i = 0
-            while not stop.is_set():
-                try:
-                    r = p.send(Message("promoted", b"%08d" % i), timeout=2.0)
-                except hostmq.errors.HostMQError:
-                    return
-                if r.status == hostmq.SendStatus.SEND_OK:
-                    acked.append(b"%08d" % i)
-                i += 1
-    t = threading.Thread(target=produce)
-    t.start()
+    sender = SendsUntilStopped(root, "promoted")
     try:
-        wait_until(lambda: len(acked) >= 300, 60, "acknowledged sends")
+        wait_until(lambda: len(sender.acked) >= 300, 60, "acknowledged sends")
         with pytest.raises(hostmq.PromotionRefusedError, match="runs on this root"):
             with hostmq.Admin(root) as a:
                 a.promote("broker-a", 1)
         c.signal_group("broker-a", signal.SIGKILL)
         c.processes["broker-a"].wait(30)
     finally:
-        stop.set()
-        t.join(30)
+        sender.stop()
+    acked = [body for body, _ in sender.acked]
     # The command line, as an operator runs it.
     out = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "ha", "promote", root, "--name", "broker-a",
                           "--id", "1"], capture_output=True, text=True, timeout=180)
@@ -92,7 +66,7 @@ def test_promote_is_refused_while_the_master_runs_then_the_old_master_rejoins_as
     rows = _rows(root)
     assert rows["broker-a"]["id"] == 1 and rows["broker-a"]["role"] == "SLAVE"
     wait_until(lambda: _caught_up(root, "broker-a.1", "broker-a"), 60, "the old master to catch up as a slave")
-    _commitlogs_identical(root)
+    commitlogs_identical(root)
     bodies = consume_bodies(root, "promoted", len(acked) + 500, "g-promoted", linger_s=0.5)
     assert len(bodies) == len(set(bodies))          # nothing twice
     assert set(acked) | set(after) <= set(bodies)   # every acknowledged message
@@ -125,7 +99,7 @@ def test_an_async_master_that_held_more_cuts_it_when_it_rejoins_and_keeps_the_cu
         p.send_batch([Message("diverged", b"b%07d" % i) for i in range(300)])
     c.start_broker("broker-a")
     wait_until(lambda: _caught_up(root, "broker-a.1", "broker-a"), 90, "the old master to cut and catch up")
-    _commitlogs_identical(root)
+    commitlogs_identical(root)
     cut = glob.glob(os.path.join(RootPaths(root).store_dir("broker-a"), "cut-*.bin"))
     assert len(cut) == 1
     with open(cut[0], "rb") as f:

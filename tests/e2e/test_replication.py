@@ -13,7 +13,7 @@ from hostmq import Message
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths
 from hostmq.store import MessageStore
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,18 +29,6 @@ def _caught_up(root: str) -> bool:
         rows[1]["state"]["write_pos"] == rows[0]["state"]["write_pos"] > 0
 
 
-def _commitlogs_identical(root: str) -> int:
-    """Compares the master's and the slave's commitlog files byte for byte; returns the files compared."""
-    paths = RootPaths(root)
-    m, s = (os.path.join(paths.store_dir(n), "commitlog") for n in ("broker-a", "broker-a.1"))
-    names = sorted(os.listdir(m))
-    assert names == sorted(os.listdir(s))
-    for n in names:
-        with open(os.path.join(m, n), "rb") as fm, open(os.path.join(s, n), "rb") as fs:
-            assert fm.read() == fs.read(), f"commitlog file {n} differs"
-    return len(names)
-
-
 def _send(root: str, topic: str, n: int, start: int = 0) -> None:
     with hostmq.Producer(root) as p:
         for i in range(start, start + n, 100):
@@ -54,7 +42,7 @@ def test_the_slaves_commitlog_is_the_masters_byte_for_byte(cluster):
     assert rows[1]["role"] == "SLAVE" and "scheduler" not in rows[1]["pids"]
     _send(c.root, "replicated", 100_000)
     wait_until(lambda: _caught_up(c.root), 120, "the slave to catch up")
-    assert _commitlogs_identical(c.root) >= 4           # 4 MiB files in tests: several files rolled over
+    assert commitlogs_identical(c.root) >= 4           # 4 MiB files in tests: several files rolled over
     assert _rows(c.root)[1]["lag_bytes"] == 0
     # The slave's own dispatcher built its consume queues and index from what it got (its topic
     # table comes with the metadata sync, a later part).
@@ -77,7 +65,7 @@ def test_a_killed_slave_catches_up_from_its_own_offset(cluster):
     resumed = [int(line.split("holds the commitlog up to ")[1].split(";")[0])
                for line in master_log.splitlines() if "holds the commitlog up to " in line]
     assert resumed[-1] >= held > 0                       # not from the start again
-    _commitlogs_identical(c.root)
+    commitlogs_identical(c.root)
 
 
 def test_replication_resumes_after_the_connection_is_cut(cluster):
@@ -95,7 +83,7 @@ def test_replication_resumes_after_the_connection_is_cut(cluster):
     wait_until(lambda: _rows(root)[0]["ha_address"] not in ("", old_ha), 30, "the master's new HA address")
     _send(root, "cut", 10_000, start=20_000)
     wait_until(lambda: _caught_up(root), 60, "the slave to catch up after the master's HA process was killed")
-    _commitlogs_identical(root)
+    commitlogs_identical(root)
     bodies = consume_bodies(root, "cut", 30_000, "g-cut")
     assert sorted(int(b[:8]) for b in bodies) == list(range(30_000))
 
@@ -113,7 +101,7 @@ def test_a_slave_refuses_producers_and_registers_under_its_id(cluster):
     assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
     # Every send went to the master: the slave has the messages only by replication.
     wait_until(lambda: _caught_up(c.root), 60, "the slave to catch up")
-    _commitlogs_identical(c.root)
+    commitlogs_identical(c.root)
 
 
 # -- SYNC_MASTER ------------------------------------------------------------------------------------
@@ -171,28 +159,14 @@ def test_a_stopped_slave_times_sync_sends_out_and_they_recover_when_it_runs(clus
 def test_every_send_ok_of_a_sync_master_killed_under_load_is_on_the_slave(cluster):
     c = _sync_cluster(cluster)
     root = c.root
-    acked: list[str] = []
-    import threading
-    stop = threading.Event()
-
-    def produce():
-        with hostmq.Producer(root, retries=0) as p:
-            i = 0
-            while not stop.is_set():
-                try:
-                    r = p.send(Message("killed", b"k%06d" % i), timeout=2.0)
-                except hostmq.errors.HostMQError:
-                    return
-                if r.status == hostmq.SendStatus.SEND_OK:
-                    acked.append(r.msg_id)
-                i += 1
-    t = threading.Thread(target=produce)
-    t.start()
-    wait_until(lambda: len(acked) >= 300, 60, "acknowledged sends")
-    c.signal_group("broker-a", signal.SIGKILL)
-    c.processes["broker-a"].wait(30)
-    stop.set()
-    t.join(30)
+    sender = SendsUntilStopped(root, "killed")
+    try:
+        wait_until(lambda: len(sender.acked) >= 300, 60, "acknowledged sends")
+        c.signal_group("broker-a", signal.SIGKILL)
+        c.processes["broker-a"].wait(30)
+    finally:
+        sender.stop()
+    acked = [msg_id for _, msg_id in sender.acked]
     assert c.stop_process("broker-a.1") == 0
     store = MessageStore(RootPaths(root).store_dir("broker-a.1"))
     try:
