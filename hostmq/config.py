@@ -94,6 +94,8 @@ class BrokerConfig:
     ha_heartbeat_interval_s: float = 5.0    # both sides speak at least this often (RocketMQ haSendHeartbeatInterval)
     ha_housekeeping_s: float = 20.0         # a replication connection silent this long is closed (haHousekeepingInterval)
     ha_meta_interval_s: float = 10.0        # a master sends its topics and offsets this often (and when topics change)
+    slave_read_enable: bool = False         # a consumer this far behind the master reads from a slave (RocketMQ slaveReadEnable):
+    access_message_in_memory_max_ratio: float = 40.0   # ... more than this % of RAM (accessMessageInMemoryMaxRatio)
 
     def __post_init__(self) -> None:
         _check_numbers("broker", self)
@@ -118,6 +120,9 @@ class BrokerConfig:
                 raise ConfigError(f"broker.{key} must be tcp://HOST:PORT, got {v!r}")
         if self.ha_heartbeat_interval_s <= 0 or self.ha_housekeeping_s <= self.ha_heartbeat_interval_s:
             raise ConfigError("broker.ha_housekeeping_s must exceed broker.ha_heartbeat_interval_s > 0")
+        if not 0 < self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError("broker.access_message_in_memory_max_ratio must be a percentage within (0, 100], "
+                              f"got {self.access_message_in_memory_max_ratio!r}")
         if min(self.max_held_pulls_per_client, self.max_held_pulls, self.register_page_topics) < 1:
             raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
 

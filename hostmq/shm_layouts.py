@@ -162,7 +162,10 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #     line 8 +512 (broker, once, before the magic) role (ROLE_MASTER | ROLE_SLAVE: what this instance
 #                 plays now, broker/role.py — clients find a group's master by it, not by its directory) |
 #                 role_epoch | registered_id (the id the NameServers know it by); (replica: a slave's
-#                 writer) replica_connected (1 while it streams from a master past the handshake)
+#                 writer) replica_connected (1 while it streams from a master past the handshake);
+#                 (broker, once) slave_read_lag_bytes (a master with broker.slave_read_enable: a
+#                 consumer whose next message is further than this behind write_pos reads it from a
+#                 slave — RAM × access_message_in_memory_max_ratio; 0 = never)
 #     +576                      session table: session_slots × STATE_SLOT (broker control)
 #     +576 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +576 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
@@ -182,12 +185,13 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
 # under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 10         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 11         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
                                   # 9: dispatcher and flusher heartbeats, flush latency sum, replication
                                   # 10: role line (promotion), BROKER_STOPPED
+                                  # 11: slave_read_lag_bytes (broker.slave_read_enable)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -207,7 +211,7 @@ _STATE_FIELDS = [
            "ha_slaves", "master_end_pos", "ha_wake"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped",
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
-    (512, ["role", "role_epoch", "registered_id", "replica_connected"]),
+    (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.

@@ -106,6 +106,18 @@ def demoted(old_master_id: int, new_master_id: int, epoch: int) -> RoleRecord:
     return RoleRecord("SLAVE", epoch, new_master_id if old_master_id == 0 else 0)
 
 
+def slave_read_lag_bytes(rt: BrokerRuntime, ram_bytes: int) -> int:
+    """How far behind the master's write position a consumer's next message may be before it
+    reads from a slave (``broker.slave_read_enable``; RocketMQ ``accessMessageInMemoryMaxRatio``:
+    beyond that share of RAM the bytes are likely not in the page cache, and reading them from the
+    master's disk competes with its writes). 0: never — off, or not a master. The broker publishes
+    it in its state; consumers decide per read (``PullConsumer``)."""
+    b = rt.config.broker
+    if rt.is_slave or not b.slave_read_enable:
+        return 0
+    return max(1, int(ram_bytes * b.access_message_in_memory_max_ratio / 100))
+
+
 def instance_path(root_paths, instance: str) -> str:
     """``role.json`` of an instance of the group (the promote command writes another's)."""
     return os.path.join(root_paths.config_dir(instance), ROLE_FILE)

@@ -55,6 +55,7 @@ class BrokerState:
         self.queue_wakes = bool(hdr["queue_wakes"])     # the writer wakes queue words (writer.wake_queues)
         self.is_slave = int(hdr["role"]) == R.ROLE_SLAVE       # broker/role.py: what it plays in its group
         self.role_epoch = int(hdr["role_epoch"])
+        self.slave_read_lag_bytes = int(hdr["slave_read_lag_bytes"])   # 0: consumers never sent to a slave
         sess, attach, histogram, wake, total = R.broker_state_bytes(self.session_slots)
         if total > segment.size or self.session_slots < 1:
             raise SegmentError(self.name, "broker state tables do not fit the segment")
@@ -80,7 +81,7 @@ class BrokerState:
                index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int,
                session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1,
                queue_wakes: bool = False, slave: bool = False, role_epoch: int = 0,
-               registered_id: int = 0) -> "BrokerState":
+               registered_id: int = 0, slave_read_lag_bytes: int = 0) -> "BrokerState":
         """Create the segment (this process owns it) with every position at ``start_pos``."""
         *_, total = R.broker_state_bytes(session_slots)
 
@@ -97,6 +98,7 @@ class BrokerState:
             h[0]["queue_wakes"] = int(queue_wakes)
             h[0]["role"] = R.ROLE_SLAVE if slave else R.ROLE_MASTER
             h[0]["role_epoch"], h[0]["registered_id"] = role_epoch, registered_id
+            h[0]["slave_read_lag_bytes"] = slave_read_lag_bytes
             h[0]["started_ms"] = int(time.time() * 1000)
             for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos",
                         "committed_pos"):

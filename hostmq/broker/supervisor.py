@@ -36,6 +36,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 
 from .. import records as R
 from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
@@ -177,7 +178,9 @@ class Broker:
                                         session_slots=b.session_slots, doorbell_fd=self.doorbell.fd,
                                         # a slave's replica wakes no queue words: its readers sleep on dispatch_seq
                                         queue_wakes=writer_wakes_queues(rt.config.store) and not rt.is_slave,
-                                        slave=rt.is_slave, role_epoch=rt.epoch, registered_id=rt.registered_id)
+                                        slave=rt.is_slave, role_epoch=rt.epoch, registered_id=rt.registered_id,
+                                        slave_read_lag_bytes=roles.slave_read_lag_bytes(
+                                            rt, psutil.virtual_memory().total))
         self._create_pool()
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
         self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)

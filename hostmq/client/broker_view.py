@@ -13,6 +13,8 @@ gone), and is stale again as soon as the master runs. The slave's commitlog is t
 byte and its dispatcher gives every record the master's queue offset, so positions carry over both
 ways; a slave may hold less than the consumer read from the master, so its view never corrects a
 position past a queue's end (RocketMQ: a slave does not check offsets, ``offsetCheckInSlave``).
+A master with ``broker.slave_read_enable`` also sends consumers that lag far behind to a slave while
+it runs (:func:`slave_view`, ``PullConsumer``).
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def broker_running(root: str, broker: str) -> bool:
 
 class BrokerView:
     def __init__(self, root: str, broker: str, store_config: StoreConfig | None = None, *,
-                 by_id: bool = False, tail: bool = False, slaves: bool = False) -> None:
+                 by_id: bool = False, tail: bool = False, slaves: bool = False,
+                 _slave: tuple[str, BrokerState] | None = None) -> None:
         """``by_id``: a view for reading messages by id (Admin), bounded by what is stored rather
         than by what consumers may read (dispatched), so a message is found as soon as it is acked.
         ``tail``: a consumer's view, which also reads the records stored past the dispatched position
@@ -44,10 +47,11 @@ class BrokerView:
         self.root = root
         self.broker = broker
         self.slaves = slaves
+        self.lag_reads = _slave is not None     # a slave read beside a running master (slave_view)
         # The process group read: the master (whichever instance plays it, broker/group.py), or a
         # slave; with none running, the stopped master's store (None: read what recovery would keep).
         self.state: BrokerState | None = None
-        found = running_master(root, broker)
+        found = _slave or running_master(root, broker)
         if found is None and slaves:
             found = running_slave(root, broker)
         if found is not None:
@@ -82,6 +86,16 @@ class BrokerView:
     @property
     def on_slave(self) -> bool:
         return self.state is not None and self.state.is_slave
+
+    def slave_read_lag_bytes(self) -> int:
+        """A running master's bound for reads from its slaves (``broker.slave_read_enable``): a
+        consumer whose next message lies further than this below :meth:`stored_pos` reads it from
+        a slave. 0: never (off, or this view is not of a running master)."""
+        st = self.state
+        return st.slave_read_lag_bytes if st is not None and not st.is_slave else 0
+
+    def stored_pos(self) -> int:
+        return self.state.stored_pos() if self.state is not None else 0
 
     def dispatch_seq(self) -> int:
         return self.state.w[W_DISPATCH_SEQ] if self.state is not None else 0
@@ -134,7 +148,7 @@ class BrokerView:
     def stale(self) -> bool:
         """True if the broker this view follows has gone; for a static view (nothing was running),
         once the master — or, for a view that may read slaves, one of its slaves — runs; for a
-        slave's view, once the master runs again."""
+        slave's view, once the master runs again (a :func:`slave_view`: once that slave stops)."""
         if self.state is None:
             if broker_running(self.root, self.broker):
                 return True
@@ -142,7 +156,7 @@ class BrokerView:
             if found is not None:
                 found[1].close()
             return found is not None
-        if self.on_slave and broker_running(self.root, self.broker):
+        if self.on_slave and not self.lag_reads and broker_running(self.root, self.broker):
             return True
         return self.state.gone()
 
@@ -150,3 +164,10 @@ class BrokerView:
         self.reader.close()
         if self.state is not None:
             self.state.close()
+
+
+def slave_view(root: str, broker: str) -> BrokerView | None:
+    """A view of a running slave of ``broker`` (the lowest id) while its master runs — for consumers
+    the master sends there because they lag (``BrokerView.slave_read_lag_bytes``) — or None."""
+    found = running_slave(root, broker)
+    return None if found is None else BrokerView(root, broker, slaves=True, _slave=found)

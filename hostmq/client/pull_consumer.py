@@ -33,6 +33,7 @@ from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
 from .broker_view import BrokerView
+from .slave_reads import SlaveReads
 from .filter import parse_tag_expression
 from .offset_store import BrokerOffsets
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
@@ -70,6 +71,7 @@ class PullConsumer:
         self.instance = ClientInstance(root, timeout_s=timeout_s)
         self.root = self.instance.root
         self.views: dict[str, BrokerView] = {}
+        self.slave_reads = SlaveReads(self.root, group)    # lagging queues read from a slave (slave_read_enable)
         self.positions: dict[MessageQueue, int] = {}
         self.expression = "*"
         self._committed: dict[MessageQueue, int] = {}
@@ -257,6 +259,8 @@ class PullConsumer:
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
                 self.positions[mq] = g.next_offset
             self.skipped_records += g.skipped
+            if mq in self.slave_reads.on_slave:
+                self.slave_reads.messages += len(g.messages)
             # properties of every returned message decoded when it was read (MessageExt.check)
             out.extend(g.messages if sql is None else [m for m in g.messages if sql.matches(m.properties)])
             if len(out) >= limit:
@@ -275,6 +279,8 @@ class PullConsumer:
                             GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE):
                 self.positions[mq] = b.next_offset
             self.skipped_records += b.skipped
+            if mq in self.slave_reads.on_slave:
+                self.slave_reads.messages += len(b)
             if len(b):
                 return b
         return None
@@ -295,6 +301,8 @@ class PullConsumer:
         # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
         # without the stored position moving: no short cut until it has caught up.
         self._seen[mq] = (view, mark if r.tail_caught_up() else None, m)
+        if view.slave_read_lag_bytes() and self.positions[mq] < m:
+            return self.slave_reads.reader(view, r, mq, self.positions[mq])
         return r
 
     def _seqs(self) -> list[tuple]:
@@ -305,6 +313,7 @@ class PullConsumer:
         for mq in self.positions:
             by_broker.setdefault(mq.broker, []).append(mq)
         lists = []
+        self.slave_reads.drop_consumed()
         for name, v in self.views.items():
             v.reader.drop_consumed()
             lists.append(v.wake_words(by_broker.get(name, ())))
@@ -335,6 +344,7 @@ class PullConsumer:
         stopped, or whose slave takes over (a master down) or gives back (the master runs again):
         their store views are rebuilt."""
         self._next_stale_check = time.monotonic() + STALE_CHECK_S
+        self.slave_reads.drop_stale()
         for name, v in list(self.views.items()):
             if v.stale():
                 v.close()
@@ -448,6 +458,7 @@ class PullConsumer:
         for v in self.views.values():
             v.close()
         self.views.clear()
+        self.slave_reads.close()
         self.instance.close()
 
     def __enter__(self) -> "PullConsumer":

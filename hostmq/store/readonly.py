@@ -332,6 +332,13 @@ class StoreReader:
         cq = self.queues.get((topic, queue_id))
         return cq.max_offset() if cq else 0
 
+    def phys_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """The commitlog offset of the message at ``queue_offset`` as the last refresh of the queue
+        found it in its consume queue (None: not there — not dispatched or not readable yet)."""
+        cq = self.queues.get((topic, queue_id))
+        e = cq.entry(queue_offset) if cq is not None else None
+        return e[0] if e is not None else None
+
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
             expression: str | None = "*") -> GetResult:
         from .message_store import _check_read, _tag_filter

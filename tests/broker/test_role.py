@@ -104,3 +104,17 @@ BASE = dict(is_slave=True, replica_connected=False, write_pos=1000, master_end_p
 def test_when_a_promotion_is_refused(change, why):
     got = promotion.refusal(**{**BASE, **change})
     assert (got is None) if why is None else (why in got)
+
+
+def test_the_slave_read_bound_is_a_share_of_ram_published_by_masters_with_slave_reads_on(tmp_path):
+    on = Config().with_overrides({"broker": {"slave_read_enable": True}})
+    gib = 1 << 30
+    assert role.slave_read_lag_bytes(BrokerRuntime(str(tmp_path), "broker-a", 0), 24 * gib) == 0     # off by default
+    assert role.slave_read_lag_bytes(BrokerRuntime(str(tmp_path), "broker-a", 0, on), 10 * gib) == 4 * gib  # 40 %
+    quarter = on.with_overrides({"broker": {"access_message_in_memory_max_ratio": 25}})
+    assert role.slave_read_lag_bytes(BrokerRuntime(str(tmp_path), "broker-a", 0, quarter), 8 * gib) == 2 * gib
+    slave = on.with_overrides({"broker": {"role": "SLAVE"}})
+    assert role.slave_read_lag_bytes(BrokerRuntime(str(tmp_path), "broker-a", 1, slave), 8 * gib) == 0
+    for bad in (0, 101, -1):
+        with pytest.raises(ConfigError, match="access_message_in_memory_max_ratio"):
+            Config().with_overrides({"broker": {"access_message_in_memory_max_ratio": bad}})
