@@ -485,6 +485,19 @@ def index_file_bytes(slots: int, entries: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Replica mark: ``store/replica.pos`` of a slave (broker/replica_mark.py; the replica is its only
+# writer). Native int64 words in a mapped file, stored without fsync (a killed process leaves them in
+# the page cache; after a host crash they may be older — only hints, checked against the log):
+#   master_end_pos  the master's commitlog end this slave last heard of (what a promotion compares)
+#   last_phys, last_size, last_crc  the last record the replica appended (its CRC32 over the whole
+#                   record): where the handshake's walk to the log's last record may start
+# ---------------------------------------------------------------------------------------------
+REPLICA_MARK = np.dtype([("master_end_pos", "i8"), ("last_phys", "i8"), ("last_size", "i8"), ("last_crc", "i8")])
+REPLICA_MARK_FILE = "replica.pos"
+REPLICA_MARK_FILE_BYTES = 4096
+
+
+# ---------------------------------------------------------------------------------------------
 # Checkpoint (RocketMQ StoreCheckpoint plus the dispatched offsets, with a CRC)
 # ---------------------------------------------------------------------------------------------
 CHECKPOINT = struct.Struct(">qqqqqqqqI")

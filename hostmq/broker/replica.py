@@ -34,6 +34,7 @@ from ..protocol import ha as P
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
 from .ha_master import parse_tcp, replication_secret
+from .replica_mark import ReplicaMark
 from .offsets import OFFSETS_FILE, SLAVE_COMMITS, parse_offset_table, table_dict
 from .runtime import BrokerRuntime
 from .state import BrokerState
@@ -85,6 +86,9 @@ class Replica:
         self.reader = P.FrameReader(P.MASTER_KINDS)
         self.last_read_s = self.last_report_s = 0.0
         self.state.set("replica_connected", 0)     # a killed predecessor may have left it set
+        # What the master held survives a restart of this slave (a promotion compares it).
+        self.mark = ReplicaMark(rt.store_dir)
+        self.state.set("master_end_pos", max(self.state.get("master_end_pos"), self.mark.master_end_pos))
         self.state.set("writer_pid", os.getpid())
 
     # -- connecting -----------------------------------------------------------------------------------
@@ -102,8 +106,11 @@ class Replica:
             cp = self._checkpoint(mf.file_from_offset)
             if cp is not None:
                 out.append(cp)
-        if files:       # the last record: walk the last file (records have no back links)
-            phys, last = files[-1].file_from_offset, None
+        if files:       # the last record: walk the last file (records have no back links) — from
+            phys, last = files[-1].file_from_offset, None    # the last one appended, if it still is
+            known = self.mark.last_record()
+            if known is not None and phys <= known[0] < self.end and self._checkpoint(known[0]) == known:
+                phys = known[0]
             while phys < self.end:
                 cp = self._checkpoint(phys)
                 if cp is None:
@@ -148,6 +155,7 @@ class Replica:
             sock.close()
             raise ProtocolError(f"the master answered the HELLO with {P.KIND_NAMES[frames[0].kind]}")
         w = P.Welcome.decode(frames[0])
+        self._master_end(w.master_end, exact=True)
         if w.truncate_to is not None and w.truncate_to < self.end:
             sock.close()
             raise MustTruncate(w.truncate_to)
@@ -155,7 +163,6 @@ class Replica:
             sock.close()
             raise ProtocolError(f"the master streams from {w.start}, this log ends at {self.end} "
                                 f"(a slave starts empty or from a copy of the master's store)")
-        self.state.set("master_end_pos", w.master_end)
         self._carry_back_offsets(sock)
         sock.settimeout(None)
         sock.setblocking(True)
@@ -223,13 +230,20 @@ class Replica:
                 raise ProtocolError(f"DATA at {f.offset}, expected {expected}")
             self.pending += f.body
             self._append_whole_records()
-            self.state.set("master_end_pos", max(self.state.get("master_end_pos"), f.offset + len(f.body)))
+            self._master_end(f.offset + len(f.body))
         elif f.kind == P.BEAT:
-            self.state.set("master_end_pos", f.offset)
+            self._master_end(f.offset, exact=True)
         elif f.kind == P.WELCOME:
             raise ProtocolError("a second WELCOME")
         elif f.kind == P.META:
             self._store_meta(f.body)
+
+    def _master_end(self, pos: int, exact: bool = False) -> None:
+        """What the master holds: as it says (``exact``: WELCOME, BEAT), or at least past a DATA."""
+        if not exact:
+            pos = max(self.state.get("master_end_pos"), pos)
+        self.state.set("master_end_pos", pos)
+        self.mark.master_end_pos = pos
 
     def _store_meta(self, body: bytes) -> None:
         """The master's topics and offsets, kept for this slave's broker (its control loop is the
@@ -246,6 +260,7 @@ class Replica:
         """Cut whole records out of ``pending``, check and append them; keep an incomplete tail."""
         buf, base = self.pending, self.end          # buf[0] is at commitlog offset ``base``
         rel = seg = 0                               # consumed / start of checked records not yet appended
+        last = -1                                   # the last message record's start in ``buf``
         while True:
             phys = base + rel
             if self.skip_to:                        # the rest of a padded file: zeros, never read
@@ -279,8 +294,12 @@ class Replica:
                 raise ProtocolError(f"a broken record from the master at {phys}: {e}") from None
             if kind != R.RecordKind.MESSAGE or size != total:
                 raise ProtocolError(f"a record at {phys} is not a message")
+            last = rel
             rel += total
         self._append(base + seg, buf[seg:rel])
+        if last >= 0:
+            size = _HEADER.unpack_from(buf, last)[0]
+            self.mark.set_last_record(base + last, size, P.record_crc(buf[last:last + size]))
         del buf[:rel]
         self.end = base + rel
         self._publish()
@@ -306,6 +325,7 @@ class Replica:
 
     def close(self) -> None:
         self.disconnect("the slave stops")
+        self.mark.close()
         self.cl.close()
         self.state.close()
 
