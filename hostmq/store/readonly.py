@@ -41,6 +41,7 @@ from .tail import CommitlogTail, TailedQueue
 log = logging.getLogger(__name__)
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
+MAX_WARNED = 1024               # positions a view remembers having warned about (then it forgets them all)
 _CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's first two fields
 _CQ_SIZE_AT = CQ_ENTRY.fields["size"][1]
 assert CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize
@@ -52,7 +53,6 @@ def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfi
     cfg = base or StoreConfig()
     over = read_sizes(path) or infer_sizes(path)
     return StoreConfig(**{**cfg.__dict__, **over}) if over else cfg
-
 
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
@@ -212,6 +212,8 @@ class StoreReader:
         shown = self._shown.get((topic, queue_id), 0)
         if queue_offset <= shown:
             if (topic, queue_id, queue_offset) not in self._warned and self.knows_end():
+                if len(self._warned) >= MAX_WARNED:         # bounded: a long-lived view may meet many
+                    self._warned.clear()
                 self._warned.add((topic, queue_id, queue_offset))      # once per position, not per poll
                 log.warning("store view of %s: queue %s/%d ends before offset %d, which it showed readable "
                             "(up to %d); the position stays", self.broker or self.path, topic, queue_id,
