@@ -171,9 +171,9 @@ class Replica:
         self.pending.clear()
         self.skip_to = 0
         self.last_read_s = self.last_report_s = time.monotonic()
-        for f in frames[1:]:
-            self._handle(f)
         log.info("replica: replicating from %s from offset %d (the master is at %d)", address, self.end, w.master_end)
+        for f in frames[1:]:        # DATA that came with the WELCOME: logged above from where it starts
+            self._handle(f)
 
     def _carry_back_offsets(self, sock: socket.socket) -> None:
         """Send the master what consumers committed here while it was down (``slave_commits`` of this

@@ -144,8 +144,8 @@ def show(data: dict) -> None:
     for b in data["brokers"]:
         st = b.get("state", {})
         rows.append({"broker": b.get("instance", b["name"]), "id": b["id"], "role": b.get("role", "-"),
-                     "repl lag": replication(b), "cluster": b["cluster"], "alive": b["alive"],
-                     "pid": b["pids"].get("broker", "-"),
+                     "epoch": b.get("epoch", "-"), "repl lag": replication(b), "cluster": b["cluster"],
+                     "alive": b["alive"], "pid": b["pids"].get("broker", "-"),
                      "writer/dispatcher/flusher": "/".join(str(b["pids"].get(k, "-"))
                                                           for k in ("writer", "dispatcher", "flusher")),
                      "write_pos": st.get("write_pos", "-"), "dispatched": st.get("dispatched_pos", "-"),
@@ -155,8 +155,9 @@ def show(data: dict) -> None:
                      "dirty": b["tuning"].get("dirty_bytes", "-"),
                      "tx checking/given up": "{}/{}".format(b.get("transactions", {}).get("checking", "-"),
                                                             b.get("transactions", {}).get("given_up_total", "-"))})
-    print_table(rows, ["broker", "id", "role", "repl lag", "cluster", "alive", "pid", "writer/dispatcher/flusher", "write_pos",
-                       "dispatched", "flushed", "sessions", "cached (log/cq)", "dirty", "tx checking/given up"])
+    print_table(rows, ["broker", "id", "role", "epoch", "repl lag", "cluster", "alive", "pid",
+                       "writer/dispatcher/flusher", "write_pos", "dispatched", "flushed", "sessions",
+                       "cached (log/cq)", "dirty", "tx checking/given up"])
     queues = [{"topic": q["topic"], "broker": b["name"], "queue": q["queue_id"], "min_offset": q["min_offset"],
                "max_offset": q["max_offset"]} for b in data["brokers"] if b["id"] == 0 for q in b.get("queues", [])]
     print()
