@@ -79,6 +79,31 @@ def merged_config(root: str, config: Config | Mapping[str, Any] | None) -> Confi
     return base.with_overrides(config)
 
 
+def clean_after_crash(root: str, broker: str) -> None:
+    """What a broker instance killed with SIGKILL leaves (its socket files, state segment, pool
+    segments) is reclaimed by its next start; one that stops for good is cleaned here — only while
+    nobody runs it (its ``broker.lock`` is free)."""
+    paths = RootPaths(root)
+    lock = paths.broker_lock(broker)
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # nobody runs it: we may clean
+    except BlockingIOError:
+        os.close(fd)
+        return
+    try:
+        prefix = shm_name(root, broker, "x").rsplit(".", 2)[0] + "."
+        reclaim_stale(prefix, grace_s=0.0, orphan_semaphores=True)
+        for sock in (paths.broker_socket(broker), paths.broker_session_socket(broker)):
+            if os.path.exists(sock):
+                os.unlink(sock)
+    finally:
+        os.close(fd)
+
+
 class LocalCluster:
     def __init__(self, root=None, brokers: int = 1, namesrvs: int = 1,
                  config: Config | Mapping[str, Any] | None = None, *, slaves: int = 0,
@@ -204,34 +229,11 @@ class LocalCluster:
         self.exit_codes = {n: p.returncode for n, p in self.processes.items()}
         for n in brokers:
             if self.processes[n].returncode not in (0, None):
-                self._clean_after_crash(n)
+                clean_after_crash(self.root, n)
         for log in self._logs.values():
             log.close()
         self._logs.clear()
         self.processes.clear()
-
-    def _clean_after_crash(self, broker: str) -> None:
-        """What a broker killed with SIGKILL leaves (its socket files, state segment, pool segments) is
-        reclaimed by its next start; a cluster that stops for good reclaims it now."""
-        paths = RootPaths(self.root)
-        lock = paths.broker_lock(broker)
-        try:
-            fd = os.open(lock, os.O_RDWR)
-        except FileNotFoundError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # nobody runs it: we may clean
-        except BlockingIOError:
-            os.close(fd)
-            return
-        try:
-            prefix = shm_name(self.root, broker, "x").rsplit(".", 2)[0] + "."
-            reclaim_stale(prefix, grace_s=0.0, orphan_semaphores=True)
-            for sock in (paths.broker_socket(broker), paths.broker_session_socket(broker)):
-                if os.path.exists(sock):
-                    os.unlink(sock)
-        finally:
-            os.close(fd)
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

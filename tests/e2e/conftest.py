@@ -119,11 +119,12 @@ def cluster(root):
     assert not left, f"shared memory left behind: {left}"
 
 
-def commitlogs_identical(root: str, a: str = "broker-a", b: str = "broker-a.1") -> int:
-    """Compares two instances' commitlog files byte for byte; returns the files compared."""
+def commitlogs_identical(root: str, a: str = "broker-a", b: str = "broker-a.1", root_b: str | None = None) -> int:
+    """Compares two instances' commitlog files byte for byte (``b`` under ``root_b``, by default
+    under ``root`` too); returns the files compared."""
     from hostmq.root import RootPaths
-    paths = RootPaths(root)
-    da, db = (os.path.join(paths.store_dir(n), "commitlog") for n in (a, b))
+    da = os.path.join(RootPaths(root).store_dir(a), "commitlog")
+    db = os.path.join(RootPaths(root_b or root).store_dir(b), "commitlog")
     names = sorted(os.listdir(da))
     assert names == sorted(os.listdir(db))
     for n in names:
@@ -133,13 +134,17 @@ def commitlogs_identical(root: str, a: str = "broker-a", b: str = "broker-a.1") 
 
 
 class SendsUntilStopped:
-    """A thread sending one message at a time (body ``%08d`` of a counter) until :meth:`stop` or the
-    first error; ``acked`` holds (body, msg_id) of every SEND_OK."""
+    """A thread sending one message at a time (body ``%08d`` of a counter, after ``start``) until
+    :meth:`stop` or the first error (kept in ``error``); ``acked`` holds (body, msg_id) of every
+    SEND_OK, ``answered`` (body, status) of every send answered — the broker stored each of them,
+    whatever the status."""
 
-    def __init__(self, root: str, topic: str) -> None:
+    def __init__(self, root: str, topic: str, start: int = 0) -> None:
         import threading
-        self.root, self.topic = root, topic
+        self.root, self.topic, self.start = root, topic, start
         self.acked: list[tuple[bytes, str]] = []
+        self.answered: list[tuple[bytes, object]] = []
+        self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -147,13 +152,15 @@ class SendsUntilStopped:
     def _run(self) -> None:
         import hostmq
         with hostmq.Producer(self.root, retries=0) as p:
-            i = 0
+            i = self.start
             while not self._stop.is_set():
                 body = b"%08d" % i
                 try:
                     r = p.send(hostmq.Message(self.topic, body), timeout=2.0)
-                except hostmq.errors.HostMQError:
+                except hostmq.errors.HostMQError as e:
+                    self.error = e
                     return
+                self.answered.append((body, r.status))
                 if r.status == hostmq.SendStatus.SEND_OK:
                     self.acked.append((body, r.msg_id))
                 i += 1
