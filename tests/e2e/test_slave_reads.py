@@ -4,6 +4,7 @@ within the bound — positions carry over both ways, nothing is read twice or sk
 master alone when the slave is gone."""
 from __future__ import annotations
 
+import contextlib
 import signal
 
 import psutil
@@ -60,32 +61,35 @@ def _check(got: list) -> None:
         assert offsets == list(range(len(offsets)))
 
 
-def test_a_lagging_consumer_reads_from_the_slave_and_returns_to_the_master(cluster):
-    c = cluster(slaves=1, broker={"slave_read_enable": True, "access_message_in_memory_max_ratio": _ratio()})
-    root = c.root
-    assert abs(c_bound(root) - BOUND_BYTES) <= BOUND_BYTES // 100
-    _fill(root)
-    pc = hostmq.PullConsumer(root, group="g-lag", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
+@contextlib.contextmanager
+def _new_group(root: str, group: str):
+    """A new group's consumer of the topic from its first offset, closed at the end."""
+    pc = hostmq.PullConsumer(root, group=group, consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
     try:
         pc.subscribe(TOPIC, "*")
-        got: list = []
-        _consume(pc, TOTAL, got)
-        _check(got)
-        # What lay beyond the bound came from the slave, the last MiB from the master.
-        assert 0 < pc.slave_reads.messages < TOTAL
-        assert pc.slave_reads.on_slave == set() and pc.views["broker-a"].instance == "broker-a"
-        assert "broker-a" in pc.slave_reads.views
+        yield pc
     finally:
         pc.close()
 
 
+def test_a_lagging_consumer_reads_from_the_slave_and_returns_to_the_master(cluster):
+    c = cluster(slaves=1, broker={"slave_read_enable": True, "access_message_in_memory_max_ratio": _ratio()})
+    assert abs(_published_bound(c.root) - BOUND_BYTES) <= BOUND_BYTES // 100
+    _fill(c.root)
+    with _new_group(c.root, "g-lag") as pc:
+        got: list = []
+        _consume(pc, TOTAL, got)
+        _check(got)
+        # What lay beyond the bound came from the slave, the last 512 KiB from the master.
+        assert 0 < pc.slave_reads.messages < TOTAL
+        assert pc.slave_reads.on_slave == set() and pc.views["broker-a"].instance == "broker-a"
+        assert "broker-a" in pc.slave_reads.views
+
+
 def test_with_the_slave_gone_a_lagging_consumer_reads_the_master(cluster):
     c = cluster(slaves=1, broker={"slave_read_enable": True, "access_message_in_memory_max_ratio": _ratio()})
-    root = c.root
-    _fill(root)
-    pc = hostmq.PullConsumer(root, group="g-gone", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
-    try:
-        pc.subscribe(TOPIC, "*")
+    _fill(c.root)
+    with _new_group(c.root, "g-gone") as pc:
         got: list = []
         _consume(pc, 2_000, got)
         assert pc.slave_reads.messages > 0
@@ -97,27 +101,20 @@ def test_with_the_slave_gone_a_lagging_consumer_reads_the_master(cluster):
         _consume(pc, TOTAL, got)
         _check(got)
         assert pc.slave_reads.messages == before       # the rest from the master
-    finally:
-        pc.close()
 
 
 def test_without_slave_read_enable_a_lagging_consumer_stays_on_the_master(cluster):
     c = cluster(slaves=1, broker={"access_message_in_memory_max_ratio": _ratio()})
-    root = c.root
-    assert c_bound(root) == 0
-    _fill(root)
-    pc = hostmq.PullConsumer(root, group="g-off", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET)
-    try:
-        pc.subscribe(TOPIC, "*")
+    assert _published_bound(c.root) == 0
+    _fill(c.root)
+    with _new_group(c.root, "g-off") as pc:
         got: list = []
         _consume(pc, TOTAL, got)
         _check(got)
         assert pc.slave_reads.messages == 0 and pc.slave_reads.views == {}
-    finally:
-        pc.close()
 
 
-def c_bound(root: str) -> int:
+def _published_bound(root: str) -> int:
     """The bound the running master published in its state."""
     from hostmq.broker.group import running_master
     found = running_master(root, "broker-a")
@@ -126,4 +123,3 @@ def c_bound(root: str) -> int:
         return found[1].slave_read_lag_bytes
     finally:
         found[1].close()
-
