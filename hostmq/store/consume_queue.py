@@ -11,7 +11,7 @@ blank entries ``(0, 0x7FFFFFFF, 0)`` as RocketMQ does and its min offset is move
 
 Crash policy: ``recover`` finds the last valid entry; ``verify`` (abnormal recovery) cuts the queue at
 the first entry that does not point at its own record; ``truncate_dirty`` drops entries that point
-past the recovered end of the commitlog; re-dispatch then appends whatever is missing. Re-dispatch
+past the recovered end of the commitlog (sizes zeroed first: readers may be reading them); re-dispatch then appends whatever is missing. Re-dispatch
 never cuts a queue below entries that point at valid records of it (``put_many`` with ``holds``): a
 record read back that claims a queue offset already taken by such an entry is refused, not obeyed.
 """
@@ -320,7 +320,16 @@ class ConsumeQueue:
         self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + n * ENTRY_BYTES)
 
     def truncate_offset(self, queue_offset: int) -> None:
-        """Drop entries at and after ``queue_offset``."""
+        """Drop entries at and after ``queue_offset``. Their sizes are zeroed first, then the rest:
+        consumers map these files and load an entry's size, its phys offset and its size again
+        (``store/readonly.py``), so an entry being dropped never reads as a whole one (say phys
+        zeroed, size not yet: a record "ending" below every bound)."""
+        for mf in self.mfq.files:
+            lo = max(queue_offset * ENTRY_BYTES, mf.file_from_offset)
+            hi = min(mf.file_from_offset + mf.wrote_pos, mf.file_end_offset)
+            if lo < hi:
+                first = mf.file_from_offset
+                self._entries(mf)["size"][(lo - first) // ENTRY_BYTES:(hi - first) // ENTRY_BYTES] = 0
         self.mfq.truncate(queue_offset * ENTRY_BYTES)
 
     def truncate_dirty(self, max_phys_offset: int) -> int:

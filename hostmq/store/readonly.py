@@ -268,8 +268,11 @@ class StoreReader:
                 # read as (phys 0, its size), "ending" far below the bound, and be counted before
                 # its record is readable — the view's max then no longer meets the tail's entries
                 # and falls below positions read from them (fault run fce7182, trial 456).
+                # And the size once more after the phys offset: a dispatcher that drops entries
+                # at its start (``ConsumeQueue.truncate_offset``) zeroes their sizes before the
+                # rest, so an entry whose size still holds after its phys was loaded was whole.
                 size = size_at(mm, pos + _CQ_SIZE_AT)[0]
-                if size <= 0 or phys_at(mm, pos)[0] + size > limit:
+                if size <= 0 or phys_at(mm, pos)[0] + size > limit or size_at(mm, pos + _CQ_SIZE_AT)[0] != size:
                     break
                 pos += ENTRY_BYTES
             if pos > start:
@@ -288,8 +291,10 @@ class StoreReader:
             first = mf.file_from_offset // ENTRY_BYTES
             i = m - first
             ents = cq._entries(mf)[i:min(per_file, i + 4096)]
-            # every size loaded before any phys offset, as in the scalar loop above
-            ok = (ents["size"] > 0) & (ents["phys_offset"] + ents["size"] <= self.readable_end)
+            # every size loaded before any phys offset, and again after it, as in the scalar loop above
+            sizes = ents["size"].copy()
+            phys = ents["phys_offset"].copy()
+            ok = (sizes > 0) & (phys + sizes <= self.readable_end) & (ents["size"] == sizes)
             bad = np.flatnonzero(~ok)
             k = int(bad[0]) if len(bad) else len(ents)
             m += k

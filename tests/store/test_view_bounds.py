@@ -175,3 +175,27 @@ def test_a_view_keeps_a_position_at_or_below_an_end_it_showed(tmp_path, caplog):
         assert r.get(*KEY, pos, 5).status == GetStatus.OFFSET_OVERFLOW_ONE
     finally:
         live.close()
+
+
+def test_an_entry_being_dropped_at_a_dispatcher_start_is_not_counted(tmp_path, monkeypatch):
+    """A dispatcher that starts after a kill drops the consume-queue entries past its dispatched
+    position (``truncate_dirty``) while consumers' views may be loading them. Zeroed forward, an
+    entry could read as (phys 0, its size) — a record "ending" below the bound, counted, and then
+    skipped by the consumer as undecodable. Sizes are zeroed first now, and the view loads the size
+    again after the phys offset: the entry is not counted."""
+    live = Live(str(tmp_path / "s"))
+    try:
+        live.put(12)
+        live.dispatch(12, publish=False)
+        live.published = live.record_end(9)             # entries 10 and 11 lie past what is readable
+        with StoreReader(str(tmp_path / "s"), small_config(), scan_queues=False,
+                         limit_phys=lambda: live.published) as view:
+            cq = live.store.cq_store.consume_queue(*KEY)
+            slot = 10 * CQ_ENTRY.itemsize
+            assert view.refresh_queue(*KEY) == 10
+            torn = TornLoads(monkeypatch, view.queues[KEY].mfq.find(slot).mm, slot,
+                             lambda: cq.truncate_dirty(live.published))
+            assert view.refresh_queue(*KEY) == 10, "the view counted an entry being dropped"
+            assert torn.stored and cq.max_offset() == 10
+    finally:
+        live.close()
