@@ -8,8 +8,9 @@ What each module does (one owner per module):
   inside a narrow window) is injected, what a supervisor would restart is restarted, and the store is
   verified (every acknowledged message stored exactly once, reachable by queue, key and id; nothing
   outside the root; nothing left in /dev/shm). ``plan`` (fault kinds, configurations, the trial plan),
-  ``workers`` (the harness's handles on the workload processes) and ``runner`` (a whole run, then the
-  fuzzers) complete it.
+  ``workers`` (the harness's handles on the workload processes), ``failover`` (the ``master:promote``
+  kind: promote the slave, rejoin the old master, give the roles back) and ``runner`` (a whole run,
+  then the fuzzers) complete it.
 * ``store_fuzz`` — bit flips, truncation and zeroing in every store file kind followed by abnormal
   recovery.
 * ``ring_fuzz`` — a hostile producer: random bytes and bit flips in an ingress ring.

@@ -8,8 +8,10 @@ configuration; producers and the consumer are long-lived worker processes (``wor
    into a window (``aim``) and SIGKILL it there;
 3. restart what a supervisor would: a broker child restarts by itself (the harness waits for the
    new pid in the broker state); a killed broker group with ``LocalCluster.start_broker``, a NameServer
-   with ``start_namesrv``; a killed producer or consumer is started again by the harness;
-4. more load, then the producers finish what is in flight (``stop T``);
+   with ``start_namesrv``; a killed producer or consumer is started again by the harness; for
+   ``master:promote`` the slave is promoted and the old master rejoins as its slave (``failover``);
+4. more load, then the producers finish what is in flight (``stop T``) — and after a failover the
+   roles are given back;
 5. verification (``verify``): the workers' logs are read, the commitlog region written since the
    last trial is scanned, the harness waits (bounded) for stragglers — delay messages, transaction
    check-backs, the consumer — then checks every acknowledged message of the trial: stored exactly
@@ -40,6 +42,7 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
+from .failover import Failover, wait_for
 from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
@@ -59,17 +62,6 @@ PUBLIC_SAMPLE = 3               # messages per trial also looked up through Admi
 _RESTARTED = re.compile(r"(\w+) \(pid (\d+)\) exited with (\S+)(?: \([^)]*\))?; restarting")
 
 
-def wait_for(cond, timeout_s: float, what: str, step_s: float = 0.02):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise FaultHarnessError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(step_s)
-
-
 class Fault:
     """What was done to whom, when."""
 
@@ -77,6 +69,7 @@ class Fault:
         self.kind, self.pids, self.handle = kind, pids, handle
         self.wall = time.time()
         self.aim = None
+        self.failover: Failover | None = None       # master:promote
 
 
 class ClusterUnderTest:
@@ -185,14 +178,18 @@ class ClusterUnderTest:
             line = w.expect(f"done {no}", 30)
             if line is None or line.split()[-1] != "0":
                 stuck.append(w.name)
+        over = fault.failover
+        if over:                        # the roles back as they were, for the checks
+            over.give_back(self.ledger, TOPIC)
+            self._attach()
         verdict = self._settle(no)
-        crashes = self._crashes(fault)
+        crashes = self._crashes(fault) + (over.problems if over else [])
         row = TrialRow(no, self.config, kind.name, kind.target, kind.action, kind.window,
                        ("yes" if fault.aim.hit else "no") if fault.aim else "", restart_s=restart_s,
                        recovery_s=self._first_ack_after - fault.wall,
                        crashes=sum(c.startswith("crash") for c in crashes))
         _fill(row, verdict)
-        notes = crashes + [f"producer {n} did not finish its sends" for n in stuck]
+        notes = crashes + (over.notes if over else []) + [f"producer {n} did not finish its sends" for n in stuck]
         if fault.aim:
             notes.append(f"aim: {fault.aim.steps} steps, {fault.aim.seconds:.2f} s, {fault.aim.detail}")
         row.details = "; ".join(verdict.details + notes)
@@ -207,8 +204,8 @@ class ClusterUnderTest:
         pids, handle = self._target(kind.target)
         with self._targets(kind.target, pids) as targets:
             fault = Fault(kind, pids, handle)
-            sig = signal.SIGKILL if kind.action == "kill" else signal.SIGSTOP
-            group = {"broker": BROKER, "slave": SLAVE}.get(kind.target)
+            sig = signal.SIGSTOP if kind.action == "stop" else signal.SIGKILL
+            group = {"broker": BROKER, "master": BROKER, "slave": SLAVE}.get(kind.target)
             if group:
                 self.cluster.signal_group(group, sig)
             else:
@@ -224,7 +221,7 @@ class ClusterUnderTest:
     def _targets(self, target: str, pids: list[int]) -> Targets:
         """``pids`` held by pidfd; a broker child (read from the state words) only while it is still
         a process of this broker — by the time it is signalled its pid could name another process."""
-        if target in CHILDREN or target == "broker":
+        if target in CHILDREN or target in ("broker", "master"):
             broker = self.cluster.pid(BROKER)
             return Targets(pids, lambda pid: pid == broker or _pgid(pid) == broker)
         if target in ("slave", "replica"):
@@ -235,7 +232,7 @@ class ClusterUnderTest:
     def _target(self, target: str) -> tuple[list[int], WorkerHandle | None]:
         if target in CHILDREN:
             return [int(self.state.get(f"{target}_pid"))], None
-        if target == "broker":
+        if target in ("broker", "master"):
             return self._group_pids(), None
         if target == "slave":
             return self._group_pids(SLAVE), None
@@ -290,6 +287,9 @@ class ClusterUnderTest:
             psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)
             self.cluster.start_broker(BROKER)
             self._attach()
+        elif target == "master":
+            fault.failover = Failover(self.cluster, BROKER, SLAVE)
+            fault.failover.take_over(fault.pids)
         elif target == "slave":
             self.cluster.processes[SLAVE].wait(30)
             psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)

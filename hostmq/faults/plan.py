@@ -16,8 +16,13 @@ Configurations are separate clusters (a store never changes its file sizes or fl
 SYNC_MASTER with a slave on the same root). Replication kinds exist only in ``ha``: ``slave`` — the
 slave's whole process group (restarted with ``LocalCluster.start_broker``), ``replica`` — the slave's
 writer, the replica (cuts replication from the slave's side; its supervisor restarts it), ``ha`` —
-the master's replication process (cuts it from the master's side; it comes back on another port).
-After every ``ha`` trial the slave must catch up and hold the master's commitlog byte for byte.
+the master's replication process (cuts it from the master's side; it comes back on another port) —
+and ``master:promote``, the failover (``failover.py``): the master's whole process group is killed
+under load, its slave promoted, the old master started again (it joins as a slave, cutting what the
+new master lacks, and catches up) while the load goes on against the promoted master; after the
+load the roles are given back (the promoted master stopped gracefully, the old one promoted back,
+the slave started again). After every ``ha`` trial the slave must catch up and hold the master's
+commitlog byte for byte.
 """
 from __future__ import annotations
 
@@ -28,9 +33,10 @@ from ..errors import FaultHarnessError
 from .aim import WINDOW_PROCESS, WINDOWS
 
 TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", "producer", "consumer",
-           "slave", "replica", "ha")
+           "slave", "replica", "ha", "master")
 CHILDREN = ("writer", "dispatcher", "flusher", "scheduler", "ha")   # the master's, restarted by its supervisor
-HA_TARGETS = ("slave", "replica", "ha")
+HA_TARGETS = ("slave", "replica", "ha", "master")
+ACTIONS = {"master": ("promote",)}      # the actions of a target, when not kill and stop
 AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),
         "dispatcher": ("mid-dispatch",), "flusher": ("mid-flush",),
         "broker": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "mid-flush",
@@ -61,7 +67,7 @@ SLAVES = {"ha": 1}              # slaves per broker, by configuration
 @dataclass(frozen=True)
 class FaultKind:
     target: str
-    action: str = "kill"        # kill or stop
+    action: str = "kill"        # kill, stop, or promote (the master: kill it and promote its slave)
     window: str = ""            # aimed window ("" = a random moment)
 
     @property
@@ -81,7 +87,8 @@ class FaultKind:
 def all_kinds() -> list[FaultKind]:
     out = []
     for t in TARGETS:
-        out += [FaultKind(t), FaultKind(t, "stop")] + [FaultKind(t, "kill", w) for w in AIMS.get(t, ())]
+        out += [FaultKind(t, a) for a in ACTIONS.get(t, ("kill", "stop"))] + \
+            [FaultKind(t, "kill", w) for w in AIMS.get(t, ())]
     return out
 
 

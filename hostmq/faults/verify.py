@@ -10,7 +10,11 @@ Three parts:
   or for a transaction one per COMMIT decision — the local one and each check-back answer),
   mismatched (the acknowledgement names another position / queue offset than the stored copy),
   unseen (no consumer received it), out of order (a consumer got an ordering key's messages out of
-  order, or the store holds them out of order), phantom (a rolled-back transaction that was stored);
+  order, or the store holds them out of order), phantom (a rolled-back transaction that was stored).
+  After a failover (``failover``) the records the old master cut when it rejoined are read from its
+  cut files (:func:`scan_cut_file`): an acknowledged message found only there is lost, unless its
+  send was answered other than SEND_OK (a SYNC_MASTER stored it without a slave's copy, which a
+  failover may drop) — those are counted apart, in the trial's details;
 * :func:`check_reachable` looks each stored copy up the three ways a reader does: its consume-queue
   entry (``records.CQ_ENTRY`` read from the file), the index by its key (``IndexReader``) and its
   message id (``StoreReader.view``).
@@ -101,16 +105,39 @@ def scan_commitlog(commitlog_dir: str, file_bytes: int, start: int, end: int,
     return out, problems, max(start, min(pos, end))
 
 
-def _one_record(buf: bytes, rel: int, phys: int, real_topic: str) -> tuple[Stored | None, int, str]:
+def scan_cut_file(path: str, real_topic: str) -> tuple[list[Stored], list[str]]:
+    """Harness records in a ``store/cut-FROM-TO.bin`` (``broker/truncation.py``): the whole records a
+    rejoining slave cut from its commitlog, back to back (the blank ends of files left out, so each
+    record's position is its own PHYSICALOFFSET). ``(records, problems)``."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out: list[Stored] = []
+    problems: list[str] = []
+    rel = 0
+    while rel < len(data):
+        rec, size, why = _one_record(data, rel, None, real_topic)
+        if why:
+            problems.append(f"{os.path.basename(path)}, record {rel} bytes in: {why}")
+        if size == 0:
+            break
+        if rec is not None:
+            out.append(rec)
+        rel += size
+    return out, problems
+
+
+def _one_record(buf: bytes, rel: int, phys: int | None, real_topic: str) -> tuple[Stored | None, int, str]:
     """``(record or None, size, problem)``. Size 0: a blank record, or one whose structure is broken
     (nothing after it in the file can be found). A well-formed record with a wrong PHYSICALOFFSET is
-    a problem but still counted: recovery keeps it (its CRC is fine) and readers reach it."""
+    a problem but still counted: recovery keeps it (its CRC is fine) and readers reach it. ``phys``
+    None: the record is not where it was stored (a cut file); its PHYSICALOFFSET is its position."""
     if len(buf) - rel >= R.SIZE_MAGIC.size and R.SIZE_MAGIC.unpack_from(buf, rel)[1] == R.BLANK_MAGIC_CODE:
         return None, 0, ""
     try:
         h, topic, body, props = R.decode_record(buf, rel, len(buf))
     except CorruptRecordError as e:
         return None, 0, e.why
+    phys = h.phys_offset if phys is None else phys
     why = "" if h.phys_offset == phys else \
         f"PHYSICALOFFSET {h.phys_offset} is not its position (topic {topic}, queue {h.queue_id}, QUEUEOFFSET " \
         f"{h.queue_offset}): an append that never finished, kept"
@@ -161,6 +188,8 @@ class _Book:
     aux: dict = field(default_factory=lambda: defaultdict(list))   # key → SCHEDULE / HALF copies
     received: set = field(default_factory=set)
     half_ids: dict = field(default_factory=dict)       # key → the half's msg id (txend)
+    half_status: dict = field(default_factory=dict)    # key → the half's send status (txend)
+    cut: dict = field(default_factory=dict)            # key → where a copy was cut ("cut-….bin at PHYS")
     rolled_back: set = field(default_factory=set)
 
 
@@ -212,6 +241,7 @@ class Ledger:
                 book.rolled_back.add(key)
             elif kind == "txend":
                 book.half_ids[key] = ev.get("id")
+                book.half_status[key] = ev.get("st", "SEND_OK")
 
     def _receipt(self, ev: dict) -> None:
         if ev.get("s", -1) < 0:
@@ -254,11 +284,23 @@ class Ledger:
             else:
                 book.aux[key].append(r)
 
+    def add_cut(self, records: list[Stored], problems: list[str], where: str) -> None:
+        """Records a rejoining slave cut from its commitlog (``scan_cut_file`` of ``where``): an
+        acknowledged message that is only there is lost — unless its send was not answered SEND_OK
+        (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: a SYNC_MASTER stored it without a slave's copy,
+        so a failover may drop it), which :meth:`verdict` counts apart."""
+        for p in problems:
+            self.pending.add("corrupt", p)
+        for r in records:
+            book = self.books.get(r.trial)
+            if book is not None:
+                book.cut.setdefault(self.key(r.producer, r.seq), f"{where} at {r.phys}")
+
     # -- deciding --------------------------------------------------------------------------------------
     def missing(self, trial: int) -> tuple[int, int]:
         """``(acknowledged not stored yet, stored-and-acknowledged not received yet)`` of an open trial."""
         book = self.books[trial]
-        not_stored = sum(1 for k in book.acks if k not in book.real)
+        not_stored = sum(1 for k, ack in book.acks.items() if k not in book.real and not _may_be_cut(book, k, ack))
         not_received = sum(1 for k in book.acks if k in book.real and k not in book.received)
         return not_stored, not_received
 
@@ -273,12 +315,17 @@ class Ledger:
         v.trial = trial
         for text in unreachable:
             v.add("unreachable", text)
+        dropped = 0
         for key, ack in book.acks.items():
             v.acked += 1
             what = f"{ack['p']}.{ack['s']} ({ack['m']}, acked {ack.get('id')} queue {ack.get('q')} offset {ack.get('qo')})"
             rec = book.real.get(key)
             if rec is None:
-                v.add("lost", what)
+                if _may_be_cut(book, key, ack):
+                    dropped += 1
+                else:
+                    cut = book.cut.get(key)
+                    v.add("lost", what + (f", {_status(book, key, ack)}: only in {cut}" if cut else ""))
                 continue
             why = _mismatch(ack, rec, book, key)
             if why:
@@ -289,6 +336,9 @@ class Ledger:
             if key in book.real and not self.commits.get(key):
                 r = book.real[key]
                 v.add("phantom", f"rolled-back {r.producer}.{r.seq} stored at {r.phys}")
+        if dropped:
+            v.details.insert(0, f"cut: {dropped} acknowledged but not SEND_OK (stored without a slave's copy) "
+                                f"were only on the killed master, kept in its cut file")
         found = [(k, r.phys, r.size, r.queue_id, r.queue_offset, r.store_ts_ms)
                  for k, r in ((k, book.real.get(k)) for k in book.acks) if r is not None]
         self.verified.append(np.array(found, dtype=EXPECTED))
@@ -303,6 +353,16 @@ class Ledger:
     def allowed_copies(self, keys: np.ndarray) -> np.ndarray:
         """Real-topic copies each key may have: 1, or a transaction's COMMIT decisions."""
         return np.array([max(1, self.commits.get(int(k), 0)) for k in keys], dtype=np.int64)
+
+
+def _status(book: _Book, key: int, ack: dict) -> str:
+    """How the send was answered (a transaction: its half's send; unknown counts as SEND_OK)."""
+    return book.half_status.get(key, "SEND_OK") if ack["m"] == "tx" else ack.get("st", "SEND_OK")
+
+
+def _may_be_cut(book: _Book, key: int, ack: dict) -> bool:
+    """A copy was cut (a failover) and the send was not answered SEND_OK: no slave had to hold it."""
+    return key in book.cut and _status(book, key, ack) != "SEND_OK"
 
 
 def _mismatch(ack: dict, rec: Stored, book: _Book, key: int) -> str:

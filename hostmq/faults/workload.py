@@ -29,7 +29,8 @@ Log lines (JSON, one object each; ``e`` is the event):
   ordering key and its sequence; for ``tx`` the line is written by the local transaction when it
   decides COMMIT (the half is stored by then) and carries no id;
 * ``fail``   a send raised (``err``); ``local`` a local transaction decided ``a`` (COMMIT/ROLLBACK);
-  ``txend`` send_in_transaction returned (``id`` = the half's id); ``check`` a check-back answered ``a``;
+  ``txend`` send_in_transaction returned (``id`` = the half's id, ``st`` its send status); ``check`` a
+  check-back answered ``a``;
 * ``recv``   (consumers) ``c`` consumer, ``t``/``p``/``m``/``s``/``k``/``o`` from the body, ``q``, ``qo``, ``ph``.
 """
 from __future__ import annotations
@@ -233,7 +234,7 @@ class ProducerProcess:
     def send_tx(self, p, trial: int, seq: int) -> None:
         r = p.send_in_transaction(self._message(trial, "tx", seq), local=self._local, arg=(trial, seq, time.time()))
         self.log.write({"e": "txend", "t": trial, "p": self.name, "s": seq, "id": r.msg_id,
-                        "a": r.local_transaction_state.value})
+                        "a": r.local_transaction_state.value, "st": r.status.value})
 
     def _next_seq(self) -> int:
         with self.ctl.changed:

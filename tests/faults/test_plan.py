@@ -42,6 +42,25 @@ def test_configs():
     assert "transient_store_pool_enable" not in cluster_config("async")["store"]
 
 
+def test_the_failover_kind_exists_only_with_a_slave():
+    """``master:promote`` — kill the master, promote its slave — is the master target's one kind,
+    and only the ha configuration has a slave to promote."""
+    kind = FaultKind("master", "promote")
+    assert kind.name == "master:promote"
+    assert [k for k in all_kinds() if k.target == "master"] == [kind]
+    assert parse_kinds("master") == parse_kinds("master:promote") == [kind]
+    assert [k.name for k in parse_kinds("slave:kill,master,broker:kill")] == ["slave:kill", "master:promote",
+                                                                             "broker:kill"]
+    for bad in ("master:kill", "master:stop", "master@mid-append"):
+        with pytest.raises(FaultHarnessError, match="unknown fault kind"):
+            parse_kinds(bad)
+    assert kind.applies("ha") and not any(kind.applies(c) for c in ("async", "sync", "pool"))
+    plan = make_plan(9, parse_kinds("master,broker:kill,slave:kill"), ["async", "ha"], seed=3)
+    assert ("async", kind) not in plan
+    ha = collections.Counter(k.name for c, k in plan if c == "ha")
+    assert set(ha) == {"master:promote", "broker:kill", "slave:kill"} and sorted(ha.values()) == [1, 1, 2]
+
+
 def test_windows_only_where_they_exist():
     assert not FaultKind("broker", "kill", "mid-commit").applies("async")
     assert FaultKind("broker", "kill", "mid-commit").applies("pool")

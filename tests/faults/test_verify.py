@@ -8,7 +8,7 @@ import pytest
 
 from hostmq import records as R
 from hostmq.faults.verify import (EXPECTED, HALF, REAL, SCHEDULE, Ledger, Stored, check_queues, queue_mismatches,
-                                  recheck, scan_commitlog)
+                                  recheck, scan_commitlog, scan_cut_file)
 from hostmq.faults.workload import encode_body
 
 pytestmark = pytest.mark.timeout(60)
@@ -201,6 +201,35 @@ def test_delay_and_transaction_acknowledgements_name_their_schedule_and_half_cop
     assert not ledger_with(events, good).verdict(1).failed
     bad = [stored(1, mode="delay", phys=5000), stored(2, mode="tx", phys=6000)]
     assert ledger_with(events, bad).verdict(1).mismatched == 2
+
+
+def test_after_a_failover_only_sends_not_answered_send_ok_may_be_found_only_in_a_cut_file():
+    """An acknowledged message the old master cut (``Ledger.add_cut``) is lost if its send was
+    answered SEND_OK (a slave had it: the promoted master must too), and counted apart if the
+    SYNC_MASTER answered SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (for a transaction: its half's
+    status, from txend). One missing from the cut file too is lost whatever its status."""
+    events = [ack(1), ack(2, st="SLAVE_NOT_AVAILABLE"), ack(3, st="FLUSH_SLAVE_TIMEOUT"), ack(4, "tx"),
+              {"e": "txend", "t": 1, "p": "p0.1", "s": 4, "id": R.encode_msg_id(HOST, 400), "a": "COMMIT",
+               "st": "SLAVE_NOT_AVAILABLE"}, ack(5, st="SLAVE_NOT_AVAILABLE"), ack(6), recv(6)]
+    led = ledger_with(events, [stored(6)])
+    led.add_cut([stored(1), stored(2), stored(3), stored(4, HALF, "tx")], [], "cut-100-500.bin")
+    assert led.missing(1) == (2, 0)          # nothing to wait for but the two lost ones
+    v = led.verdict(1)
+    assert (v.acked, v.lost) == (6, 2)
+    assert "p0.1.1 (sync" in v.details[1] and "SEND_OK: only in cut-100-500.bin at 100" in v.details[1]
+    assert "p0.1.5" in v.details[2] and "only in" not in v.details[2]
+    assert v.details[0].startswith("cut: 3 acknowledged but not SEND_OK")
+
+
+def test_a_cut_file_is_read_record_by_record_at_their_own_positions(tmp_path):
+    """``store/cut-FROM-TO.bin`` holds whole records back to back, file ends left out: each is where
+    its PHYSICALOFFSET says; a broken one ends the scan and is a problem."""
+    recs = [record(5000, "p0.1", 1), record(5200, "p0.1", 2, trial=2), record(FILE_BYTES * 2, "p0.1", 3)]
+    path = tmp_path / "cut-5000-8500.bin"
+    path.write_bytes(b"".join(recs) + b"\x00" * 10)
+    found, problems = scan_cut_file(str(path), TOPIC)
+    assert [(r.seq, r.phys, r.trial) for r in found] == [(1, 5000, 1), (2, 5200, 2), (3, 2 * FILE_BYTES, 1)]
+    assert len(problems) == 1 and "cut-5000-8500.bin" in problems[0]
 
 
 def test_a_stored_message_no_consumer_received_is_unseen():
