@@ -110,7 +110,7 @@ class Replica:
             phys, last = files[-1].file_from_offset, None    # the last one appended, if it still is
             known = self.mark.last_record()
             if known is not None and phys <= known[0] < self.end and self._checkpoint(known[0]) == known:
-                phys = known[0]
+                last, phys = known, known[0] + known[1]
             while phys < self.end:
                 cp = self._checkpoint(phys)
                 if cp is None:
@@ -260,7 +260,7 @@ class Replica:
         """Cut whole records out of ``pending``, check and append them; keep an incomplete tail."""
         buf, base = self.pending, self.end          # buf[0] is at commitlog offset ``base``
         rel = seg = 0                               # consumed / start of checked records not yet appended
-        last = -1                                   # the last message record's start in ``buf``
+        last = last_size = 0                        # the last message record in ``buf`` (size 0: none)
         while True:
             phys = base + rel
             if self.skip_to:                        # the rest of a padded file: zeros, never read
@@ -294,12 +294,11 @@ class Replica:
                 raise ProtocolError(f"a broken record from the master at {phys}: {e}") from None
             if kind != R.RecordKind.MESSAGE or size != total:
                 raise ProtocolError(f"a record at {phys} is not a message")
-            last = rel
+            last, last_size = rel, total
             rel += total
         self._append(base + seg, buf[seg:rel])
-        if last >= 0:
-            size = _HEADER.unpack_from(buf, last)[0]
-            self.mark.set_last_record(base + last, size, P.record_crc(buf[last:last + size]))
+        if last_size:
+            self.mark.set_last_record(base + last, last_size, P.record_crc(buf[last:last + last_size]))
         del buf[:rel]
         self.end = base + rel
         self._publish()

@@ -60,6 +60,10 @@ class BrokerView:
             self.instance = recorded_master(root, broker)
         if self.on_slave:
             tail = False            # a slave's records are readable once its dispatcher has them
+        # A running master's bound for reads from its slaves (broker.slave_read_enable, fixed for its
+        # run): a consumer whose next message lies further below stored_pos() reads it from a slave.
+        # 0: never (off, or not a running master).
+        self.slave_read_lag_bytes = self.state.slave_read_lag_bytes if self.live and not self.on_slave else 0
         cfg = store_config or StoreConfig()
         if self.state is not None:
             st = self.state
@@ -86,13 +90,6 @@ class BrokerView:
     @property
     def on_slave(self) -> bool:
         return self.state is not None and self.state.is_slave
-
-    def slave_read_lag_bytes(self) -> int:
-        """A running master's bound for reads from its slaves (``broker.slave_read_enable``): a
-        consumer whose next message lies further than this below :meth:`stored_pos` reads it from
-        a slave. 0: never (off, or this view is not of a running master)."""
-        st = self.state
-        return st.slave_read_lag_bytes if st is not None and not st.is_slave else 0
 
     def stored_pos(self) -> int:
         return self.state.stored_pos() if self.state is not None else 0

@@ -301,7 +301,7 @@ class PullConsumer:
         # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
         # without the stored position moving: no short cut until it has caught up.
         self._seen[mq] = (view, mark if r.tail_caught_up() else None, m)
-        if view.slave_read_lag_bytes() and self.positions[mq] < m:
+        if view.slave_read_lag_bytes and self.positions[mq] < m:
             return self.slave_reads.reader(view, r, mq, self.positions[mq])
         return r
 

@@ -28,7 +28,7 @@ LOOK_AGAIN_S = 0.5      # a broker with no running slave is looked at again afte
 def lags(view: BrokerView, reader: StoreReader, mq: MessageQueue, position: int) -> bool:
     """Whether the message at ``position`` (the queue refreshed in ``reader``, the master's) lies
     further behind the master's stored position than its bound."""
-    bound = view.slave_read_lag_bytes()
+    bound = view.slave_read_lag_bytes
     if not bound:
         return False
     phys = reader.phys_at(mq.topic, mq.queue_id, position)
@@ -54,7 +54,7 @@ class SlaveReads:
                 if mq not in self.on_slave:
                     self.on_slave.add(mq)
                     log.info("%s: %s lags more than %d bytes behind its master: reading it from %s",
-                             self.group, mq, view.slave_read_lag_bytes(), sv.instance)
+                             self.group, mq, view.slave_read_lag_bytes, sv.instance)
                 return sv.reader
         if mq in self.on_slave:
             self.on_slave.discard(mq)

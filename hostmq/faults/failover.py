@@ -84,8 +84,7 @@ class Failover:
         """After the master's group (``killed``) was SIGKILLed: the slave promoted, the old master
         started again as its slave and caught up with what the new one had stored by then."""
         c = self.cluster
-        c.processes[self.master].wait(STOP_TIMEOUT_S)
-        psutil.wait_procs([p for p in map(_proc, killed) if p], timeout=STOP_TIMEOUT_S)
+        wait_group_gone(c, self.master, killed, STOP_TIMEOUT_S)
         self.notes += promote(c.root, self.slave, force_lag=True)
         c.start_broker(self.master)             # its role record says slave now
         caught_up(c.root, self.master, self.slave, f"the old master {self.master} to catch up as a slave",
@@ -174,8 +173,13 @@ def caught_up(root: str, follower: str, leader: str, what: str, everything: bool
     wait_for(lambda: (p := positions()) and p[0] >= (p[1] if everything else target), CATCH_UP_TIMEOUT_S, what)
 
 
-def _proc(pid: int):
-    try:
-        return psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return None
+def wait_group_gone(cluster: LocalCluster, instance: str, pids: list[int], timeout_s: float) -> None:
+    """Wait until a broker's SIGKILLed process group (``pids``: its broker and children) is gone."""
+    cluster.processes[instance].wait(timeout_s)
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=timeout_s)

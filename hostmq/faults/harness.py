@@ -42,7 +42,7 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
-from .failover import Failover, wait_for
+from .failover import Failover, wait_for, wait_group_gone
 from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
@@ -283,16 +283,14 @@ class ClusterUnderTest:
             wait_for(lambda: self.state.get(f"{target}_pid") not in (old, 0) and
                      psutil.pid_exists(int(self.state.get(f"{target}_pid"))), 60, f"a new {target}")
         elif target == "broker":
-            self.cluster.processes[BROKER].wait(30)
-            psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)
+            wait_group_gone(self.cluster, BROKER, fault.pids, 30)
             self.cluster.start_broker(BROKER)
             self._attach()
         elif target == "master":
             fault.failover = Failover(self.cluster, BROKER, SLAVE)
             fault.failover.take_over(fault.pids)
         elif target == "slave":
-            self.cluster.processes[SLAVE].wait(30)
-            psutil.wait_procs([p for p in map(_proc, fault.pids) if p], timeout=30)
+            wait_group_gone(self.cluster, SLAVE, fault.pids, 30)
             self.cluster.start_broker(SLAVE)
             self._attach_slave()
         elif target == "replica":
@@ -499,9 +497,3 @@ def _pgid(pid: int) -> int:
     except ProcessLookupError:
         return -1
 
-
-def _proc(pid: int):
-    try:
-        return psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return None

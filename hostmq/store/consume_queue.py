@@ -11,8 +11,8 @@ blank entries ``(0, 0x7FFFFFFF, 0)`` as RocketMQ does and its min offset is move
 
 Crash policy: ``recover`` finds the last valid entry; ``verify`` (abnormal recovery) cuts the queue at
 the first entry that does not point at its own record; ``truncate_dirty`` drops entries that point
-past the recovered end of the commitlog (sizes zeroed first: readers may be reading them); re-dispatch then appends whatever is missing. Re-dispatch
-never cuts a queue below entries that point at valid records of it (``put_many`` with ``holds``): a
+past the recovered end of the commitlog (sizes zeroed first: readers may be loading them);
+re-dispatch then appends whatever is missing. Re-dispatch never cuts a queue below entries that point at valid records of it (``put_many`` with ``holds``): a
 record read back that claims a queue offset already taken by such an entry is refused, not obeyed.
 """
 from __future__ import annotations
@@ -325,11 +325,8 @@ class ConsumeQueue:
         (``store/readonly.py``), so an entry being dropped never reads as a whole one (say phys
         zeroed, size not yet: a record "ending" below every bound)."""
         for mf in self.mfq.files:
-            lo = max(queue_offset * ENTRY_BYTES, mf.file_from_offset)
-            hi = min(mf.file_from_offset + mf.wrote_pos, mf.file_end_offset)
-            if lo < hi:
-                first = mf.file_from_offset
-                self._entries(mf)["size"][(lo - first) // ENTRY_BYTES:(hi - first) // ENTRY_BYTES] = 0
+            first = mf.file_from_offset // ENTRY_BYTES
+            self._entries(mf)["size"][max(0, queue_offset - first):mf.wrote_pos // ENTRY_BYTES] = 0
         self.mfq.truncate(queue_offset * ENTRY_BYTES)
 
     def truncate_dirty(self, max_phys_offset: int) -> int:

@@ -54,6 +54,7 @@ def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfi
     over = read_sizes(path) or infer_sizes(path)
     return StoreConfig(**{**cfg.__dict__, **over}) if over else cfg
 
+
 class StoreReader:
     def __init__(self, path: str, config: StoreConfig | Config | dict | None = None, *,
                  broker: str = "", limit_phys: int | Callable[[], int] | None = None,
