@@ -55,6 +55,7 @@ ROLE = "SYNC_MASTER"                # the ha configuration's master role, kept a
 PROMOTE_TIMEOUT_S = 60.0            # a refused promotion is tried again this long
 CATCH_UP_TIMEOUT_S = 60.0           # a rejoined old master catches up within this
 STOP_TIMEOUT_S = 30.0
+COMPARE_BYTES = 1 << 20             # a slave's commitlog is compared with its master's in reads of this size
 
 
 def wait_for(cond, timeout_s: float, what: str, step_s: float = 0.02):
@@ -183,3 +184,27 @@ def wait_group_gone(cluster: LocalCluster, instance: str, pids: list[int], timeo
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=timeout_s)
+
+
+def first_difference(master_dir: str, slave_dir: str, file_bytes: int, start: int, end: int) -> int | None:
+    """The first commitlog offset in [start, end) where the slave's bytes differ from the master's
+    (a missing file counts as different), None if they agree."""
+    pos = start
+    while pos < end:
+        name = f"{pos - pos % file_bytes:020d}"
+        n = min(end - pos, file_bytes - pos % file_bytes, COMPARE_BYTES)
+        chunks = []
+        for d in (master_dir, slave_dir):
+            try:
+                fd = os.open(os.path.join(d, name), os.O_RDONLY)
+            except FileNotFoundError:
+                return pos
+            try:
+                chunks.append(os.pread(fd, n, pos % file_bytes))
+            finally:
+                os.close(fd)
+        if chunks[0] != chunks[1]:
+            at = next((i for i, (a, b) in enumerate(zip(*chunks)) if a != b), min(map(len, chunks)))
+            return pos + at
+        pos += n
+    return None

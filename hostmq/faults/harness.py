@@ -42,7 +42,8 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
-from .failover import Failover, wait_for, wait_group_gone
+from .failover import Failover, first_difference, wait_for, wait_group_gone
+from .masters import MasterWatch
 from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
 from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
@@ -55,7 +56,6 @@ QUEUES = 4
 BROKER = "broker-a"
 SLAVE = "broker-a.1"            # the ha configuration's slave (root.broker_instance)
 NAMESRV = "namesrv-0"
-COMPARE_BYTES = 1 << 20         # the slave's commitlog is compared with the master's in reads of this size
 FINAL_SAMPLE = 2000             # messages looked up by key and id in the end-of-run check (all by queue)
 SCAN_FILES = 16                 # commitlog files per read of the end-of-run scan
 PUBLIC_SAMPLE = 3               # messages per trial also looked up through Admin (the rest: store readers)
@@ -98,10 +98,13 @@ class ClusterUnderTest:
         self._first_ack_after = float("nan")
         self.trials: list[int] = []
         self.leftovers: list[str] = []
+        self.watch: MasterWatch | None = None   # with a slave: one master per name, sampled all along
 
     # -- life ---------------------------------------------------------------------------------------------
     def start(self) -> "ClusterUnderTest":
         self.cluster.start()
+        if self.has_slave:
+            self.watch = MasterWatch(self.cluster.root, BROKER).start()
         self.admin = Admin(self.cluster.root)
         self.admin.create_topic(TOPIC, queues=QUEUES)
         self._attach()
@@ -128,6 +131,8 @@ class ClusterUnderTest:
         self.slave_state = BrokerState.attach(shm_name(self.cluster.root, SLAVE, "state"), readonly=True)
 
     def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         for w in self.producers + ([self.consumer] if self.consumer else []):
             w.quit()
         if self.admin is not None:
@@ -184,12 +189,13 @@ class ClusterUnderTest:
             self._attach()
         verdict = self._settle(no)
         crashes = self._crashes(fault) + (over.problems if over else [])
+        _, split, split_words = self.watch.take() if self.watch else (0, 0, [])
         row = TrialRow(no, self.config, kind.name, kind.target, kind.action, kind.window,
                        ("yes" if fault.aim.hit else "no") if fault.aim else "", restart_s=restart_s,
                        recovery_s=self._first_ack_after - fault.wall,
-                       crashes=sum(c.startswith("crash") for c in crashes))
+                       crashes=sum(c.startswith("crash") for c in crashes), split_brain=split)
         _fill(row, verdict)
-        notes = crashes + (over.notes if over else []) + [f"producer {n} did not finish its sends" for n in stuck]
+        notes = crashes + split_words + (over.notes if over else []) + [f"producer {n} did not finish its sends" for n in stuck]
         if fault.aim:
             notes.append(f"aim: {fault.aim.steps} steps, {fault.aim.seconds:.2f} s, {fault.aim.detail}")
         row.details = "; ".join(verdict.details + notes)
@@ -453,30 +459,6 @@ class ClusterUnderTest:
             pos = nxt
         cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
         return cat(keys), cat(phys), sampled, problems
-
-
-def first_difference(master_dir: str, slave_dir: str, file_bytes: int, start: int, end: int) -> int | None:
-    """The first commitlog offset in [start, end) where the slave's bytes differ from the master's
-    (a missing file counts as different), None if they agree."""
-    pos = start
-    while pos < end:
-        name = f"{pos - pos % file_bytes:020d}"
-        n = min(end - pos, file_bytes - pos % file_bytes, COMPARE_BYTES)
-        chunks = []
-        for d in (master_dir, slave_dir):
-            try:
-                fd = os.open(os.path.join(d, name), os.O_RDONLY)
-            except FileNotFoundError:
-                return pos
-            try:
-                chunks.append(os.pread(fd, n, pos % file_bytes))
-            finally:
-                os.close(fd)
-        if chunks[0] != chunks[1]:
-            at = next((i for i, (a, b) in enumerate(zip(*chunks)) if a != b), min(map(len, chunks)))
-            return pos + at
-        pos += n
-    return None
 
 
 def restarted_children(log_text: str) -> list[tuple[str, int, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import FuzzResult
 
 COUNTS = ("lost", "duplicated", "mismatched", "unreachable", "unseen", "out_of_order", "phantom", "corrupt",
-          "crashes")
+          "crashes", "split_brain")
 
 
 @dataclass
@@ -36,6 +36,7 @@ class TrialRow:
     phantom: int = 0
     corrupt: int = 0
     crashes: int = 0            # server processes that died without being killed by the harness
+    split_brain: int = 0        # samples in which two running instances of the broker name said master
     recovery_s: float = float("nan")    # fault → first acknowledgement of a send started after it
     restart_s: float = 0.0      # time to restart what the fault killed (0: nothing to restart)
     seconds: float = 0.0        # the whole trial
@@ -93,7 +94,8 @@ def aggregate(rows: list[TrialRow]) -> list[dict]:
 
 
 TABLE_COLUMNS = ["config", "kind", "trials", "acked", "lost", "duplicated", "mismatched", "unreachable",
-                 "unseen", "out_of_order", "phantom", "corrupt", "crashes", "failed trials", "aimed hits",
+                 "unseen", "out_of_order", "phantom", "corrupt", "crashes", "split_brain", "failed trials",
+                 "aimed hits",
                  "recovery s (p50 / max)", "restart s (p50 / max)"]
 
 
