@@ -73,7 +73,12 @@ def newer_master_seen(rt: BrokerRuntime) -> tuple[str, int] | None:
 
 def fence(rt: BrokerRuntime, state, newer: tuple[str, int]) -> None:
     """Stop accepting sends (the writer answers NotMasterError from now on) and say so, once."""
+    state.set("fenced_epoch", newer[1])
+    alert(rt, newer)
+
+
+def alert(rt: BrokerRuntime, newer: tuple[str, int]) -> None:
+    """The one line an operator alerts on (docs/trust-roles.md)."""
     who, epoch = newer
-    state.set("fenced_epoch", epoch)
     log.error("%s %s: %s (epoch %d) steps down for %s (epoch %d); sends refused with NotMasterError, "
               "starting again as a slave", ALERT, rt.name, rt.instance, rt.epoch, who, epoch)

@@ -163,6 +163,8 @@ class Broker:
             apply_truncate_marker(rt)       # before recovery: it then drops consume-queue entries past the cut
         end, last_ts = self._recover(store_host)
         rt = self.rt                        # now with the store's own file sizes (store.json)
+        if not rt.is_slave and self._stepped_down():
+            return                          # a promotion was recorded while it recovered: never serve
         self._store_lock_fd = take_lock(os.path.join(rt.store_dir, "lock"), "this broker")
         abort = os.path.join(rt.store_dir, "abort")
         fd = open_file(abort, os.O_WRONLY | os.O_CREAT)
@@ -332,6 +334,13 @@ class Broker:
         if isinstance(data, dict):
             apply(data)
 
+    def _stepped_down(self) -> bool:
+        newer = fencing.newer_master_seen(self.rt)
+        if newer is not None:
+            fencing.alert(self.rt, newer)
+            self.start_again(f"as a slave: {newer[0]} is the master of epoch {newer[1]}")
+        return newer is not None
+
     def check_role(self) -> None:
         """A master steps down when a newer master of its name is recorded (``fencing.py``)."""
         if self.state.get("fenced_epoch") or self.restart is not None:
@@ -359,6 +368,8 @@ class Broker:
         # This run ends when the process is asked to stop (checked by ``supervise``) or when the
         # broker starts again in another role (``start_again``).
         self._outer, self._stop = stop, threading.Event()
+        if self.restart is not None:        # it stepped down while starting (_stepped_down)
+            return
         self.server.run(self._stop)
 
     # -- stop -----------------------------------------------------------------------------------------
