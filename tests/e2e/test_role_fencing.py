@@ -23,6 +23,7 @@ import hostmq
 from hostmq.broker import group, role
 from hostmq.broker.fencing import ALERT
 from hostmq.broker.runtime import BrokerRuntime
+from hostmq.broker.state import BrokerState
 from hostmq.faults.attacks_roles import promote_during_recovery
 from hostmq.root import RootPaths
 from tests.e2e.conftest import consume_bodies, wait_until
@@ -173,3 +174,27 @@ def test_a_master_that_sees_a_newer_master_recorded_steps_down(cluster):
     assert role.load(BrokerRuntime(root, NAME, 0)) == role.RoleRecord("SLAVE", 1, 1)
     _check_delivery(root, load, "stepdown", "g-stepdown")
     assert RootPaths(root).instances() == [NAME, "broker-a.1"]
+
+
+def test_a_fenced_master_refuses_every_send_with_not_master_error_and_stores_nothing(cluster):
+    """The writer's side of a step-down, held open: with the state's ``fenced_epoch`` word set (what
+    ``fencing.fence`` sets) every send is refused typed and nothing is stored; cleared, sends go on."""
+    c = cluster()
+    root = c.root
+    with hostmq.Producer(root, retries=0) as p:
+        assert p.send(hostmq.Message("fenced-writer", b"before")).status == hostmq.SendStatus.SEND_OK
+        state = BrokerState.attach(BrokerRuntime(root, NAME).state_name)     # writable: the test fences it
+        try:
+            end = state.get("write_pos")
+            state.set("fenced_epoch", 1)
+            for i in range(5):
+                with pytest.raises(hostmq.NotMasterError, match="no longer the master"):
+                    p.send(hostmq.Message("fenced-writer", b"refused-%d" % i))
+            with pytest.raises(hostmq.NotMasterError):
+                p.send_batch([hostmq.Message("fenced-writer", b"refused-batch")] * 3)
+            assert state.get("write_pos") == end
+            state.set("fenced_epoch", 0)
+        finally:
+            state.close()
+        assert p.send(hostmq.Message("fenced-writer", b"after")).status == hostmq.SendStatus.SEND_OK
+    assert consume_bodies(root, "fenced-writer", 2, "g-fenced-writer", linger_s=0.3) == [b"before", b"after"]
