@@ -188,7 +188,8 @@ def _await_master(root: str, name: str, target: str, timeout_s: float) -> None:
     raise ConnectError(f"{target} did not run as the master of {name} within {timeout_s:.0f} s (see its log)")
 
 
-def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1) -> dict:
+def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1,
+           lock_timeout_s: float = PROMOTE_LOCK_TIMEOUT_S) -> dict:
     """Record that the stopped instance ``NAME[.ID]`` of this root is a slave of epoch ``epoch``
     (its group's master was promoted on another host): started again — with ``--master`` pointing at
     the new master — it joins as a slave and cuts what the new master never had."""
@@ -196,7 +197,7 @@ def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1) 
     instance = broker_instance(name, broker_id)
     if not os.path.isdir(paths.broker_dir(instance)):
         raise ConfigError(f"no broker {instance} under {paths.root}")
-    with RoleLock(paths.root, name).hold(PROMOTE_LOCK_TIMEOUT_S):
+    with RoleLock(paths.root, name).hold(lock_timeout_s):
         fd = _lock_stopped(paths.broker_lock(instance))
         if fd is None and os.path.exists(paths.broker_lock(instance)):
             raise PromotionRefusedError(f"broker {instance} runs: stop it before demoting it")

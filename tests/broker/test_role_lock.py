@@ -164,3 +164,32 @@ def test_a_starting_master_makes_the_slave_refuse():
                              master_running=None, force=False) is None
     assert issubclass(RoleLockTimeoutError, TimeoutError) and not issubclass(RoleLockTimeoutError,
                                                                               PromotionRefusedError)
+
+
+def test_promote_demotes_an_instance_that_holds_its_broker_lock_but_has_not_read_its_role(tmp_path, holder):
+    root = str(tmp_path)
+    paths = RootPaths(root)
+    ensure_dir(paths.broker_dir("broker-a"))
+    assert promotion._past_role_decision(root, "broker-a")       # never ran: nothing to decide
+    p = holder(paths.broker_lock("broker-a"))
+    assert not promotion._past_role_decision(root, "broker-a")   # locked, no marker: reads what promote writes
+    p.kill()
+    p.wait(10)
+    fd = take_lock(paths.broker_lock("broker-a"), "test")
+    try:
+        role_lock.publish_starting(root, "broker-a", M, 0)
+        assert promotion._past_role_decision(root, "broker-a")   # starting: the slave refuses
+    finally:
+        os.close(fd)
+
+
+def test_demote_holds_the_role_lock(tmp_path, holder):
+    root = str(tmp_path)
+    ensure_dir(RootPaths(root).broker_dir("broker-a"))
+    p = holder(role_lock.lock_path(root, "broker-a"))
+    with pytest.raises(RoleLockTimeoutError, match=f"pid {p.pid}"):
+        promotion.demote(root, "broker-a", 0, 1, lock_timeout_s=0.2)
+    p.kill()
+    p.wait(10)
+    assert promotion.demote(root, "broker-a", 0, 1)["role"] == "SLAVE"
+    assert group.record(root, "broker-a") == role.RoleRecord("SLAVE", 1, 1)
