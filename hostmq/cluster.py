@@ -280,14 +280,20 @@ class LocalCluster:
         p.send_signal(sig)
         return p.wait(30)
 
-    def start_broker(self, name: str) -> None:
-        """(Re)start one broker under the same root and wait until it is ready."""
+    def start_broker(self, name: str, wait: bool = True) -> None:
+        """(Re)start one broker under the same root and wait until it is ready (``wait=False``:
+        return once it is spawned, then :meth:`await_broker`)."""
         if name in self.processes and self.processes[name].poll() is None:
             raise ConfigError(f"{name} is running")
         old = self._logs.pop(name, None)
         if old is not None:
             old.close()
         self._spawn(name, broker_args(self.root, name))
+        if wait:
+            self.await_broker(name)
+
+    def await_broker(self, name: str) -> None:
+        """Wait until a broker this cluster started is registered and running."""
         if "." in name:
             self._await_brokers([name])
             return

@@ -32,6 +32,18 @@ class PromotionRefusedError(HostMQError):
     master said it holds (``--force`` accepts that loss), or its master still runs."""
 
 
+class RoleLockTimeoutError(HostMQError, TimeoutError):
+    """A role decision of a broker name (a starting instance reading its role, ``hostmq ha promote``
+    or ``demote``) waited its whole timeout for the name's role lock (``broker/role_lock.py``);
+    ``holder_pid`` is the process the kernel says holds it (0: it could not tell)."""
+
+    def __init__(self, name: str, path: str, holder_pid: int, holder: str, timeout_s: float) -> None:
+        self.name, self.path, self.holder_pid, self.holder = name, path, holder_pid, holder
+        who = f"pid {holder_pid} ({holder})" if holder_pid else "another process"
+        super().__init__(f"the role lock of broker {name} ({path}) is held by {who}; waited {timeout_s:.1f} s "
+                         f"(a stopped process holding it: resume or kill it)")
+
+
 class BrokerBusyError(HostMQError):
     """Back-pressure: ring full past the send timeout, or the disk is too full to accept writes."""
 
@@ -79,7 +91,7 @@ class MessageNotFoundError(HostMQError, LookupError):
 __all__ = [
     "HostMQError", "ValidationError", "ConfigError", "NoRouteError", "BrokerBusyError", "SendTimeout",
     "ConnectError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
-    "MessageNotFoundError", "NotMasterError", "PromotionRefusedError",
+    "MessageNotFoundError", "NotMasterError", "PromotionRefusedError", "RoleLockTimeoutError",
 ]
 
 

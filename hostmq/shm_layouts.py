@@ -118,6 +118,7 @@ COMPLETION_STORE_FULL = -2           # disk above the refuse-writes ratio
 COMPLETION_NOT_AVAILABLE = -3        # the broker cannot accept writes (shutting down, slave, …)
 COMPLETION_NO_TOPIC = -4             # the topic does not exist on this broker, or the queue id is too big
 COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or made durable (EIO): restart needed
+COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's master serves its name (NotMasterError)
 
 # Broker state — one segment per running broker (``/hostmq.<hash12>.state.0``), created by the broker
 # process before it starts its children and unlinked when it stops; clients map it read-only. Positions
@@ -165,7 +166,9 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 #                 writer) replica_connected (1 while it streams from a master past the handshake);
 #                 (broker, once) slave_read_lag_bytes (a master with broker.slave_read_enable: a
 #                 consumer whose next message is further than this behind write_pos reads it from a
-#                 slave — RAM × access_message_in_memory_max_ratio; 0 = never)
+#                 slave — RAM × access_message_in_memory_max_ratio; 0 = never); (broker) fenced_epoch
+#                 (a master that saw a newer epoch's master of its name: that epoch; its writer refuses
+#                 every send with COMPLETION_NOT_MASTER until the run ends — broker/fencing.py; 0 = serving)
 #     +576                      session table: session_slots × STATE_SLOT (broker control)
 #     +576 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +576 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
@@ -185,13 +188,14 @@ COMPLETION_DISK_ERROR = -5           # the commitlog could not be written or mad
 # readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
 # under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 11         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 12         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
                                   # 9: dispatcher and flusher heartbeats, flush latency sum, replication
                                   # 10: role line (promotion), BROKER_STOPPED
                                   # 11: slave_read_lag_bytes (broker.slave_read_enable)
+                                  # 12: fenced_epoch (a master stepping down, issue 27)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -211,7 +215,8 @@ _STATE_FIELDS = [
            "ha_slaves", "master_end_pos", "ha_wake"]),
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped",
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
-    (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes"]),
+    (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes",
+           "fenced_epoch"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.

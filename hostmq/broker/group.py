@@ -15,6 +15,7 @@ from ..errors import ConfigError, SegmentError
 from ..jsonfile import read_json
 from ..root import RootPaths, broker_instance, shm_name
 from .role import ROLE_FILE, RoleRecord
+from .role_lock import Starting, starting
 from .state import BrokerState
 
 
@@ -80,6 +81,16 @@ def running_master(root: str, name: str) -> tuple[str, BrokerState] | None:
 def running_slave(root: str, name: str) -> tuple[str, BrokerState] | None:
     """A running slave of ``name`` on this root, the lowest id first, or None."""
     return _first(root, name, slave=True)
+
+
+def starting_master(root: str, name: str) -> tuple[str, Starting] | None:
+    """An instance of ``name`` that is starting as a master on this root — it decided its role and
+    is recovering, its state not yet published (``role_lock.py``) — or None."""
+    for i in instance_ids(root, name):
+        s = starting(root, broker_instance(name, i))
+        if s is not None and not s.is_slave:
+            return broker_instance(name, i), s
+    return None
 
 
 def record(root: str, instance: str) -> RoleRecord | None:

@@ -3,8 +3,11 @@
 
 ``hostmq ha promote ROOT --name NAME --id ID`` (:func:`promote`), on the slave's host:
 
-1. takes the ``broker.lock`` of every other stopped instance of NAME on this root, so none starts
-   while the roles change, and refuses if one of them runs as a master;
+1. holds NAME's role lock (``role_lock.py``) for the whole decision — an instance starting reads
+   its role under the same lock — and takes the ``broker.lock`` of every other stopped instance of
+   NAME on this root; an instance that runs or is starting (recovering, its ``starting.json``
+   published) as a master makes the slave refuse; one that holds its broker.lock but has not yet
+   read its role is demoted like a stopped one (it reads the new record);
 2. asks the slave (PROMOTE_BROKER) — which refuses (:func:`refusal`) while its replica is connected
    to a master (the master runs and is reachable), or when it has not stored everything its master
    said it holds (``--force`` accepts losing that tail); otherwise it records its new role
@@ -32,6 +35,7 @@ from ..protocol.frames import Frame
 from ..jsonfile import write_json
 from ..root import RootPaths, broker_instance, ipc_address
 from . import group, role
+from .role_lock import PROMOTE_LOCK_TIMEOUT_S, RoleLock, starting
 from .runtime import BrokerRuntime
 from .state import pid_alive
 
@@ -42,12 +46,15 @@ PROMOTE_TIMEOUT_S = 120.0           # recovery of a large store is part of the r
 
 
 def refusal(*, is_slave: bool, replica_connected: bool, write_pos: int, master_end_pos: int,
-            master_running: str | None, force: bool) -> str | None:
+            master_running: str | None, force: bool, master_starting: str | None = None) -> str | None:
     """Why a slave may not become the master now (None: it may). Pure."""
     if not is_slave:
         return "it is the master of its group already"
     if master_running is not None:
         return f"the master {master_running} runs on this root: stop it first"
+    if master_starting is not None:
+        return (f"the master {master_starting} is starting on this root (recovering its store) and will "
+                f"serve as the master: stop it first, or let it run")
     if replica_connected:
         return "its replica is connected to the master, which runs and is reachable: stop the master first"
     if write_pos < master_end_pos and not force:
@@ -67,11 +74,13 @@ def handle(rt: BrokerRuntime, state, frame: Frame) -> role.RoleRecord:
     found = group.running_master(rt.root, rt.name)
     if found is not None:
         found[1].close()
+    starting = group.starting_master(rt.root, rt.name)
     # A killed replica leaves the word set until its successor starts: only a live one counts.
     connected = bool(state.get("replica_connected")) and pid_alive(state.get("writer_pid"))
     why = refusal(is_slave=rt.is_slave, replica_connected=connected,
                   write_pos=state.get("write_pos"), master_end_pos=state.get("master_end_pos"),
-                  master_running=found[0] if found is not None else None, force=force)
+                  master_running=found[0] if found is not None else None, force=force,
+                  master_starting=f"{starting[0]} (pid {starting[1].pid})" if starting is not None else None)
     if why is not None:
         raise PromotionRefusedError(f"broker {rt.instance} is not promoted: {why}")
     record = role.RoleRecord(new_role, max(rt.epoch, epoch) + 1)
@@ -98,44 +107,71 @@ def _lock_stopped(path: str) -> int | None:
 
 
 def promote(root: str, name: str, broker_id: int, new_role: str = "ASYNC_MASTER", force: bool = False,
-            timeout_s: float = PROMOTE_TIMEOUT_S, instance_client=None) -> dict:
+            timeout_s: float = PROMOTE_TIMEOUT_S, instance_client=None,
+            lock_timeout_s: float = PROMOTE_LOCK_TIMEOUT_S) -> dict:
     """Make the slave ``NAME.ID`` of this root the master of its group (see the module docstring).
-    Returns ``{"instance", "epoch", "write_pos", "demoted": [instances]}`` once it runs as the master."""
+    Returns ``{"instance", "epoch", "write_pos", "demoted": [instances]}`` once it runs as the master.
+    The whole decision holds the name's role lock (RoleLockTimeoutError after ``lock_timeout_s``)."""
     from ..client.instance import ClientInstance
     paths = RootPaths.of(root).require()
     target = broker_instance(name, broker_id)
     if not os.path.isdir(paths.broker_dir(target)):
         raise ConfigError(f"no broker {target} under {paths.root}")
+    client = instance_client or ClientInstance(paths.root)
+    try:
+        with RoleLock(paths.root, name).hold(lock_timeout_s):
+            reply, demote = _decide_promotion(paths, client, name, broker_id, target, new_role, force)
+    finally:
+        if instance_client is None:
+            client.close()
+    _await_master(paths.root, name, target, timeout_s)
+    return {"instance": target, "epoch": reply["epoch"], "write_pos": reply.get("write_pos", 0),
+            "demoted": demote}
+
+
+def _decide_promotion(paths: RootPaths, client, name: str, broker_id: int, target: str, new_role: str,
+                      force: bool) -> tuple[dict, list[str]]:
+    """Under the role lock: ask the slave, then record every other instance that would start as a
+    master — stopped, or holding its broker.lock but not yet past its role decision — as a slave."""
     held: dict[str, int] = {}
     demote: list[tuple[int, str]] = []
-    client = instance_client or ClientInstance(paths.root)
     try:
         for i in group.instance_ids(paths.root, name):
             instance = broker_instance(name, i)
             if instance == target:
                 continue
             fd = _lock_stopped(paths.broker_lock(instance))
-            if fd is None:
-                continue                    # it runs (the slave refuses while a master does) or never ran
-            held[instance] = fd
+            if fd is not None:
+                held[instance] = fd
+            elif _past_role_decision(paths.root, instance):
+                continue                    # running or starting: the slave refuses while it is a master
             rec = group.record(paths.root, instance)
             if (rec is None and i == 0) or (rec is not None and not rec.is_slave):
                 demote.append((i, instance))
         epoch = group.newest_epoch(paths.root, name)
         reply = client.broker_request(ipc_address(paths.broker_socket(target)), RequestCode.PROMOTE_BROKER,
                                       {"role": new_role, "force": force, "epoch": epoch}, timeout_s=10.0).fields
-        new_epoch = reply["epoch"]
         for i, instance in demote:
-            write_json(role.instance_path(paths, instance), role.demoted(i, broker_id, new_epoch).to_dict())
+            write_json(role.instance_path(paths, instance), role.demoted(i, broker_id, reply["epoch"]).to_dict())
             log.warning("%s will join %s as a slave when it starts", instance, target)
     finally:
         for fd in held.values():
             os.close(fd)
-        if instance_client is None:
-            client.close()
-    _await_master(paths.root, name, target, timeout_s)
-    return {"instance": target, "epoch": new_epoch, "write_pos": reply.get("write_pos", 0),
-            "demoted": [inst for _, inst in demote]}
+    return reply, [inst for _, inst in demote]
+
+
+def _past_role_decision(root: str, instance: str) -> bool:
+    """Whether an instance whose broker.lock is held has decided its role: it runs (a live state
+    segment) or publishes that it is starting. One that has not reads its role after the lock is
+    released (``fencing.decide``), so its record may still be changed. One that never ran has no
+    broker.lock file: True, nothing to decide for it."""
+    if not os.path.exists(RootPaths(root).broker_lock(instance)):
+        return True
+    st = group.live_state(root, instance)
+    if st is not None:
+        st.close()
+        return True
+    return starting(root, instance) is not None
 
 
 def _await_master(root: str, name: str, target: str, timeout_s: float) -> None:
@@ -152,7 +188,8 @@ def _await_master(root: str, name: str, target: str, timeout_s: float) -> None:
     raise ConnectError(f"{target} did not run as the master of {name} within {timeout_s:.0f} s (see its log)")
 
 
-def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1) -> dict:
+def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1,
+           lock_timeout_s: float = PROMOTE_LOCK_TIMEOUT_S) -> dict:
     """Record that the stopped instance ``NAME[.ID]`` of this root is a slave of epoch ``epoch``
     (its group's master was promoted on another host): started again — with ``--master`` pointing at
     the new master — it joins as a slave and cuts what the new master never had."""
@@ -160,16 +197,17 @@ def demote(root: str, name: str, broker_id: int, epoch: int, slave_id: int = 1) 
     instance = broker_instance(name, broker_id)
     if not os.path.isdir(paths.broker_dir(instance)):
         raise ConfigError(f"no broker {instance} under {paths.root}")
-    fd = _lock_stopped(paths.broker_lock(instance))
-    if fd is None and os.path.exists(paths.broker_lock(instance)):
-        raise PromotionRefusedError(f"broker {instance} runs: stop it before demoting it")
-    try:
-        record = role.RoleRecord("SLAVE", epoch, slave_id if broker_id == 0 else 0)
-        if broker_id == 0 and record.slave_id < 1:
-            raise ConfigError("a demoted instance 0 needs a --slave-id ≥ 1 to register under")
-        write_json(role.instance_path(paths, instance), record.to_dict())
-    finally:
-        if fd is not None:
-            os.close(fd)
+    with RoleLock(paths.root, name).hold(lock_timeout_s):
+        fd = _lock_stopped(paths.broker_lock(instance))
+        if fd is None and os.path.exists(paths.broker_lock(instance)):
+            raise PromotionRefusedError(f"broker {instance} runs: stop it before demoting it")
+        try:
+            record = role.RoleRecord("SLAVE", epoch, slave_id if broker_id == 0 else 0)
+            if broker_id == 0 and record.slave_id < 1:
+                raise ConfigError("a demoted instance 0 needs a --slave-id ≥ 1 to register under")
+            write_json(role.instance_path(paths, instance), record.to_dict())
+        finally:
+            if fd is not None:
+                os.close(fd)
     log.warning("%s will start as a slave (epoch %d)", instance, epoch)
     return {"instance": instance, **record.to_dict()}

@@ -106,6 +106,43 @@ def demoted(old_master_id: int, new_master_id: int, epoch: int) -> RoleRecord:
     return RoleRecord("SLAVE", epoch, new_master_id if old_master_id == 0 else 0)
 
 
+def _is_master(broker_id: int, rec: RoleRecord | None) -> bool:
+    return rec is None and broker_id == 0 or rec is not None and not rec.is_slave
+
+
+def effective(broker_id: int, records: dict[int, RoleRecord | None]) -> RoleRecord | None:
+    """The record instance ``broker_id`` starts with, given the records of every instance of its name
+    on the root (``records[broker_id]`` its own; None: no record). Pure.
+
+    An instance that would start as a master at an epoch below the newest recorded for its name
+    starts as a slave instead, whatever its own record says (issue 27): a promotion happened that
+    it missed — its record was unreachable, restored from a backup, or the demotion raced it. It
+    joins the newest master (for directory id 0: under that master's id, or else the lowest id no
+    instance here uses)."""
+    own = records.get(broker_id)
+    newest = max([0] + [r.epoch for r in records.values() if r is not None])
+    own_epoch = own.epoch if own is not None else 0
+    if not _is_master(broker_id, own) or own_epoch >= newest:
+        return own
+    masters = sorted(i for i, r in records.items() if r is not None and not r.is_slave and r.epoch == newest)
+    if masters:
+        new_master_id = masters[0]
+    else:
+        new_master_id = min(set(range(1, len(records) + 2)) - set(records))
+    return demoted(broker_id, new_master_id, newest)
+
+
+def newer_master(own_epoch: int, seen: list[tuple[str, int, bool]]) -> tuple[str, int] | None:
+    """Among ``seen`` — (instance, epoch, says it is a master) of the other instances of a running
+    master's name — the newest master of an epoch above ``own_epoch``: the one this master must step
+    down for (``broker/fencing.py``). None: it is the newest. Pure."""
+    best = None
+    for instance, epoch, is_master in seen:
+        if is_master and epoch > own_epoch and (best is None or epoch > best[1]):
+            best = (instance, epoch)
+    return best
+
+
 def slave_read_lag_bytes(rt: BrokerRuntime, ram_bytes: int) -> int:
     """How far behind the master's write position a consumer's next message may be before it
     reads from a slave (``broker.slave_read_enable``; RocketMQ ``accessMessageInMemoryMaxRatio``:

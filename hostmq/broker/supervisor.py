@@ -5,6 +5,9 @@ Start-up, in this order (docs/internals.md fact 3):
 
 1. ``flock(brokers/NAME/broker.lock)`` — one broker per name and root — before touching shared
    memory or binding the socket (libzmq's bind silently steals a socket path);
+   then its role, under the name's role lock: ``fencing.decide`` reads the role records, starts a
+   master of an old epoch as a slave, and publishes ``starting.json`` before recovery, so that
+   ``hostmq ha promote`` sees a master that is still recovering (``role_lock.py``);
 2. reclaim segments and semaphores left by dead processes of this broker (its IPC prefix);
 3. open the store with ``MessageStore`` — normal or abnormal recovery (``store.recovery``) — and
    close it cleanly, so every structure is consistent; then hold ``store/lock`` for the whole run
@@ -54,12 +57,13 @@ from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..transport import Reply, Server
 from ..jsonfile import read_json, write_json
-from . import promotion
+from . import fencing, promotion
 from . import role as roles
 from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
 from .truncation import apply_truncate_marker
+from .role_lock import clear_starting
 from .runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
@@ -159,6 +163,8 @@ class Broker:
             apply_truncate_marker(rt)       # before recovery: it then drops consume-queue entries past the cut
         end, last_ts = self._recover(store_host)
         rt = self.rt                        # now with the store's own file sizes (store.json)
+        if not rt.is_slave and self._stepped_down():
+            return                          # a promotion was recorded while it recovered: never serve
         self._store_lock_fd = take_lock(os.path.join(rt.store_dir, "lock"), "this broker")
         abort = os.path.join(rt.store_dir, "abort")
         fd = open_file(abort, os.O_WRONLY | os.O_CREAT)
@@ -206,6 +212,8 @@ class Broker:
         self.server.add_timer(b.transaction_check_interval_s, self.service.check_transactions)
         self.server.add_timer(b.register_interval_s, self.register)
         self.server.add_timer(b.offset_persist_interval_s, self.service.offsets.persist)
+        if not rt.is_slave:
+            self.server.add_timer(fencing.ROLE_CHECK_INTERVAL_S, self.check_role)
         self.register()
         log.info("broker %s running at %s (commitlog end %d, %s recovery)", rt.name, rt.socket_path, end,
                  "abnormal" if self.recovery.abnormal else "normal")
@@ -326,6 +334,22 @@ class Broker:
         if isinstance(data, dict):
             apply(data)
 
+    def _stepped_down(self) -> bool:
+        newer = fencing.newer_master_seen(self.rt)
+        if newer is not None:
+            fencing.alert(self.rt, newer)
+            self.start_again(f"as a slave: {newer[0]} is the master of epoch {newer[1]}")
+        return newer is not None
+
+    def check_role(self) -> None:
+        """A master steps down when a newer master of its name is recorded (``fencing.py``)."""
+        if self.state.get("fenced_epoch") or self.restart is not None:
+            return
+        newer = fencing.newer_master_seen(self.rt)
+        if newer is not None:
+            fencing.fence(self.rt, self.state, newer)
+            self.start_again(f"as a slave: {newer[0]} is the master of epoch {newer[1]}")
+
     def promote(self, frame: Frame, token=None) -> Reply:
         """PROMOTE_BROKER (``broker/promotion.py``): answer, then start again as the master."""
         record = promotion.handle(self.rt, self.state, frame)
@@ -344,6 +368,8 @@ class Broker:
         # This run ends when the process is asked to stop (checked by ``supervise``) or when the
         # broker starts again in another role (``start_again``).
         self._outer, self._stop = stop, threading.Event()
+        if self.restart is not None:        # it stepped down while starting (_stepped_down)
+            return
         self.server.run(self._stop)
 
     # -- stop -----------------------------------------------------------------------------------------
@@ -386,6 +412,7 @@ class Broker:
             st.close()
         if self._store_lock_fd is not None:
             os.close(self._store_lock_fd)
+        clear_starting(self.rt.root, self.rt.instance)      # between runs it has not read its role yet
         return clean
 
 
@@ -445,9 +472,10 @@ def run(rt: BrokerRuntime, stop: threading.Event) -> int:
     lock_fd = take_lock(rt.lock_path, f"another broker named {rt.instance}")
     try:
         while True:
-            # Its role record (broker/role.py) says what this instance plays: read again each run,
-            # since a promotion or a demotion ends a run to start the next in the new role.
-            broker = Broker(roles.current(rt))
+            # Its role record (broker/role.py) says what this instance plays: decided again each run
+            # under the name's role lock (fencing.py), since a promotion, a demotion or a step-down
+            # ends a run to start the next in the new role.
+            broker = Broker(fencing.decide(rt))
             try:
                 broker.start()
                 broker.serve(stop)

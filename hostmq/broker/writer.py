@@ -63,6 +63,7 @@ W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
 W_HA_SLAVES, W_REPLICATED = _W["ha_slaves"], _W["replicated_pos"]
 W_FLUSH_ERROR = _W["flush_error"]
+W_FENCED_EPOCH = _W["fenced_epoch"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
@@ -317,6 +318,8 @@ class Writer(RingSessions):
         start and refuses it and, for a while, every frame after it (``refusals``)."""
         cl, queues = self.cl, self._queues
         refusal = self.refusals.status(time.monotonic(), self.state.w[W_FLUSH_ERROR])
+        if self.state.w[W_FENCED_EPOCH]:
+            refusal = R.COMPLETION_NOT_MASTER   # a newer master serves this name (broker/fencing.py)
         max_body, max_props = self.max_body, self.max_props
         now_ms = int(time.time() * 1000)
         appended = 0

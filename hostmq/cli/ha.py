@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
                     help="promote a slave that has less than its master said it held (that tail is lost)")
     pr.add_argument("--timeout", type=float, default=promotion.PROMOTE_TIMEOUT_S,
                     help="seconds to wait for it to run as the master")
+    pr.add_argument("--lock-timeout", type=float, default=promotion.PROMOTE_LOCK_TIMEOUT_S,
+                    help="seconds to wait for the name's role lock (docs/trust-roles.md)")
     pr.set_defaults(func=promote)
     de = verbs.add_parser("demote", help="a stopped master of this root joins the group's new master as a "
                                          "slave when it starts (after a promotion on another host)")
@@ -31,14 +33,17 @@ def add_parser(sub) -> None:
     de.add_argument("--id", type=int, default=0, help="the stopped master's instance id (0)")
     de.add_argument("--slave-id", type=int, default=1, help="for instance 0: the id it registers under (1)")
     de.add_argument("--epoch", type=int, required=True, help="the new master's epoch (hostmq status shows it)")
+    de.add_argument("--lock-timeout", type=float, default=promotion.PROMOTE_LOCK_TIMEOUT_S,
+                    help="seconds to wait for the name's role lock (docs/trust-roles.md)")
     de.set_defaults(func=demote)
 
 
 def promote(args: argparse.Namespace) -> int:
-    print_json(promotion.promote(args.root, args.name, args.id, args.role, args.force, args.timeout))
+    print_json(promotion.promote(args.root, args.name, args.id, args.role, args.force, args.timeout,
+                                 lock_timeout_s=args.lock_timeout))
     return 0
 
 
 def demote(args: argparse.Namespace) -> int:
-    print_json(promotion.demote(args.root, args.name, args.id, args.epoch, args.slave_id))
+    print_json(promotion.demote(args.root, args.name, args.id, args.epoch, args.slave_id, args.lock_timeout))
     return 0

@@ -32,8 +32,8 @@ import numpy as np
 
 from .. import records as R
 from ..broker.state import BrokerState
-from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, ProtocolError, SendTimeout,
-                      StoreFullError, ValidationError)
+from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, NotMasterError, ProtocolError,
+                      SendTimeout, StoreFullError, ValidationError)
 from ..message import MessageQueue, SendResult, SendStatus
 from ..protocol import session as P
 from ..root import RootPaths
@@ -60,6 +60,9 @@ def completion_error(status: int, broker: str) -> HostMQError:
         return NoRouteError(f"broker {broker} does not serve this topic or queue")
     if status == R.COMPLETION_BAD_RECORD:
         return ValidationError(f"broker {broker} refused a malformed record")
+    if status == R.COMPLETION_NOT_MASTER:
+        return NotMasterError(f"broker {broker} is no longer the master of its name (a newer epoch's master "
+                              f"serves it): message refused, nothing stored")
     if status == R.COMPLETION_DISK_ERROR:
         return BrokerBusyError(f"broker {broker}: its disk failed (I/O error); writes are refused until "
                                f"it is restarted")
