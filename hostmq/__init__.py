@@ -6,6 +6,7 @@ from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
                      PromotionRefusedError, SendTimeout, StoreFullError, StoreLockedError, ValidationError)
+from .errors import ReservedPropertyError
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
 from .records import tag_hash
@@ -40,6 +41,7 @@ __all__ = [
     "HostMQError", "ValidationError", "NoRouteError", "BrokerBusyError", "SendTimeout", "ConnectError",
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
     "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError",
+    "ReservedPropertyError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",
