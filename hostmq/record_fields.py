@@ -130,20 +130,21 @@ def check_user_properties(props) -> dict[str, str]:
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
-    """``name\x01value\x02`` for each pair (RocketMQ ``messageProperties2String``); a pair whose value
-    is None is left out, as RocketMQ does (MessageDecoderTest.testNullValueProperty). ValidationError
-    for an empty name or value (a decoder drops an empty value), a None name, or \x01 / \x02 in
-    either: what this writes is what the broker's :func:`check_properties` accepts."""
+    """``name\\x01value\\x02`` for each pair (RocketMQ ``messageProperties2String``). A pair whose value
+    is None is left out, as RocketMQ does (MessageDecoderTest.testNullValueProperty), and so is one
+    whose value is empty: RocketMQ's decoder drops it (testString2messageProperties), so it would
+    read as absent anyway — and the broker refuses it (:func:`check_properties`). ValidationError for
+    an empty or None name, or \\x01 / \\x02 in a name or value."""
     parts = []
     for k, v in props.items():
-        if v is None:
+        if v is None or v == "":
             continue
         if k is None:
             raise ValidationError(f"property name None (value {v!r}): names must be strings")
         k, v = str(k), str(v)
-        if not k or not v or NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
-            raise ValidationError(f"property {k!r}: names and values must be non-empty and neither may "
-                                  "contain \\x01 or \\x02")
+        if not k or NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
+            raise ValidationError(f"property {k!r}: names must be non-empty and neither name nor value "
+                                  "may contain \\x01 or \\x02")
         parts.append(f"{k}\x01{v}\x02")
     try:
         return "".join(parts).encode("utf-8")

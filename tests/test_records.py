@@ -300,6 +300,7 @@ def test_properties_round_trip(props):
 def test_properties_exact_bytes():
     assert r.encode_properties({}) == b""
     assert r.encode_properties({"TAGS": "A", "k": None}) == b"TAGS\x01A\x02"   # None is left out
+    assert r.encode_properties({"k": "", "TAGS": "A"}) == b"TAGS\x01A\x02"     # so is an empty value
     assert r.decode_properties(b"TAGS\x01A\x02k\x01\x02") == {"TAGS": "A"}     # an empty value is dropped
     assert r.decode_properties(b"k\x01v\x02k\x01\x02") == {"k": "v"}         # ... before it could overwrite
     assert r.decode_properties(b"k\x01v\x02k\x01w\x02") == {"k": "w"}        # a name twice: the last value
@@ -307,8 +308,8 @@ def test_properties_exact_bytes():
 
 
 @pytest.mark.parametrize("props", [
-    {"a\x01": "v"}, {"a\x02": "v"}, {"a": "v\x01"}, {"a": "v\x02"}, {"": "v"}, {"\x01": ""},
-    {"a": "\ud800"}, {"\udfff": "v"}, {"a": ""}, {None: "v"},
+    {"a\x01": "v"}, {"a\x02": "v"}, {"a": "v\x01"}, {"a": "v\x02"}, {"": "v"}, {"\x01": "v"},
+    {"a": "\ud800"}, {"\udfff": "v"}, {None: "v"},
 ])
 def test_properties_that_cannot_be_encoded(props):
     with pytest.raises(ValidationError):

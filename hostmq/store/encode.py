@@ -89,8 +89,10 @@ def encode_message(msg: Message, topic_b: bytes, queue_id: int, *, max_body_byte
                    max_props_bytes: int, born_host: bytes, store_host: bytes | None = None,
                    sys_flag: int = 0,
                    uniq_key: str | None = None, born_ts_ms: int | None = None,
-                   reconsume_times: int = 0, user_rules: bool = True) -> bytes:
-    """One validated record with queue/phys offset and store time left for the appender.
+                   reconsume_times: int = 0, user_rules: bool = False) -> bytes:
+    """One validated record with queue/phys offset and store time left for the appender (the
+    embedded store's and tools' path; a producer checks user properties through
+    :func:`properties_bytes`).
 
     ``store_host`` is the broker's host bytes when known (the message id is built from it);
     ``user_rules`` as :func:`properties_bytes`."""

@@ -247,7 +247,7 @@ class MessageStore:
                 raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
             recs.append(encode_message(m, topic_b, queue_id, max_body_bytes=cfg.max_message_bytes,
                                        max_props_bytes=cfg.max_properties_bytes,
-                                       born_host=cl.store_host, born_ts_ms=now_ms, user_rules=False))
+                                       born_host=cl.store_host, born_ts_ms=now_ms))
         blob, starts = R.encode_batch(recs)
         return self.append_encoded(topic, queue_id, blob, starts, now_ms=now_ms)
 

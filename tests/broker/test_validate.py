@@ -152,7 +152,8 @@ PROPS_LIMIT = 32 * 1024 - 1          # RocketMQ: PROPERTIES shorter than 32 KiB
 
 
 def props_of(n: int) -> bytes:
-    """Well-formed PROPERTIES of exactly ``n`` bytes (n >= 3): one name\\x01value\\x02 pair."""
+    """Well-formed PROPERTIES of exactly ``n`` bytes (n >= 4: a value is never empty): one
+    name\\x01value\\x02 pair."""
     return b"k\x01" + b"v" * (n - 3) + b"\x02"
 
 
@@ -281,11 +282,11 @@ def test_record_starts_errors_say_where_the_chain_breaks():
 def test_any_good_batch_passes_with_limits_at_its_largest_parts_and_fails_one_below(parts, queue_id):
     """Random body and properties sizes: starts/sizes are those of the records as encoded one by one;
     limits equal to the largest body / properties pass, one byte lower is refused."""
-    recs = [rec(bytes([i % 251]) * b, b"Topic-x", props=props_of(p) if p >= 3 else b"", queue_id=queue_id)
+    recs = [rec(bytes([i % 251]) * b, b"Topic-x", props=props_of(p) if p >= 4 else b"", queue_id=queue_id)
             for i, (b, p) in enumerate(parts)]
     payload = b"".join(recs)
     max_b = max(b for b, _ in parts)
-    max_p = max((p if p >= 3 else 0) for _, p in parts)
+    max_p = max((p if p >= 4 else 0) for _, p in parts)
     fr = frame_records(payload, len(recs), max_b, max_p)
     expected_starts = [sum(len(x) for x in recs[:i]) for i in range(len(recs))]
     assert (fr.topic_b, fr.queue_id) == (b"Topic-x", queue_id)
