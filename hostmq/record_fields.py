@@ -253,30 +253,38 @@ def check_properties_many(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarra
     return -1
 
 
+_ALL_ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_PAD16 = np.zeros(16, np.uint8)
+
+
+def _low_bytes_mask(nbytes: np.ndarray) -> np.ndarray:
+    """uint64 masks keeping the low ``nbytes`` (clipped to 0..8) bytes of a little-endian word."""
+    bits = np.clip(nbytes, 0, 8).astype(np.uint64) * np.uint64(8)
+    return np.where(bits >= np.uint64(64), _ALL_ONES, (np.uint64(1) << (bits & np.uint64(63))) - np.uint64(1))
+
+
 def _names_may_repeat(blob: np.ndarray, sep: np.ndarray, region_ends: np.ndarray) -> bool:
     """False only if no region of ``blob`` (well-formed pairs; ``sep`` the positions of their
-    separators, ``region_ends`` where each region ends) names a property twice. Each name is hashed
-    by its region, its length and the sums of its bytes weighted by 1, i and i² (i counted from the
-    name's start, so equal names hash alike wherever they are); different names that collide only
-    send the batch to the exact check."""
+    separators, ``region_ends`` where each region ends) names a property twice. Each name is keyed
+    by its region, its length and its first 16 bytes, hashed into one word; equal names always
+    share a key, so only a shared key (a name twice, two long names alike in their first 16 bytes, a
+    hash collision) sends the batch to the exact check."""
     name_ends = sep[0::2]
     if len(name_ends) < 2:
         return False
     name_starts = np.empty_like(name_ends)
     name_starts[0] = 0
     name_starts[1:] = sep[1::2][:-1] + 1
+    lengths = name_ends - name_starts
+    windows = np.lib.stride_tricks.sliding_window_view(np.concatenate((blob, _PAD16)), 16)[name_starts]
+    words = windows.view("<u8")                                 # (names, 2): each name's first 16 bytes
+    w0 = words[:, 0] & _low_bytes_mask(lengths)
+    w1 = words[:, 1] & _low_bytes_mask(lengths - 8)
     region = np.searchsorted(region_ends, name_ends, side="right").astype(np.uint64)
-    b = blob.astype(np.uint64)
-    i = np.arange(len(blob), dtype=np.uint64)
-    zero = np.zeros(1, np.uint64)
-    sums = [np.concatenate((zero, np.cumsum(x, dtype=np.uint64))) for x in (b, b * i, b * i * i)]
-    a, e = name_starts.astype(np.uint64), name_ends
-    s0, s1, s2 = (c[e] - c[name_starts] for c in sums)      # uint64: wraps, equally for equal names
-    s1 = s1 - a * s0                                         # Σ b·(i - a)
-    s2 = s2 - np.uint64(2) * a * s1 - a * a * s0            # Σ b·(i - a)² = Σ b·i² - 2a·Σ b·(i - a) - a²·Σ b
-    h = (region * np.uint64(0x9E3779B97F4A7C15) ^ (e - name_starts).astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
-         ^ s0 * np.uint64(0x165667B19E3779F9) ^ s1 * np.uint64(0xD6E8FEB86659FD93) ^ s2)
-    return len(np.unique(h)) < len(h)
+    h = (region * np.uint64(0x9E3779B97F4A7C15) ^ lengths.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+         ^ w0 * np.uint64(0x165667B19E3779F9) ^ w1 * np.uint64(0xD6E8FEB86659FD93))
+    h.sort()
+    return bool((h[1:] == h[:-1]).any())
 
 
 def _first_failing(u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> int:
