@@ -7,6 +7,7 @@ from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordEr
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
                      PromotionRefusedError, RoleLockTimeoutError, SendTimeout, StoreFullError, StoreLockedError,
                      ValidationError)
+from .errors import ReservedPropertyError
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
 from .records import tag_hash
@@ -41,7 +42,8 @@ __all__ = [
     "HostMQError", "ValidationError", "NoRouteError", "BrokerBusyError", "SendTimeout", "ConnectError",
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
     "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError",
-    "RoleLockTimeoutError", "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
+    "RoleLockTimeoutError", "ReservedPropertyError",
+    "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",
     "LocalCluster", "BatchConfig",

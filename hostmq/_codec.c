@@ -45,6 +45,7 @@ enum {
 #define NAME_VALUE_SEP 0x01
 #define CRC_WITHOUT_GIL_BYTES (5 * 1024)     /* zlib.crc32 releases the GIL from this size too */
 #define MAX_RESERVED 16
+#define MAX_PLAIN_PAIRS 16                  /* properties_plainly_valid compares names pairwise up to this */
 
 /* --- bound by records.py / validate.py (_bind) --------------------------------------------- */
 static PyObject *CorruptRecordError, *ValidationError, *check_properties, *references;
@@ -758,10 +759,14 @@ static int utf8_valid(const unsigned char *p, Py_ssize_t n)
 }
 
 /* 1 if records.check_properties certainly accepts p[0..n): UTF-8, "name\x01value\x02" pairs with one
- * \x01 and a non-empty name each, and no property the broker acts on (its value rules are Python's).
- * 0 means "ask check_properties", which decides (and words the error). */
+ * \x01, a non-empty name and a non-empty value each, no name twice, and no property the broker acts
+ * on (its value rules are Python's). Names are compared pairwise, so a record of more than
+ * MAX_PLAIN_PAIRS pairs is left to Python too. 0 means "ask check_properties", which decides (and
+ * words the error). */
 static int properties_plainly_valid(const unsigned char *p, Py_ssize_t n)
 {
+    Py_ssize_t name_at[MAX_PLAIN_PAIRS], name_len[MAX_PLAIN_PAIRS];
+    int pairs = 0;
     if (n == 0)
         return 1;
     if (p[n - 1] != PROPERTY_END || !utf8_valid(p, n))
@@ -776,11 +781,18 @@ static int properties_plainly_valid(const unsigned char *p, Py_ssize_t n)
                 sep = i;
             }
         }
-        if (sep <= start)           /* no \x01, or an empty name */
+        if (sep <= start || i == sep + 1)       /* no \x01, an empty name or an empty value */
             return 0;
         for (int k = 0; k < n_reserved; k++)
             if ((size_t)(sep + 1 - start) == reserved_lens[k] && memcmp(p + start, reserved_marks[k], reserved_lens[k]) == 0)
                 return 0;
+        if (pairs == MAX_PLAIN_PAIRS)
+            return 0;
+        for (int k = 0; k < pairs; k++)
+            if (name_len[k] == sep - start && memcmp(p + name_at[k], p + start, (size_t)(sep - start)) == 0)
+                return 0;
+        name_at[pairs] = start;
+        name_len[pairs++] = sep - start;
         start = i + 1;
     }
     return 1;

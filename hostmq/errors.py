@@ -164,3 +164,18 @@ class FaultHarnessError(HostMQError):
 
 
 __all__ += ["FaultHarnessError"]
+
+
+# -- message properties (issue 31) --
+class ReservedPropertyError(ValidationError):
+    """A message's user properties use names the system sets itself (RocketMQ's
+    ``MessageConst.STRING_HASH_SET``, plus the ones hostmq writes); ``names`` lists them, sorted.
+    Nothing was stored."""
+
+    def __init__(self, names) -> None:
+        self.names = tuple(sorted(names))
+        super().__init__(f"properties {', '.join(map(repr, self.names))} are used by the system; "
+                         "choose other names (tags, keys and delay_level have their own arguments)")
+
+
+__all__ += ["ReservedPropertyError"]

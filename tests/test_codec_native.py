@@ -52,6 +52,14 @@ def property_bytes(draw):
                                               b"\xe2\x82", b""])) + out[i + 1:]
     elif kind == 2:
         out += b"\x01v\x02"                    # an empty name
+    elif kind == 3 and pairs:
+        out += pairs[0][0].encode() + b"\x01w\x02"      # a name given twice (issue 31)
+    elif kind == 4:
+        out += draw(_names).encode() + b"\x01\x02"      # an empty value (issue 31)
+    elif kind == 5:                              # more pairs than C compares names of (MAX_PLAIN_PAIRS)
+        out += b"".join(b"n%d\x01v\x02" % i for i in range(draw(st.integers(15, 18))))
+        if draw(st.booleans()):
+            out += b"n3\x01again\x02"
     return out
 
 

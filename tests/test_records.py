@@ -25,7 +25,7 @@ U63 = st.integers(0, (1 << 63) - 1)
 
 topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True)
 prop_chars = st.characters(exclude_characters="\x01\x02", exclude_categories=("Cs",))
-prop_text = st.text(prop_chars, max_size=30)
+prop_text = st.text(prop_chars, min_size=1, max_size=30)     # an empty value is never written (issue 31)
 prop_names = st.text(prop_chars, min_size=1, max_size=20)
 prop_dicts = st.dictionaries(prop_names, prop_text, max_size=8)
 hosts = st.binary(min_size=8, max_size=8)
@@ -299,14 +299,17 @@ def test_properties_round_trip(props):
 
 def test_properties_exact_bytes():
     assert r.encode_properties({}) == b""
-    assert r.encode_properties({"TAGS": "A", "k": ""}) == b"TAGS\x01A\x02k\x01\x02"
-    assert r.decode_properties(b"TAGS\x01A\x02k\x01\x02") == {"TAGS": "A", "k": ""}
+    assert r.encode_properties({"TAGS": "A", "k": None}) == b"TAGS\x01A\x02"   # None is left out
+    assert r.encode_properties({"k": "", "TAGS": "A"}) == b"TAGS\x01A\x02"     # so is an empty value
+    assert r.decode_properties(b"TAGS\x01A\x02k\x01\x02") == {"TAGS": "A"}     # an empty value is dropped
+    assert r.decode_properties(b"k\x01v\x02k\x01\x02") == {"k": "v"}         # ... before it could overwrite
+    assert r.decode_properties(b"k\x01v\x02k\x01w\x02") == {"k": "w"}        # a name twice: the last value
     assert r.decode_properties(b"a\x01b") == {"a": "b"}   # RocketMQ tolerates a missing final \x02
 
 
 @pytest.mark.parametrize("props", [
-    {"a\x01": "v"}, {"a\x02": "v"}, {"a": "v\x01"}, {"a": "v\x02"}, {"": "v"}, {"\x01": ""},
-    {"a": "\ud800"}, {"\udfff": "v"},
+    {"a\x01": "v"}, {"a\x02": "v"}, {"a": "v\x01"}, {"a": "v\x02"}, {"": "v"}, {"\x01": "v"},
+    {"a": "\ud800"}, {"\udfff": "v"}, {None: "v"},
 ])
 def test_properties_that_cannot_be_encoded(props):
     with pytest.raises(ValidationError):

@@ -1,8 +1,9 @@
 """Checking what a producer put in its ingress ring before any of it reaches the commitlog (pure).
 
 The writer trusts nothing in a frame: a record that is torn, lies about its lengths, fails its body
-CRC, is larger than the broker allows, carries properties no decoder accepts (``records.check_properties``:
-UTF-8, ``name\x01value\x02`` pairs, well-formed system properties), or names another topic or queue
+CRC, is larger than the broker allows, carries properties no decoder accepts or two decoders read apart
+(``records.check_properties``: UTF-8, ``name\x01value\x02`` pairs, no empty value, no name twice,
+well-formed system properties), or names another topic or queue
 than the rest of its batch is refused (the whole frame, nothing stored) — a bad record in the
 commitlog would make crash recovery cut the log there and lose everything after it, and one with bad
 properties would stall every filtered consumer of its queue. The payload given here is the writer's

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import records as R
 from ..client.producer import Producer
 from ..errors import ValidationError
 from ..message import Message
@@ -23,13 +24,17 @@ def add_parser(sub) -> None:
 
 
 def _props(items: list[str]) -> dict[str, str]:
+    """The ``--property`` pairs, checked before anything is sent (reserved names, blank names or
+    values: ``records.check_user_properties``)."""
     out = {}
     for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k:
             raise ValidationError(f"--property wants KEY=VALUE, got {item!r}")
+        if k in out:
+            raise ValidationError(f"--property {k!r} is given twice")
         out[k] = v
-    return out
+    return R.check_user_properties(out)
 
 
 def main(args: argparse.Namespace) -> int:

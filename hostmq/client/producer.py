@@ -52,8 +52,7 @@ class Producer:
                  latency_fault: bool = True, auto_batch: bool = False, batch: BatchConfig | None = None) -> None:
         """``auto_batch``: ``send_async`` gathers messages into batch frames (``accumulator``;
         ``batch`` sets its limits)."""
-        if not isinstance(group, str) or not group:
-            raise ValidationError(f"producer group must be a non-empty string, got {group!r}")
+        R.validate_group(group)             # RocketMQ Validators.checkGroup, as for consumer groups
         self.root = root
         self.group = group
         self.send_timeout_s = send_timeout_s

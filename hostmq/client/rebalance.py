@@ -34,6 +34,8 @@ def allocate(strategy: Strategy, consumer_id: str, queues: Sequence[MessageQueue
     """The queues ``consumer_id`` reads; [] if it is not one of ``consumer_ids``."""
     if not isinstance(consumer_id, str) or not consumer_id:
         raise ValidationError(f"consumer_id must be a non-empty string, got {consumer_id!r}")
+    if queues is None or consumer_ids is None:      # RocketMQ: IllegalArgumentException
+        raise ValidationError("queues and consumer_ids must be sequences, not None")
     for q in queues:
         if not isinstance(q, MessageQueue):
             raise ValidationError(f"queues must be MessageQueue objects, got {q!r}")

@@ -277,13 +277,14 @@ class _Parser:
 class SQL:
     """A compiled SQL92 filter: ``SQL("region = 'eu' AND amount > 10").matches({"region": "eu", ...})``."""
 
-    __slots__ = ("expression", "_root")
+    __slots__ = ("expression", "_root", "_key")
 
     def __init__(self, expression: str) -> None:
         if not isinstance(expression, str) or not expression.strip():
             raise FilterSyntaxError(f"an SQL92 filter needs an expression, got {expression!r}")
         self.expression = expression
         self._root = _Parser(expression).parse()
+        self._key = None
 
     def matches(self, properties: Mapping[str, str]) -> bool:
         """True only if the expression is TRUE for these properties (unknown or a type error: False)."""
@@ -295,8 +296,16 @@ class SQL:
     def __repr__(self) -> str:
         return f"SQL({self.expression!r})"
 
+    def parsed_form(self) -> tuple:
+        """The parsed expression as nested tuples; two SQL objects are equal (and hash alike) when
+        their parsed forms are, as RocketMQ compares parsed expressions (ParserTest.testEquals)."""
+        if self._key is None:
+            self._key = self._root.key()
+        return self._key
+
     def __eq__(self, other) -> bool:
-        return isinstance(other, SQL) and other.expression == self.expression
+        return isinstance(other, SQL) and (other.expression == self.expression
+                                           or other.parsed_form() == self.parsed_form())
 
     def __hash__(self) -> int:
-        return hash(("SQL", self.expression))
+        return hash(("SQL", self.parsed_form()))

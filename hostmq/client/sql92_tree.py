@@ -98,6 +98,12 @@ class Node:
     def eval(self, props: Mapping[str, str]):
         raise NotImplementedError
 
+    def key(self) -> tuple:
+        """The parsed form as nested tuples: what ``SQL`` compares and hashes (RocketMQ compares
+        parsed expressions, ParserTest.testEquals), so spacing, comments, keyword case and
+        redundant parentheses do not matter."""
+        return (type(self).__name__,)
+
 
 class Const(Node):
     def __init__(self, value) -> None:
@@ -107,6 +113,9 @@ class Const(Node):
     def eval(self, props):
         return self.value
 
+    def key(self):
+        return ("Const", type(self.value).__name__, self.value)     # Int 1, Long 1 and TRUE differ
+
 
 class Prop(Node):
     def __init__(self, name: str) -> None:
@@ -115,11 +124,17 @@ class Prop(Node):
     def eval(self, props):
         return props.get(self.name)
 
+    def key(self):
+        return ("Prop", self.name)
+
 
 class Unary(Node):
     def __init__(self, inner: Node) -> None:
         self.inner = inner
         self.depth = inner.depth + 1
+
+    def key(self):
+        return (type(self).__name__, self.inner.key())
 
 
 class BoolCast(Unary):
@@ -159,6 +174,9 @@ class Binary(Node):
         self.left, self.right = left, right
         self.depth = max(left.depth, right.depth) + 1
 
+    def key(self):
+        return (type(self).__name__, self.left.key(), self.right.key())
+
 
 class Chain(Node):
     """``a AND b AND c …`` (or OR) kept flat: evaluated left to right in a loop, stopping at the
@@ -169,6 +187,17 @@ class Chain(Node):
     def __init__(self, operands: list[Node]) -> None:
         self.operands = operands
         self.depth = max(o.depth for o in operands) + 1
+
+    def key(self):
+        """Nested chains of one operator flattened: ``(a AND b) AND c`` is ``a AND b AND c``."""
+        name, flat = type(self).__name__, []
+        for o in self.operands:
+            k = o.key()
+            if k[0] == name:
+                flat.extend(k[1])
+            else:
+                flat.append(k)
+        return (name, tuple(flat))
 
 
 class And(Chain):
@@ -213,7 +242,10 @@ class Order(Binary):
 
     def __init__(self, op: str, left: Node, right: Node) -> None:
         super().__init__(left, right)
-        self.test = self.TESTS[op]
+        self.op, self.test = op, self.TESTS[op]
+
+    def key(self):
+        return ("Order", self.op, self.left.key(), self.right.key())
 
     def eval(self, props):
         lv = self.left.eval(props)
@@ -233,6 +265,10 @@ class In(Node):
 
     def __init__(self, prop: Prop, values: list[str], negated: bool) -> None:
         self.prop, self.values, self.negated = prop, frozenset(values), negated
+        self.listed = tuple(values)         # as written: RocketMQ's IN list keeps its order
+
+    def key(self):
+        return ("In", self.prop.key(), self.listed, self.negated)
 
     def eval(self, props):
         v = self.prop.eval(props)
@@ -248,7 +284,10 @@ class StringTest(Unary):
 
     def __init__(self, op: str, inner: Node, search: str, negated: bool) -> None:
         super().__init__(inner)
-        self.test, self.search, self.negated = self.TESTS[op], search, negated
+        self.op, self.test, self.search, self.negated = op, self.TESTS[op], search, negated
+
+    def key(self):
+        return ("StringTest", self.op, self.search, self.negated, self.inner.key())
 
     def eval(self, props):
         if not self.search:

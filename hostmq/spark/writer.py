@@ -5,7 +5,10 @@ Each task opens one :class:`hostmq.Producer` and sends its rows with ``send_batc
 topic, up to ``batchSize`` rows or ~1 MiB per frame). Columns: ``body`` (binary or string) required;
 ``topic`` (string; the ``topic`` option overrides it, as in Kafka's sink), ``tags`` (string),
 ``keys`` (string, space-separated, or array<string>) and ``properties`` (map<string,string>)
-optional. Delivery is at-least-once: a task that fails after sending some rows is retried by Spark
+optional; the producer checks ``properties`` as RocketMQ's ``putUserProperty`` does (reserved names
+such as ``TAGS``, ``KEYS`` or the unique id — which a DataFrame read from hostmq carries in its
+``properties`` — and blank names or values are refused; drop them, e.g. with ``map_filter``, before
+writing back), and leaves out null values. Delivery is at-least-once: a task that fails after sending some rows is retried by Spark
 and sends them again. Each task's commit message carries the message id of every row it sent.
 """
 from __future__ import annotations
@@ -74,6 +77,8 @@ def row_message(row, columns: tuple[str, ...], default_topic: str | None) -> Mes
     if isinstance(keys, str):
         keys = keys.split()
     props = row["properties"] if "properties" in columns else None
+    if props:       # a null map value is no value (RocketMQ's encoder leaves a null value out too)
+        props = {k: v for k, v in props.items() if v is not None}
     return Message(topic, bytes(body), tags=row["tags"] if "tags" in columns else None,
                    keys=[k for k in (keys or ()) if k], properties=props or None)
 

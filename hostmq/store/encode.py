@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 import zlib
+from typing import Mapping
 
 import numpy as np
 
 from .. import records as R
-from ..errors import ValidationError
+from ..errors import ReservedPropertyError, ValidationError
 from ..message import Message
 
 _SEPS = ("\x01", "\x02")
@@ -22,8 +23,19 @@ def _clean(value: str, what: str) -> str:
     return value
 
 
-def properties_bytes(msg: Message, uniq_key: str | None, max_bytes: int) -> bytes:
-    """PROPERTIES of a message: user properties, then TAGS, KEYS, DELAY and the unique id."""
+# The names properties_bytes writes itself: a user property may never take one (it would be written
+# twice, and the consume queue and a decoder would each take a different one).
+OWN_NAMES = frozenset({R.PROP_TAGS, R.PROP_KEYS, R.PROP_DELAY, R.PROP_UNIQ_KEY})
+
+
+def properties_bytes(msg: Message, uniq_key: str | None, max_bytes: int, user_rules: bool = True) -> bytes:
+    """PROPERTIES of a message: user properties, then TAGS, KEYS, DELAY and the unique id.
+
+    ``user_rules``: the user properties follow RocketMQ's ``putUserProperty`` rules
+    (``records.check_user_properties``: no reserved name, no None or blank name or value) — what a
+    producer sends. The embedded store passes False, as RocketMQ's store checks no names (tools
+    write system properties such as REAL_TOPIC through it); it still refuses the names this function
+    writes itself, and leaves out None values, as RocketMQ's encoder does."""
     tags = msg.tags
     if not (msg.properties or msg.keys or msg.delay_level) and tags.__class__ is str and uniq_key:
         # Common case (tags only): one format, same bytes as the general path below.
@@ -35,7 +47,13 @@ def properties_bytes(msg: Message, uniq_key: str | None, max_bytes: int) -> byte
         return data
     parts = []
     if msg.properties:
-        parts.append(R.encode_properties(msg.properties).decode("utf-8"))
+        user = R.check_user_properties(msg.properties) if user_rules else msg.properties
+        if not user_rules and not isinstance(user, Mapping):
+            raise ValidationError(f"properties must be a mapping, got {type(user).__name__}")
+        own = OWN_NAMES.intersection(user)
+        if own:
+            raise ReservedPropertyError(own)
+        parts.append(R.encode_properties(user).decode("utf-8"))
     if msg.tags:
         parts.append(f"TAGS\x01{_clean(msg.tags, 'tags')}\x02")
     if msg.keys:
@@ -71,14 +89,17 @@ def encode_message(msg: Message, topic_b: bytes, queue_id: int, *, max_body_byte
                    max_props_bytes: int, born_host: bytes, store_host: bytes | None = None,
                    sys_flag: int = 0,
                    uniq_key: str | None = None, born_ts_ms: int | None = None,
-                   reconsume_times: int = 0) -> bytes:
-    """One validated record with queue/phys offset and store time left for the appender.
+                   reconsume_times: int = 0, user_rules: bool = False) -> bytes:
+    """One validated record with queue/phys offset and store time left for the appender (the
+    embedded store's and tools' path; a producer checks user properties through
+    :func:`properties_bytes`).
 
-    ``store_host`` is the broker's host bytes when known (the message id is built from it)."""
+    ``store_host`` is the broker's host bytes when known (the message id is built from it);
+    ``user_rules`` as :func:`properties_bytes`."""
     body = check_body(msg.body, max_body_bytes)
     if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):
         raise ValidationError(f"flag must be a 32-bit int, got {msg.flag!r}")
-    props = properties_bytes(msg, uniq_key or R.new_unique_id(), max_props_bytes)
+    props = properties_bytes(msg, uniq_key or R.new_unique_id(), max_props_bytes, user_rules)
     return R.encode_record(topic_b, bytes(body), props, queue_id=queue_id, flag=msg.flag,
                            sys_flag=sys_flag, born_ts_ms=born_ts_ms or int(time.time() * 1000),
                            born_host=born_host, store_host=store_host or born_host, reconsume_times=reconsume_times)

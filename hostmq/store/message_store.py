@@ -195,7 +195,9 @@ class MessageStore:
                                  f"{self.config.disk_refuse_ratio:.0%} full; writes refused")
 
     def put(self, msg: Message, queue_id: int = 0) -> PutResult:
-        """Append one message. Bad input raises ValidationError and stores nothing.
+        """Append one message. Bad input raises ValidationError and stores nothing. Unlike a producer,
+        the store takes system property names (RocketMQ's store checks none); only the names it
+        writes itself — TAGS, KEYS, DELAY, the unique id — are refused (docs/conformance.md).
 
         The one-message hot path: common checks are inlined, the rest is in ``_check_writable``.
         """
@@ -209,7 +211,7 @@ class MessageStore:
         body = msg.body
         if body.__class__ is not bytes or not 0 < len(body) <= cfg.max_message_bytes:
             body = bytes(check_body(body, cfg.max_message_bytes))
-        props = properties_bytes(msg, R.new_unique_id(), cfg.max_properties_bytes)
+        props = properties_bytes(msg, R.new_unique_id(), cfg.max_properties_bytes, user_rules=False)
         flag = msg.flag
         if flag.__class__ is not int:
             raise ValidationError(f"flag must be an int, got {flag!r}")

@@ -152,7 +152,8 @@ PROPS_LIMIT = 32 * 1024 - 1          # RocketMQ: PROPERTIES shorter than 32 KiB
 
 
 def props_of(n: int) -> bytes:
-    """Well-formed PROPERTIES of exactly ``n`` bytes (n >= 3): one name\\x01value\\x02 pair."""
+    """Well-formed PROPERTIES of exactly ``n`` bytes (n >= 4: a value is never empty): one
+    name\\x01value\\x02 pair."""
     return b"k\x01" + b"v" * (n - 3) + b"\x02"
 
 
@@ -281,11 +282,11 @@ def test_record_starts_errors_say_where_the_chain_breaks():
 def test_any_good_batch_passes_with_limits_at_its_largest_parts_and_fails_one_below(parts, queue_id):
     """Random body and properties sizes: starts/sizes are those of the records as encoded one by one;
     limits equal to the largest body / properties pass, one byte lower is refused."""
-    recs = [rec(bytes([i % 251]) * b, b"Topic-x", props=props_of(p) if p >= 3 else b"", queue_id=queue_id)
+    recs = [rec(bytes([i % 251]) * b, b"Topic-x", props=props_of(p) if p >= 4 else b"", queue_id=queue_id)
             for i, (b, p) in enumerate(parts)]
     payload = b"".join(recs)
     max_b = max(b for b, _ in parts)
-    max_p = max((p if p >= 3 else 0) for _, p in parts)
+    max_p = max((p if p >= 4 else 0) for _, p in parts)
     fr = frame_records(payload, len(recs), max_b, max_p)
     expected_starts = [sum(len(x) for x in recs[:i]) for i in range(len(recs))]
     assert (fr.topic_b, fr.queue_id) == (b"Topic-x", queue_id)
@@ -295,3 +296,49 @@ def test_any_good_batch_passes_with_limits_at_its_largest_parts_and_fails_one_be
     if max_p:
         with pytest.raises(ValidationError, match="properties over"):
             frame_records(payload, len(recs), max_b, max_p - 1)
+
+
+# -- the properties rules of issue 31: empty values and names given twice --------------------------------
+@pytest.mark.parametrize("props,why", [
+    (b"TAGS\x01x\x02TAGS\x01y\x02", "'TAGS' is given twice"),
+    (b"k\x01v\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x01u\x02k\x01w\x02", "'k' is given twice"),
+    (b"TAGS\x01a\x02k2\x01\x02", "'k2' has an empty value"),
+    (b"DELAY\x013\x02DELAY\x013\x02", "'DELAY' is given twice"),
+])
+def test_records_with_a_name_twice_or_an_empty_value_are_refused_in_both_paths(props, why):
+    bad = rec(b"abcd", props=props)
+    with pytest.raises(ValidationError, match=f"record 0: property {why}"):
+        single_record(bad, FOUR_MIB, PROPS_LIMIT)
+    good = rec(b"abcd", props=b"TAGS\x01a\x02")
+    with pytest.raises(ValidationError, match=f"record 1: property {why}"):
+        frame_records(good + bad + good, 3, FOUR_MIB, PROPS_LIMIT)
+
+
+def test_the_same_name_in_different_records_of_a_batch_is_fine():
+    payload, sizes = batch(12)
+    assert len(frame_records(payload, 12, MAX_BODY, MAX_PROPS).starts) == 12
+
+
+# Short names, and long ones alike in their first 16 bytes (which the vectorised check keys names by).
+_pnames = st.sampled_from(["a", "b", "ab", "ba", "TAGS", "KEYS", "acb", "bac", "k1", "k10", "x" * 17 + "a",
+                           "x" * 17 + "b", "x" * 16, "x" * 8, "x" * 9])
+_pvalues = st.sampled_from(["", "v", "1", "x y"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.tuples(_pnames, _pvalues), max_size=5), min_size=1, max_size=8))
+def test_the_vectorised_check_of_a_batch_agrees_with_the_check_of_each_record(records_pairs):
+    """check_properties_many hashes names to find repeats; it must name the first record that
+    check_properties refuses, and pass a batch only when every record passes."""
+    props = [b"".join(n.encode() + b"\x01" + v.encode() + b"\x02" for n, v in pairs) for pairs in records_pairs]
+    expected = -1
+    for i, p in enumerate(props):
+        try:
+            R.check_properties(p)
+        except ValidationError:
+            expected = i
+            break
+    u8 = np.frombuffer(b"".join(props), np.uint8)
+    lengths = np.array([len(p) for p in props], np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    assert R.check_properties_many(u8, starts, lengths) == expected

@@ -34,10 +34,22 @@ def test_bad_messages_are_refused_before_anything_is_stored(cluster):
                Message("good", b""), Message("good", b"x" * (5 << 20)), Message("good", "not bytes"),
                Message("good", b"x", properties={"p": "v" * 40_000}), Message("good", b"x", keys=["a b"]),
                Message("good", b"x", tags="a\x01b"), Message("SCHEDULE_TOPIC_XXXX", b"x"),
-               Message("%RETRY%g", b"x")]
+               Message("%RETRY%g", b"x"),
+               # issue 31: RocketMQ's system topics and its putUserProperty rules
+               Message("rmq_sys_x", b"x"), Message("TRANS_CHECK_MAX_TIME_TOPIC", b"x"), Message("CHECKPOINT_TOPIC", b"x"),
+               Message("good", b"x", properties={"a": None}), Message("good", b"x", properties={None: "v"}),
+               Message("good", b"x", properties={"a": ""}), Message("good", b"x", properties={"a": " \t"}),
+               Message("good", b"x", properties={" ": "v"})]
         for m in bad:
             with pytest.raises(ValidationError):
                 p.send(m)
+        # A name the system sets itself is refused by a typed error that names it: a TAGS property
+        # would be written twice and match neither tag filter (the consume queue takes the first).
+        for props, names in (({"TRACE_ON": "true"}, ("TRACE_ON",)), ({"TAGS": "x", "KEYS": "k"}, ("KEYS", "TAGS")),
+                             ({R.PROP_UNIQ_KEY: "u", "ok": "v"}, (R.PROP_UNIQ_KEY,))):
+            with pytest.raises(hostmq.ReservedPropertyError) as e:
+                p.send(Message("good", b"x", tags="y", properties=props))
+            assert e.value.names == names and all(n in str(e.value) for n in names)
         with pytest.raises(ValidationError):
             p.send_async(Message("good", b""))
         with pytest.raises(ValidationError):
@@ -120,13 +132,19 @@ def test_a_producer_writing_garbage_into_its_ring_harms_nobody_else(cluster):
             notify_if_waiting(ring.writer_waiting, wake)
             comps = wait_until(lambda: _nonempty(ring.completions()), 10, "a completion")
             assert int(comps[0]["status"]) == R.COMPLETION_BAD_RECORD
+            # The broker checks properties again (issue 31): a name twice, an empty value.
+            for seq, props in ((2, b"TAGS\x01x\x02TAGS\x01y\x02"), (3, b"TAGS\x01x\x02k\x01\x02")):
+                assert ring.try_write(R.FRAME_MESSAGE, seq, R.encode_record(b"rogue", b"p", props, queue_id=0), 1)
+                notify_if_waiting(ring.writer_waiting, wake)
+                comps = wait_until(lambda: _nonempty(ring.completions()), 10, "a completion")
+                assert int(comps[0]["status"]) == R.COMPLETION_BAD_RECORD
             unknown = R.encode_record(b"no-such-topic", b"payload", b"", queue_id=0)
-            assert ring.try_write(R.FRAME_MESSAGE, 2, unknown, 1)
+            assert ring.try_write(R.FRAME_MESSAGE, 4, unknown, 1)
             notify_if_waiting(ring.writer_waiting, wake)
             comps = wait_until(lambda: _nonempty(ring.completions()), 10, "a completion")
             assert int(comps[0]["status"]) == R.COMPLETION_NO_TOPIC
             # An impossible frame header: declared longer than the ring itself.
-            R.FRAME_HEADER.pack_into(ring._data, ring._wpos & ring._mask, 1 << 30, R.FRAME_MESSAGE, 3, 1, 0)
+            R.FRAME_HEADER.pack_into(ring._data, ring._wpos & ring._mask, 1 << 30, R.FRAME_MESSAGE, 5, 1, 0)
             ring._q[R.RING_WORD["data_write_pos"]] = ring._wpos + 64
             notify_if_waiting(ring.writer_waiting, wake)
             wait_until(lambda: ring.dropped, 10, "the writer to drop the ring")

@@ -231,3 +231,14 @@ def test_a_root_with_nothing_running_is_a_one_line_error(root):
         assert r.stderr.startswith("hostmq: error:") and "no NameServer is running" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert_nothing_left(root, ["broker-a"])
+
+
+@pytest.mark.parametrize("prop,words", [("TAGS=x", "'TAGS' are used by the system"),
+                                        ("TRACE_ON=true", "'TRACE_ON' are used by the system"),
+                                        ("k=", "may not be blank"), ("k=  ", "may not be blank"),
+                                        ("=v", "wants KEY=VALUE")])
+def test_send_refuses_bad_properties_before_it_connects(root, prop, words):
+    # The root has nothing running: the property is refused first, as RocketMQ's putUserProperty would.
+    r = hostmq("send", root, "t", "x", "--property", prop)
+    assert r.returncode == 1 and r.stderr.startswith("hostmq: error:") and words in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
