@@ -59,8 +59,10 @@ class _Engine(_SyncProducer):
                 raise _WouldBlock()
             return hit[1]
         queues = super()._queues(topic, deadline)
+        inst = self.instance
+        assert inst is not None             # started: routes come from it
         # as fresh as the client instance's own cache: looked up again after the same age
-        self._fresh[topic] = (time.monotonic() + self.instance.route_max_age_s, queues)
+        self._fresh[topic] = (time.monotonic() + inst.route_max_age_s, queues)
         return queues
 
     def _forget(self, broker: str, topic: str, error: Exception) -> None:

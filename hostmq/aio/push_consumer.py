@@ -20,9 +20,10 @@ started it). Orderly listeners (``orderly=True``) are not offered here yet: use 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 from ..broker.retry import RETRY_PREFIX
 from .. import records as R
@@ -107,7 +108,7 @@ class PushConsumer:
         ConsumeResult works too)."""
         if orderly:
             raise ValidationError("orderly listeners are not offered by hostmq.aio yet; use hostmq.PushConsumer")
-        self._engine.register(fn)
+        self._engine.register(cast(Any, fn))      # it runs here, on the loop, not in the sync pool
         self.listener = fn
 
     async def start(self) -> "PushConsumer":
@@ -124,8 +125,9 @@ class PushConsumer:
         except BaseException:
             self._loop = None
             raise
-        unused, eng._pool = eng._pool, self._done    # read by the pull thread only when it stops
-        unused.shutdown(wait=False)                  # never given work: it has no thread
+        unused, eng._pool = eng._pool, cast(Any, self._done)    # read by the pull thread when it stops
+        if unused is not None:
+            unused.shutdown(wait=False)              # never given work: it has no thread
         return self
 
     def assignment(self) -> list[MessageQueue]:
@@ -135,8 +137,11 @@ class PushConsumer:
     def call_soon(self, fn: Callable[..., None], *args: Any) -> None:
         """From the pull thread: run ``fn(*args)`` on the loop (nothing if the loop is gone — the
         batch's offsets then stay uncommitted and it is delivered again)."""
+        loop = self._loop
+        if loop is None:
+            return
         try:
-            self._loop.call_soon_threadsafe(fn, *args)
+            loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:
             pass
 
@@ -180,10 +185,12 @@ class PushConsumer:
     async def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
         for m in batch:
             if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
-                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
+                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)     # type: ignore[assignment]
+        listener = self.listener
+        assert listener is not None         # start() refuses to run without one
         try:
-            result = self.listener(batch)
-            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            result: Any = listener(batch)
+            if inspect.isawaitable(result):
                 result = await result
         except Exception:
             log.exception("listener of %s failed; consuming again later", self.group)
