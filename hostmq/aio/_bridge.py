@@ -20,6 +20,8 @@ import concurrent.futures
 import functools
 from typing import Any, Callable, TypeVar
 
+from ..errors import ValidationError
+
 T = TypeVar("T")
 
 
@@ -58,8 +60,8 @@ class Worker:
 
     def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future:
         """Queue ``fn(*args)`` on the thread without awaiting it (from any thread)."""
-        if self.closed:
-            raise RuntimeError(f"{self.name} is closed")
+        if self.closed:                 # as the sync clients answer a call after close()
+            raise ValidationError(f"the client is closed ({self.name})")
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self.name)
         return self._executor.submit(fn, *args)

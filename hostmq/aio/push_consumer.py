@@ -213,8 +213,9 @@ class PushConsumer:
         for t in list(self._delayed):
             t.cancel()                  # unfinished: their offsets stay uncommitted
         try:
-            if self._running:
-                _, late = await asyncio.wait(set(self._running), timeout=timeout_s)
+            others = self._running - {asyncio.current_task()}      # close() from a listener
+            if others:
+                _, late = await asyncio.wait(others, timeout=timeout_s)
                 for t in late:
                     t.cancel()
             self._done.event.set()

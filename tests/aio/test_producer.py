@@ -222,6 +222,8 @@ def test_bad_input_gets_a_typed_error_and_nothing_is_sent(aio_cluster):
                 await p.send_batch([Message("bad", b"1", delay_level=2)])
             with pytest.raises(hostmq.ValidationError):
                 await p.send_batch([])
+        with pytest.raises(hostmq.ValidationError, match="closed"):
+            await p.send(Message("bad", b"after close"))
         async with aio.Admin(root) as a:
             assert "bad" not in await a.topics()
             with pytest.raises(hostmq.ValidationError):

@@ -162,6 +162,26 @@ async def _no_lag(a: aio.Admin, group: str, topic: str) -> bool:
     return bool(rows) and all(r["lag"] == 0 for r in rows)
 
 
+def test_a_listener_may_close_its_own_consumer(aio_cluster):
+    root = aio_cluster.root
+
+    async def main() -> None:
+        async with aio.Admin(root) as a:
+            await a.create_topic("stop-t", queues=1)
+        closed = asyncio.Event()
+
+        async def stop_on_first(msgs: list[MessageExt]) -> ConsumeResult:
+            await consumer.close()          # its own batch is not committed: delivered again later
+            closed.set()
+            return ConsumeResult.SUCCESS
+        consumer = push(root, stop_on_first, "stop-t", "stop-g")
+        await consumer.start()
+        await send(root, "stop-t", [1])
+        await asyncio.wait_for(closed.wait(), 30)
+        assert consumer.closed and consumer.sync._thread is None
+    run(main())
+
+
 def test_orderly_is_refused_and_bad_options_get_typed_errors(aio_cluster):
     with pytest.raises(hostmq.ValidationError, match="orderly"):
         aio.PushConsumer(aio_cluster.root, group="o").register(Sink(), orderly=True)
