@@ -12,7 +12,7 @@ import pytest
 import hostmq
 from hostmq import ConsumeFrom, Message, MessageQueue, SendStatus
 from hostmq import aio
-from tests.aio.conftest import eventually, run
+from tests.aio.conftest import client_threads, eventually, run
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,11 +140,15 @@ def test_thousands_of_concurrent_sends_each_get_their_own_result(aio_cluster):
         async with aio.Admin(root) as a:
             queues = await a.create_topic("many", queues=4)
         async with aio.Producer(root) as p:
+            first = await p.send(Message("many", b"first"))
+            threads = sorted(client_threads())      # the worker, the session's completion reader, remoting
             results = await asyncio.gather(*[p.send(Message("many", b"%d" % i)) for i in range(n)])
+            assert sorted(client_threads()) == threads, "a thread per send"
         assert {r.status for r in results} == {SendStatus.SEND_OK}
         assert len({r.msg_id for r in results}) == n
         assert len({(r.queue, r.queue_offset) for r in results}) == n
-        got = await read_all(root, queues, n, "many-reader")
+        got = await read_all(root, queues, n + 1, "many-reader")
+        assert first.msg_id in {m.msg_id for ms in got.values() for m in ms}
         by_id = {m.msg_id: m for ms in got.values() for m in ms}
         for i, r in enumerate(results):
             m = by_id[r.msg_id]
