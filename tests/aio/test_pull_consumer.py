@@ -202,3 +202,41 @@ def test_a_group_shares_every_message_once_and_a_leaver_hands_over(aio_cluster):
 
 async def _true(v: bool) -> bool:
     return v
+
+
+def test_sends_go_to_the_other_broker_while_one_is_stopped(aio_cluster):
+    """The producer's retries (the sync producer's guarantee): a broker stops under a producer that
+    has sessions with both; every send is still acknowledged, by the other broker, and a group
+    reads them all. Last in the module: it stops and restarts broker-b."""
+    root = aio_cluster.root
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with aio.Admin(root) as a:
+            queues = await a.create_topic("fail-t", queues=2)         # 4 queues over two brokers
+        async with aio.Producer(root) as p:
+            before = await send_with(p, "fail-t", range(40))
+            assert {r.queue.broker for r in before} == {"broker-a", "broker-b"}
+            assert await loop.run_in_executor(None, aio_cluster.stop_process, "broker-b") == 0
+            after = [await p.send(Message("fail-t", SEQ.pack(i))) for i in range(40, 100)]
+            assert {r.queue.broker for r in after} == {"broker-a"}
+            fault = p.sync.fault.items.get("broker-b")          # a send failed there and was retried
+            assert fault is not None and fault.latency_ms >= 30_000, fault
+        await loop.run_in_executor(None, aio_cluster.start_broker, "broker-b")
+        got: collections.Counter = collections.Counter()
+        async with aio.PullConsumer(root, group="fail-g", consume_from=ConsumeFrom.FIRST_OFFSET) as c:
+            c.assign(queues)
+            async for m in c:
+                got[SEQ.unpack_from(m.body)[0]] += 1
+                if len(got) == 100:
+                    break
+        assert set(got) == set(range(100)) and max(got.values()) == 1
+    try:
+        run(main(), 90)
+    finally:
+        if aio_cluster.processes["broker-b"].poll() is not None:
+            aio_cluster.start_broker("broker-b")
+
+
+async def send_with(p: aio.Producer, topic: str, seqs) -> list[hostmq.SendResult]:
+    return list(await asyncio.gather(*[p.send(Message(topic, SEQ.pack(i))) for i in seqs]))
