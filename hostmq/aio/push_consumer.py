@@ -14,8 +14,8 @@ message whose listener has not finished: a crash re-delivers only unfinished mes
 
 ``close`` stops fetching, lets running listeners finish (``close_timeout_s``), sends failed ones
 back, commits, leaves the group and joins both threads (the pull thread and the worker that
-started it). Orderly listeners (``orderly=True``) are not offered here yet: use the sync
-``hostmq.PushConsumer``.
+started it). ``register(fn, orderly=True)``: the sync consumer's orderly service (queue locks on the
+brokers), its per-queue tasks on the loop (``_orderly``).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from ..errors import ValidationError
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from ..client.sql92 import SQL
 from ._bridge import Worker
+from ._orderly import AsyncOrderly
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class PushConsumer:
         self._running: set[asyncio.Task] = set()      # listeners (and batches waiting for a slot)
         self._delayed: set[asyncio.Task] = set()      # local retries waiting for ``retry_delay_s``
         self._done = _ListenersDone()
+        self._closing = asyncio.Event()
         self.listener: Listener | None = None
         self.closed = False
 
@@ -105,10 +107,11 @@ class PushConsumer:
 
     def register(self, fn: Listener, orderly: bool = False) -> None:
         """``fn(msgs) -> ConsumeResult``, an ``async def`` (a plain function returning a
-        ConsumeResult works too)."""
+        ConsumeResult works too). ``orderly``: queues locked on their broker, one queue's messages
+        one batch at a time in queue order (``_orderly``)."""
+        self._engine.register(cast(Any, fn), orderly)   # it runs here, on the loop, not in the sync pool
         if orderly:
-            raise ValidationError("orderly listeners are not offered by hostmq.aio yet; use hostmq.PushConsumer")
-        self._engine.register(cast(Any, fn))      # it runs here, on the loop, not in the sync pool
+            self._engine.orderly = AsyncOrderly(self._engine, self)
         self.listener = fn
 
     async def start(self) -> "PushConsumer":
@@ -134,20 +137,27 @@ class PushConsumer:
         return self._engine.assignment()
 
     # -- on the loop ----------------------------------------------------------------------------------
-    def call_soon(self, fn: Callable[..., None], *args: Any) -> None:
-        """From the pull thread: run ``fn(*args)`` on the loop (nothing if the loop is gone — the
+    def call_soon(self, fn: Callable[..., None], *args: Any) -> bool:
+        """From the pull thread: run ``fn(*args)`` on the loop; False if the loop is gone (the
         batch's offsets then stay uncommitted and it is delivered again)."""
         loop = self._loop
         if loop is None:
-            return
+            return False
         try:
             loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:
-            pass
+            return False
+        return True
 
     def _start(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if not self._engine._stop.is_set():
             self._spawn(self._running, self._consume(pq, batch, attempt))
+
+    def _start_orderly(self, service: AsyncOrderly, mq: MessageQueue, pq: ProcessQueue) -> None:
+        if self._engine._stop.is_set():
+            service.stopped(mq)
+        else:
+            self._spawn(self._running, service.consume(mq, pq))
 
     def _later(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if not self._engine._stop.is_set():
@@ -182,6 +192,19 @@ class PushConsumer:
                       eng.group, len(batch), attempt + 1, eng.retry_delay_s)
         self._later(pq, batch, attempt + 1)
 
+    async def _consume_one(self, batch: list[MessageExt]) -> ConsumeResult:
+        """The listener's verdict on ``batch``, within the ``concurrency`` limit (orderly tasks)."""
+        assert self._limit is not None
+        async with self._limit:
+            return await self._call_listener(batch)
+
+    async def pause(self, delay_s: float) -> None:
+        """Sleep ``delay_s``, or less if the consumer closes meanwhile."""
+        try:
+            await asyncio.wait_for(self._closing.wait(), delay_s)
+        except TimeoutError:
+            pass
+
     async def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
         for m in batch:
             if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
@@ -210,6 +233,7 @@ class PushConsumer:
         self.closed = True
         eng = self._engine
         eng._stop.set()
+        self._closing.set()
         for t in list(self._delayed):
             t.cancel()                  # unfinished: their offsets stay uncommitted
         try:

@@ -182,9 +182,63 @@ def test_a_listener_may_close_its_own_consumer(aio_cluster):
     run(main())
 
 
-def test_orderly_is_refused_and_bad_options_get_typed_errors(aio_cluster):
-    with pytest.raises(hostmq.ValidationError, match="orderly"):
-        aio.PushConsumer(aio_cluster.root, group="o").register(Sink(), orderly=True)
+def test_an_orderly_listener_keeps_queue_order_retries_in_place_then_dead_letters(aio_cluster):
+    """The sync orderly tests (tests/e2e/test_orderly.py) with an ``async def`` listener that yields
+    to the loop mid-batch: per key the order holds, a failing message is retried in place (its
+    queue suspended), one that keeps failing goes to the DLQ and its queue goes on."""
+    root = aio_cluster.root
+    keys, per_key = [f"key-{k}" for k in range(4)], 50
+    calls: dict[str, list[int]] = collections.defaultdict(list)
+    flaky_fails = [2]
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeResult:
+        for m in msgs:
+            key, seq = m.body.decode().split(":")
+            calls[key].append(int(seq))
+            await asyncio.sleep(0)          # other queues' tasks run meanwhile
+            if (key, seq) == ("key-0", "20"):
+                return ConsumeResult.RECONSUME_LATER                  # always: to the DLQ
+            if (key, seq) == ("key-1", "10") and flaky_fails[0]:
+                flaky_fails[0] -= 1
+                return ConsumeResult.RECONSUME_LATER                  # twice, then fine
+        return ConsumeResult.SUCCESS
+
+    async def main() -> None:
+        async with aio.Admin(root) as a:
+            await a.create_topic("ord-t", queues=2)
+        x = aio.PushConsumer(root, group="ord-g", consume_from=ConsumeFrom.FIRST_OFFSET, max_reconsume_times=2,
+                             retry_delay_s=0.1, **FAST)
+        x.subscribe("ord-t")
+        x.register(listener, orderly=True)
+        async with x:
+            async with aio.Producer(root) as p:
+                for seq in range(per_key):
+                    for key in keys:
+                        await p.send(Message("ord-t", f"{key}:{seq}".encode()), sharding_key=key)
+            await eventually(lambda: _true(all(len(set(calls[k])) == per_key for k in keys)), 30, "every message")
+        for key in keys:
+            collapsed = [s for i, s in enumerate(calls[key]) if i == 0 or calls[key][i - 1] != s]
+            assert collapsed == list(range(per_key)), f"{key} out of order"
+        assert calls["key-1"].count(10) == 3 and calls["key-0"].count(20) == 3     # 1 + 2 retries each
+        assert all(calls[k].count(s) == 1 for k in ("key-2", "key-3") for s in range(per_key))
+        async with aio.Admin(root) as a:
+            async def dlq():
+                try:
+                    return await a.route("%DLQ%ord-g")
+                except hostmq.NoRouteError:
+                    return None
+            queues = await eventually(dlq, 30, "the DLQ")
+        async with aio.PullConsumer(root, group="ord-dlq", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+            pc.assign(queues)
+            dead = await asyncio.wait_for(pc.__anext__(), 30)
+        assert dead.body == b"key-0:20"
+    run(main())
+
+
+def test_bad_options_get_typed_errors(aio_cluster):
+    with pytest.raises(hostmq.ValidationError, match="CLUSTERING"):
+        aio.PushConsumer(aio_cluster.root, group="o", model=hostmq.MessageModel.BROADCASTING).register(
+            Sink(), orderly=True)
     with pytest.raises(hostmq.ValidationError, match="concurrency"):
         aio.PushConsumer(aio_cluster.root, group="o", concurrency=0)
 
