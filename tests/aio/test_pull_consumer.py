@@ -83,7 +83,6 @@ def test_offsets_seek_commit_and_a_restart_resumes(aio_cluster):
                 [r] = await send(root, "pos", [99], queue=mq)
                 fresh = await asyncio.wait_for(waiting, 10)
                 assert (fresh.msg_id, fresh.queue_offset) == (r.msg_id, 10)
-                assert pc.sync.wait_stats.wakeups >= 1      # a futex sleep ended by a word's change
                 await pc.seek(mq, 3)
                 assert [m.queue_offset for m in await pc.poll(1.0)] == list(range(3, 11))
                 await pc.seek(mq, 5)
