@@ -1,0 +1,75 @@
+"""Fixtures for the asyncio clients: one real cluster per test module, and leak checks.
+
+``aio_cluster`` starts one cluster for the whole module (its ``BROKERS`` and ``CONFIG`` module
+constants, merged over the e2e tests' small-file config) — tests use their own topics and groups.
+At the module's end the cluster is stopped and the module fails if a child process, a socket file
+or a shared-memory name of the root is left. After every test, no client thread (``hostmq…``) may
+be left: a closed asyncio client joins its threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any, Awaitable, TypeVar
+
+import psutil
+import pytest
+
+from hostmq import LocalCluster
+from hostmq.shm import unlink_semaphore, unlink_segment
+from tests.e2e.conftest import TEST_CONFIG, leftovers, merge, wait_until
+
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T], timeout_s: float = 60.0) -> T:
+    """Drive a test coroutine on a fresh event loop, failing it after ``timeout_s``."""
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout_s)
+    return asyncio.run(bounded())
+
+
+def client_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("hostmq")]
+
+
+@pytest.fixture(scope="module")
+def aio_cluster(tmp_path_factory, request) -> Any:
+    root = tmp_path_factory.mktemp("aio") / "root"
+    root.mkdir()
+    me = psutil.Process()
+    older = {p.pid for p in me.children(recursive=True)}
+    config = merge(TEST_CONFIG, getattr(request.module, "CONFIG", {}))
+    c = LocalCluster(str(root), brokers=getattr(request.module, "BROKERS", 1), config=config)
+    c.start()
+    yield c
+    names = set(c.brokers)
+    c.stop()
+    wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older], 20,
+               "child processes to exit")
+    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
+    left = leftovers(str(root), names)
+    for n in left:
+        unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
+    assert not socks, f"socket files left behind: {socks}"
+    assert not left, f"shared memory left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_client_thread_left():
+    yield
+    wait_until(lambda: not client_threads(), 10, f"client threads to end ({client_threads()})")
+
+
+async def eventually(cond: Any, timeout_s: float = 15.0, what: str = "condition", step_s: float = 0.02) -> Any:
+    """``wait_until`` for a coroutine function ``cond``: its first truthy result, or fail after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        v = await cond()
+        if v:
+            return v
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(step_s)
