@@ -32,6 +32,16 @@ class PromotionRefusedError(HostMQError):
     master said it holds (``--force`` accepts that loss), or its master still runs."""
 
 
+class FencedError(HostMQError):
+    """An epoch older than the newest one known for a broker name: a master a slave already left
+    behind, or a registration of a fenced instance. Refused; ``hostmq status`` shows the newer one."""
+
+    def __init__(self, message: str, epoch: int = -1, newest: int = -1) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.newest = newest
+
+
 class BrokerBusyError(HostMQError):
     """Back-pressure: ring full past the send timeout, or the disk is too full to accept writes."""
 
