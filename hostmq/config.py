@@ -249,6 +249,8 @@ class HAConfig:
     tls_ca: str = ""                     # PEM CA bundle both ends verify the other's certificate against
     handshake_timeout_s: float = 5.0     # a connection without a complete, proven HELLO by then is closed
     pending_connections: int = 8         # unauthenticated connections held at once (a new one drops the oldest)
+    bind_endpoint: bool = True           # proofs name the master's IP:PORT, so a relay is refused at the handshake;
+                                         # false for links through NAT or a port forwarder without TLS
     accept_cut: bool = False             # operator's override: a slave accepts a cut of its log from a master
                                          # of an epoch it already followed, or below what it acknowledged to
                                          # a SYNC_MASTER (the cut records are kept in store/cut-*.bin)

@@ -57,10 +57,11 @@ def endpoint(addr: tuple) -> str:
     return f"[{ip.compressed}]:{addr[1]}" if ip.version == 6 else f"{ip.compressed}:{addr[1]}"
 
 
-def link_endpoint(sock: socket.socket, side: str, tls: bool) -> str:
+def link_endpoint(sock: socket.socket, side: str, rt: BrokerRuntime) -> str:
     """The endpoint this side's proofs bind: "" on TLS (the certificates bind the channel, and a
-    link through NAT or a proxy still works), else the master listener's ``IP:PORT`` as seen here."""
-    if tls:
+    link through NAT or a proxy still works) or without ``[ha] bind_endpoint``, else the master
+    listener's ``IP:PORT`` as seen here."""
+    if rt.config.ha.tls or not rt.config.ha.bind_endpoint:
         return ""
     return endpoint(sock.getpeername() if side == "slave" else sock.getsockname())
 

@@ -316,9 +316,9 @@ class HAMaster:
     def _hello(self, s: _Slave, hello: P.Hello) -> None:
         """Check the slave's proof (nothing is sent to a peer without the secret but the CHALLENGE),
         then answer with this master's proof and where the stream starts; every frame after is tagged."""
-        rt, tls = self.rt, self.tls is not None
-        ep = link_endpoint(s.sock, "master", tls)
-        if not tls and hello.endpoint != ep:
+        rt = self.rt
+        ep = link_endpoint(s.sock, "master", rt)
+        if hello.endpoint != ep:
             raise A.FrameAuthError(f"the slave reached {hello.endpoint!r:.80}, this listener is {ep}: a relay in "
                                    f"between (through NAT or a proxy, use [ha] tls_*)")
         if not A.proof_ok(self.secret, hello.auth, A.SLAVE_LABEL, s.nonce, hello.nonce, rt.name, hello.epoch, ep):

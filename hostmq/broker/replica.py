@@ -170,7 +170,7 @@ class Replica:
         """CHALLENGE, HELLO, WELCOME — and nothing of the master's is acted on before its proof is
         checked. Returns the reader (now checking tags) and the WELCOME; raises MustTruncate."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        ep = link_endpoint(sock, "slave", tls)
+        ep = link_endpoint(sock, "slave", self.rt)
         reader = P.FrameReader(frozenset((P.CHALLENGE,)))
         challenge = _next_frame(sock, reader, deadline, address).body
         secret = replication_secret(self.rt.paths.ha_secret, create=False)
@@ -201,25 +201,11 @@ class Replica:
         return max(self.mark.seen_epoch, self.rt.epoch)
 
     def _follow(self, w: P.Welcome, address: str) -> None:
-        """Fencing by epoch (the master proved the secret): refuse a master older than this slave
-        follows; take a cut only from a strictly newer epoch and never below what this slave
-        acknowledged to a SYNC_MASTER, unless the operator set ``[ha] accept_cut``."""
-        if w.epoch < self.fence():
-            raise FencedError(f"the master at {address} is of epoch {w.epoch}, older than epoch {self.fence()} that "
-                              f"this slave follows: refused (an old master that missed a promotion)",
-                              w.epoch, self.fence())
-        if w.truncate_to is not None and w.truncate_to < self.end:
-            seen, acked = self.mark.seen_epoch, self.mark.sync_acked
-            why = (f"its epoch {w.epoch} is not newer than epoch {seen}, which this slave followed already"
-                   if w.epoch <= seen else f"this slave acknowledged up to {acked} to a SYNC_MASTER"
-                   if w.truncate_to < acked else "")
-            if why and not self.rt.config.ha.accept_cut:
-                raise FencedError(f"the master at {address} asks to cut this log at {w.truncate_to} (it ends at "
-                                  f"{self.end}, {self.end - w.truncate_to} bytes): refused, {why}; check what would "
-                                  f"be lost, then set [ha] accept_cut = true to allow it", w.epoch, seen)
-            if why:
-                log.warning("replica: cutting although %s ([ha] accept_cut is set)", why)
-            raise MustTruncate(w.truncate_to)
+        """Fencing by epoch (``follow_decision``), once the master proved the secret."""
+        cut = follow_decision(w.epoch, w.truncate_to, self.end, self.mark.seen_epoch, self.mark.sync_acked,
+                              self.rt.epoch, self.rt.config.ha.accept_cut, address)
+        if cut is not None:
+            raise MustTruncate(cut)
         self.mark.seen_epoch = w.epoch
         self.sync_master = w.sync
 
@@ -390,6 +376,31 @@ def _next_frame(sock: socket.socket, reader: P.FrameReader, deadline: float, add
             raise ConnectError(f"the master at {address} closed the connection during the handshake")
         reader.push(data)
     return f
+
+
+def follow_decision(epoch: int, truncate_to: int | None, end: int, seen_epoch: int, sync_acked: int,
+                    own_epoch: int, accept_cut: bool, address: str = "the master") -> int | None:
+    """Whether a slave follows a (proven) master of ``epoch`` that asks to cut at ``truncate_to``:
+    None (follow from its end), the offset to cut at, or FencedError. A master older than the
+    newest epoch the slave followed (``seen_epoch``) or its own role's (``own_epoch``) is refused; a
+    cut is taken only from a strictly newer epoch than ``seen_epoch`` and never below ``sync_acked``
+    (what the slave acknowledged to a SYNC_MASTER) — unless the operator set ``accept_cut``."""
+    fence = max(seen_epoch, own_epoch)
+    if epoch < fence:
+        raise FencedError(f"the master at {address} is of epoch {epoch}, older than epoch {fence} that this "
+                          f"slave follows: refused (an old master that missed a promotion)", epoch, fence)
+    if truncate_to is None or truncate_to >= end:
+        return None
+    why = (f"its epoch {epoch} is not newer than epoch {seen_epoch}, which this slave followed already"
+           if epoch <= seen_epoch else f"this slave acknowledged up to {sync_acked} to a SYNC_MASTER"
+           if truncate_to < sync_acked else "")
+    if why and not accept_cut:
+        raise FencedError(f"the master at {address} asks to cut this log at {truncate_to} (it ends at {end}: "
+                          f"{end - truncate_to} bytes): refused, {why}; check what would be lost, then set "
+                          f"[ha] accept_cut = true to allow it", epoch, seen_epoch)
+    if why:
+        log.warning("replica: cutting %d bytes although %s ([ha] accept_cut is set)", end - truncate_to, why)
+    return truncate_to
 
 
 def write_truncate_marker(store_dir: str, offset: int) -> None:
