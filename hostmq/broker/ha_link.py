@@ -7,16 +7,19 @@ assume it never changes while a link is up: a new secret ends every link at its 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
 import ssl
 
 from ..errors import ConfigError
-from ..fsutil import fsync_dir, open_file
+from ..fsutil import fsync_dir
 from . import group
 from .runtime import BrokerRuntime
 
 SECRET_BYTES = 32
+SECRET_MODE = 0o600
+log = logging.getLogger(__name__)
 LOOPBACK_LISTEN = "tcp://127.0.0.1:0"   # where a master listens when a slave is configured but ha_listen is ""
 
 
@@ -26,17 +29,32 @@ def parse_tcp(address: str) -> tuple[str, int]:
 
 
 def replication_secret(path: str, create: bool) -> bytes | None:
-    """The root's replication secret (hex in ``path``), made by the first master that needs it."""
+    """The root's replication secret (hex in ``path``), made by the first master that needs it.
+    Owner-only (0600): whoever holds it can act as a master or a slave of every broker of the root,
+    and the root's group members produce and consume, nothing more. A group-readable secret (made
+    by an older hostmq) is made owner-only here when this process owns it."""
     try:
-        with open(path, "rb") as f:
-            return bytes.fromhex(f.read().decode().strip())
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         if not create:
             return None
+        return _new_secret(path)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.fchmod(fd, SECRET_MODE)
+            log.warning("%s was readable by others than its owner: now owner-only (0600)", path)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return bytes.fromhex(f.read().decode().strip())
     except ValueError:
         raise ConfigError(f"{path} does not hold a hex replication secret") from None
+    finally:
+        os.close(fd)
+
+
+def _new_secret(path: str) -> bytes:
     try:
-        fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, SECRET_MODE)
     except FileExistsError:             # another master made it meanwhile
         return replication_secret(path, create=False)
     secret = os.urandom(SECRET_BYTES)

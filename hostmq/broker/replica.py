@@ -161,8 +161,8 @@ class Replica:
         self.pending.clear()
         self.skip_to = 0
         self.last_read_s = self.last_report_s = time.monotonic()
-        log.info("replica: replicating from %s (epoch %d%s) from offset %d (the master is at %d)", address, w.epoch,
-                 ", TLS" if tls is not None else "", self.end, w.master_end)
+        log.info("replica: replicating from %s from offset %d (the master is at %d, epoch %d%s)", address, self.end,
+                 w.master_end, w.epoch, ", over TLS" if tls is not None else "")
         while (f := reader.next()) is not None:     # DATA that came with the WELCOME
             self._handle(f)
 

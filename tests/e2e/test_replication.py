@@ -186,7 +186,7 @@ def test_the_replication_port_streams_nothing_to_whoever_lacks_the_roots_secret(
     _send(c.root, "secret", 100)
     host, port = _rows(c.root)[0]["ha_address"][len("tcp://"):].rsplit(":", 1)
     mode = os.stat(RootPaths(c.root).ha_secret).st_mode
-    assert st_mod.S_IMODE(mode) & 0o007 == 0
+    assert st_mod.S_IMODE(mode) & 0o077 == 0          # owner-only: group members produce and consume
     with socket.create_connection((host, int(port)), timeout=10) as s:
         reader = P.FrameReader(P.MASTER_KINDS)
         frames = wait_until(lambda: reader.feed(s.recv(4096)), 10, "the challenge")
