@@ -181,3 +181,17 @@ def test_a_namesrv_refuses_a_registration_of_an_older_epoch(cluster):
         with pytest.raises(FencedError, match="epoch 2 registered before"):
             client.request(RequestCode.REGISTER_BROKER, {**fields, "epoch": 1})
     assert "refused a registration" in c.log_tail("namesrv-0", 100)
+
+
+def test_a_running_master_opens_its_port_when_a_slave_is_made_on_its_root(cluster):
+    """README's steps on one root: a master started alone (no port), then ``hostmq broker ROOT --name
+    broker-a --id 1``: the master starts its listener, registers it, and the slave replicates."""
+    c = cluster()
+    assert _send(c.root, "later", range(20)) == [hostmq.SendStatus.SEND_OK] * 20
+    c.slaves.append("broker-a.1")               # the fixture's leak check covers it too
+    c.start_broker("broker-a.1")
+    wait_until(lambda: _slave_connected(c.root), 60, "the slave to connect to the master that had no port")
+    wait_until(lambda: _word(c.root, "broker-a.1", "write_pos") == _word(c.root, "broker-a", "write_pos"), 60,
+               "the slave to catch up")
+    assert "replication listener started" in c.log_tail("broker-a", 400)
+    commitlogs_identical(c.root)
