@@ -8,7 +8,7 @@ Every frame, both ways, is a 16-byte big-endian header and a body::
 master → slave, first
     CHALLENGE offset = 0; body = the master's 32-byte nonce. The listener is reachable by anyone who
             can open a TCP connection, and what it streams is every stored message: both sides prove
-            they hold the root's replication secret (``ROOT/ha.secret``, readable by the root's group
+            they hold the root's replication secret (``ROOT/ha.secret``, readable by the root's owner
             only; copied to a slave on another host) before anything else (``protocol/ha_auth.py``)
 slave → master
     HELLO   offset = the slave's commitlog end; body = orjson ``{"version", "file_bytes", "nonce",
