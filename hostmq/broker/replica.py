@@ -144,13 +144,16 @@ class Replica:
         return phys, total, P.record_crc(mf.mm[rel:rel + total])
 
     def connect(self, address: str) -> None:
+        # Before connecting: the walk to the last record may take seconds, and the master gives an
+        # unauthenticated connection [ha] handshake_timeout_s for its whole HELLO.
+        checkpoints = self.checkpoints()
         sock = socket.create_connection(parse_tcp(address), timeout=CONNECT_TIMEOUT_S)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tls = tls_context(self.rt, server_side=False)
             if tls is not None:
                 sock = tls.wrap_socket(sock)        # mutual: both certificates checked against [ha] tls_ca
-            reader, w = self._handshake(sock, address, tls is not None)
+            reader, w = self._handshake(sock, address, checkpoints)
         except BaseException:
             sock.close()
             raise
@@ -166,7 +169,8 @@ class Replica:
         while (f := reader.next()) is not None:     # DATA that came with the WELCOME
             self._handle(f)
 
-    def _handshake(self, sock: socket.socket, address: str, tls: bool) -> tuple[P.FrameReader, P.Welcome]:
+    def _handshake(self, sock: socket.socket, address: str,
+                   checkpoints: tuple[tuple[int, int, int], ...]) -> tuple[P.FrameReader, P.Welcome]:
         """CHALLENGE, HELLO, WELCOME — and nothing of the master's is acted on before its proof is
         checked. Returns the reader (now checking tags) and the WELCOME; raises MustTruncate."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
@@ -178,7 +182,7 @@ class Replica:
             raise ConnectError(f"no replication secret at {self.rt.paths.ha_secret}: copy the master root's "
                                f"ha.secret there")
         nonce, fence, name = os.urandom(A.NONCE_BYTES), self.fence(), self.rt.name
-        sock.sendall(P.Hello(self.end, self.file_bytes, self.checkpoints(), nonce, fence, ep,
+        sock.sendall(P.Hello(self.end, self.file_bytes, checkpoints, nonce, fence, ep,
                              A.proof(secret, A.SLAVE_LABEL, challenge, nonce, name, fence, ep)).encode())
         reader.accept = frozenset((P.WELCOME,))
         w = P.Welcome.decode(_next_frame(sock, reader, deadline, address))
