@@ -114,6 +114,8 @@ class LocalCluster:
         self.root = resolve_root(root)
         ensure_dir(self.root)
         self.config = merged_config(self.root, config)
+        if slaves and not self.config.broker.ha_listen:     # its masters have slaves: they listen (on loopback)
+            self.config = self.config.with_overrides({"broker": {"ha_listen": "tcp://127.0.0.1:0"}})
         self.brokers = broker_names(brokers)
         # Slaves of each broker on this root: ``NAME.ID`` (their directories and process names).
         self.slaves = [broker_instance(b, i) for b in self.brokers for i in range(1, slaves + 1)]

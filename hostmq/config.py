@@ -87,7 +87,9 @@ class BrokerConfig:
     register_page_topics: int = 2000        # topics per REGISTER_BROKER page (RocketMQ splitRegistrationSize: 800)
     # -- replication (issue 18; RocketMQ's HAService) --
     role: str = "ASYNC_MASTER"              # ASYNC_MASTER | SYNC_MASTER | SLAVE (a broker id ≥ 1 is a SLAVE)
-    ha_listen: str = "tcp://127.0.0.1:0"    # a master's replication listener (port 0: any; registered with the NameServers)
+    ha_listen: str = ""                     # a master's replication listener, tcp://HOST:PORT (port 0: any; registered with
+                                            # the NameServers); "": tcp://127.0.0.1:0 once a slave is configured (a
+                                            # SYNC_MASTER, a promoted master, a slave of it on this root), else no port
     ha_master: str = ""                     # a slave's master, tcp://HOST:PORT ("": its HA address from the NameServers)
     ha_sync_timeout_ms: int = 3000          # SYNC_MASTER: a send waits this long for a slave's ack, else FLUSH_SLAVE_TIMEOUT
     ha_max_gap_bytes: int = 256 << 20       # SYNC_MASTER: a slave further behind is not in sync (SLAVE_NOT_AVAILABLE)
@@ -239,12 +241,44 @@ class AccessConfig:
 
 
 @dataclass(frozen=True)
+class HAConfig:
+    """Trust of replication links (issue 27; docs/trust-replication.md). Every link proves the root's
+    ``ha.secret`` both ways and tags every frame; TLS adds encryption between hosts."""
+    tls_cert: str = ""                   # PEM certificate this instance shows on replication links ("": no TLS)
+    tls_key: str = ""                    # PEM private key of tls_cert
+    tls_ca: str = ""                     # PEM CA bundle both ends verify the other's certificate against
+    handshake_timeout_s: float = 5.0     # a connection without a complete, proven HELLO by then is closed
+    pending_connections: int = 8         # unauthenticated connections held at once (a new one drops the oldest)
+    bind_endpoint: bool = True           # proofs name the master's IP:PORT, so a relay is refused at the handshake;
+                                         # false for links through NAT or a port forwarder without TLS
+    accept_cut: bool = False             # operator's override: a slave accepts a cut of its log from a master
+                                         # of an epoch it already followed, or below what it acknowledged to
+                                         # a SYNC_MASTER (the cut records are kept in store/cut-*.bin)
+
+    def __post_init__(self) -> None:
+        _check_numbers("ha", self)
+        tls = (self.tls_cert, self.tls_key, self.tls_ca)
+        if any(tls) and not all(tls):
+            raise ConfigError("ha.tls_cert, ha.tls_key and ha.tls_ca go together (mutual TLS): set all three or none")
+        for key, path in zip(("tls_cert", "tls_key", "tls_ca"), tls):
+            if path and not Path(path).is_file():
+                raise ConfigError(f"ha.{key} names {path!r}, which is not a readable file")
+        if not self.handshake_timeout_s > 0 or not 1 <= self.pending_connections <= 1024:
+            raise ConfigError("ha.handshake_timeout_s must be > 0 and ha.pending_connections within 1..1024")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+@dataclass(frozen=True)
 class Config:
     namesrv: NamesrvConfig = field(default_factory=NamesrvConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
+    ha: HAConfig = field(default_factory=HAConfig)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Config":
@@ -293,7 +327,8 @@ class Config:
 
 
 _SECTION_TYPES = {"namesrv": NamesrvConfig, "broker": BrokerConfig, "store": StoreConfig,
-                  "logging": LoggingConfig, "access": AccessConfig}
+                  "logging": LoggingConfig, "access": AccessConfig,
+                  "ha": HAConfig}
 
 
 def section_from_dict(kind: type, data: Any, name: str = ""):

@@ -44,6 +44,16 @@ class RoleLockTimeoutError(HostMQError, TimeoutError):
                          f"(a stopped process holding it: resume or kill it)")
 
 
+class FencedError(HostMQError):
+    """An epoch older than the newest one known for a broker name: a master a slave already left
+    behind, or a registration of a fenced instance. Refused; ``hostmq status`` shows the newer one."""
+
+    def __init__(self, message: str, epoch: int = -1, newest: int = -1) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.newest = newest
+
+
 class BrokerBusyError(HostMQError):
     """Back-pressure: ring full past the send timeout, or the disk is too full to accept writes."""
 

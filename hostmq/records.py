@@ -492,7 +492,11 @@ def index_file_bytes(slots: int, entries: int) -> int:
 #   last_phys, last_size, last_crc  the last record the replica appended (its CRC32 over the whole
 #                   record): where the handshake's walk to the log's last record may start
 # ---------------------------------------------------------------------------------------------
-REPLICA_MARK = np.dtype([("master_end_pos", "i8"), ("last_phys", "i8"), ("last_size", "i8"), ("last_crc", "i8")])
+# replica.pos (broker/replica_mark.py): version 0 had the first four words only (the rest read 0)
+REPLICA_MARK = np.dtype([("master_end_pos", "i8"), ("last_phys", "i8"), ("last_size", "i8"), ("last_crc", "i8"),
+                         ("version", "i8"), ("seen_epoch", "i8"), ("sync_acked", "i8")])
+REPLICA_MARK_VERSION = 1
+assert REPLICA_MARK.itemsize == 56
 REPLICA_MARK_FILE = "replica.pos"
 REPLICA_MARK_FILE_BYTES = 4096
 

@@ -89,7 +89,8 @@ class RootPaths:
 
     @property
     def ha_secret(self) -> str:
-        """The replication secret a slave proves it holds (``protocol/ha.py``; group-readable only)."""
+        """The replication secret both ends of a replication link prove they hold (``protocol/ha_auth.py``;
+        owner-only)."""
         return os.path.join(self.root, "ha.secret")
 
     def broker_dir(self, broker: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostmq.config import (ASYNC_FLUSH, SYNC_FLUSH, AccessConfig, BrokerConfig, Config, LoggingConfig,
+from hostmq.config import (ASYNC_FLUSH, SYNC_FLUSH, AccessConfig, BrokerConfig, Config, HAConfig, LoggingConfig,
                            NamesrvConfig, StoreConfig,
                            section_from_dict, store_config)
 from hostmq.errors import ConfigError, HostMQError
@@ -220,7 +220,7 @@ def test_the_configuration_reference_lists_every_key_with_its_default():
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md"), encoding="utf-8").read()
     ref = doc[doc.index("## Configuration reference"):]
     for section, cls in (("namesrv", NamesrvConfig), ("broker", BrokerConfig), ("store", StoreConfig),
-                         ("logging", LoggingConfig), ("access", AccessConfig)):
+                         ("logging", LoggingConfig), ("access", AccessConfig), ("ha", HAConfig)):
         part = ref[ref.index(f"### `[{section}]`"):]
         part = part[:part.index("### ", 4)] if "### " in part[4:] else part
         rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)`", part, re.M))
@@ -229,3 +229,17 @@ def test_the_configuration_reference_lists_every_key_with_its_default():
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             assert rows[f.name] in (repr(default), f"{default:,}" if isinstance(default, int) else ""), \
                 f"{section}.{f.name}: docs/api.md says {rows[f.name]}, the code {default!r}"
+
+
+def test_ha_tls_takes_all_three_files_that_exist(tmp_path):
+    pem = tmp_path / "x.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    with pytest.raises(ConfigError, match="go together"):
+        Config.from_dict({"ha": {"tls_cert": str(pem)}})
+    with pytest.raises(ConfigError, match="not a readable file"):
+        Config.from_dict({"ha": {"tls_cert": str(pem), "tls_key": str(tmp_path / "no"), "tls_ca": str(pem)}})
+    c = Config.from_dict({"ha": {"tls_cert": str(pem), "tls_key": str(pem), "tls_ca": str(pem)}})
+    assert c.ha.tls and not Config().ha.tls
+    for bad in ({"handshake_timeout_s": 0}, {"pending_connections": 0}, {"accept_cut": "yes"}):
+        with pytest.raises(ConfigError):
+            Config.from_dict({"ha": bad})

@@ -6,9 +6,13 @@ One process per master, spawned by the broker like its other children. It listen
 broker registers ``tcp://HOST:PORT`` with the NameServers as its HA address). Per slave connection
 (``protocol/ha.py`` for the frames):
 
-0. the master sends a CHALLENGE; the slave's HELLO carries its HMAC under the root's replication
-   secret (``ROOT/ha.secret``): the listener is a TCP port anyone on the host can reach, and what
-   it streams is every stored message;
+0. the master sends a CHALLENGE (its nonce); the slave's HELLO carries its own nonce and its proof of
+   the root's replication secret (``ROOT/ha.secret``), the WELCOME the master's proof, and every
+   later frame a tag under the link's keys (``protocol/ha_auth.py``): the listener is a TCP port
+   anyone on the host can reach, and what it streams is every stored message. Connections that have
+   not proven the secret are a pool of their own (``[ha] pending_connections``; a new one drops the
+   oldest) with a hard deadline for a complete HELLO (``[ha] handshake_timeout_s``): only proven
+   slaves count against ``MAX_SLAVES``. With ``[ha] tls_*`` the link is mutual TLS first;
 1. the slave's HELLO says where its log ends and names a few records it holds; the master answers
    WELCOME with where it streams from — and where the slave must cut its log first, when the slave
    holds bytes the master does not (RocketMQ never checks; a slave ahead of its master there
@@ -36,6 +40,7 @@ import logging
 import os
 import selectors
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,55 +48,27 @@ from dataclasses import dataclass, field
 import orjson
 
 from ..errors import ConfigError, ProtocolError
-from ..fsutil import fsync_dir, open_file
 from ..jsonfile import read_json, write_json
 from ..protocol import ha as P
+from ..protocol import ha_auth as A
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
+from .ha_link import link_endpoint, listen_address, parse_tcp, replication_secret, tls_context
 from .offsets import OFFSETS_FILE, parse_offset_table, table_dict
 from .runtime import BrokerRuntime
 from .state import BrokerState, open_doorbell
 
 log = logging.getLogger(__name__)
 
-MAX_SLAVES = 8                      # connections beyond are refused (each costs a buffer and a read)
+MAX_SLAVES = 8                      # proven slaves beyond are refused (each costs a buffer and a read)
 OUT_BUFFER_BYTES = 256 << 10        # queued per slave before the socket must drain
 RECV_BYTES = 64 << 10
 LOOP_S = 0.2                        # housekeeping and heartbeat granularity
 META_FILES = {"topics": "topics.json", "consumer_offsets": OFFSETS_FILE, "delay_offsets": "delayOffset.json"}
 SLAVE_OFFSETS_FILE = "slave-offsets.json"   # offsets consumers committed on slaves (written here, read by the broker)
 _BEFORE_AUTH = frozenset((P.HELLO,))        # a peer that has not proven the secret sends a HELLO, no more
-
-
-def parse_tcp(address: str) -> tuple[str, int]:
-    host, _, port = address[len("tcp://"):].rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-SECRET_BYTES = 32
-
-
-def replication_secret(path: str, create: bool) -> bytes | None:
-    """The root's replication secret (hex in ``path``), made by the first master that needs it."""
-    try:
-        with open(path, "rb") as f:
-            return bytes.fromhex(f.read().decode().strip())
-    except FileNotFoundError:
-        if not create:
-            return None
-    except ValueError:
-        raise ConfigError(f"{path} does not hold a hex replication secret") from None
-    try:
-        fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    except FileExistsError:             # another master made it meanwhile
-        return replication_secret(path, create=False)
-    secret = os.urandom(SECRET_BYTES)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(os.path.dirname(path))
-    return secret
+_AFTER_AUTH = frozenset((P.REPORT, P.OFFSETS))
+TLS_SEND_BYTES = 16 << 10           # one TLS record per send (a retried send repeats the same bytes)
 
 
 def ha_address(rt: BrokerRuntime, port: int) -> str:
@@ -100,7 +77,7 @@ def ha_address(rt: BrokerRuntime, port: int) -> str:
     another host is given ``--master`` (or the master's ``ha_listen`` names its own address)."""
     if rt.is_slave or not port:
         return ""
-    host = parse_tcp(rt.config.broker.ha_listen)[0]
+    host = parse_tcp(listen_address(rt) or "tcp://127.0.0.1:0")[0]
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     return f"tcp://{'[' + host + ']' if ':' in host else host}:{port}"
@@ -112,7 +89,11 @@ class _Slave:
     peer: str
     reader: P.FrameReader = field(default_factory=lambda: P.FrameReader(_BEFORE_AUTH))
     out: bytearray = field(default_factory=bytearray)
-    challenge: bytes = field(default_factory=lambda: os.urandom(P.CHALLENGE_BYTES))
+    nonce: bytes = field(default_factory=lambda: os.urandom(A.NONCE_BYTES))
+    accepted_s: float = field(default_factory=time.monotonic)
+    tls_pending: bool = False           # the TLS handshake is not done yet (no CHALLENGE sent)
+    tls_retry: int = 0                  # a TLS send that must be repeated with this many bytes
+    sealer: A.Sealer | None = None      # tags what this master sends, once the slave proved the secret
     next_pos: int | None = None         # None until the handshake
     acked: int = 0
     last_read_s: float = field(default_factory=time.monotonic)
@@ -128,15 +109,18 @@ class HAMaster:
         self.rt = rt
         self.heartbeat_s, self.housekeeping_s = cfg.ha_heartbeat_interval_s, cfg.ha_housekeeping_s
         self.meta_interval_s = cfg.ha_meta_interval_s
+        self.handshake_s, self.max_pending = rt.config.ha.handshake_timeout_s, rt.config.ha.pending_connections
+        self.tls = tls_context(rt, server_side=True)
+        self.sync = cfg.role == "SYNC_MASTER"
         self.state = BrokerState.attach(rt.state_name)
         self.file_bytes = self.state.commitlog_file_bytes
         self.secret = replication_secret(rt.paths.ha_secret, create=True)
         self.cl = CommitLog(rt.store_dir, self.file_bytes, writable=False)
         self.cl.mfq.refresh()
         self.doorbell_segment, self.doorbell = open_doorbell(self.state)
-        host, port = parse_tcp(cfg.ha_listen)
+        host, port = parse_tcp(listen_address(rt) or "tcp://127.0.0.1:0")
         self.listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-                                             backlog=MAX_SLAVES)
+                                             backlog=MAX_SLAVES + self.max_pending)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
         self.sel = selectors.DefaultSelector()
@@ -201,6 +185,9 @@ class HAMaster:
                 s = self.slaves.get(key.fd)
                 if s is None:
                     continue
+                if s.tls_pending:
+                    self._tls_step(s)
+                    continue
                 if events & selectors.EVENT_READ:
                     self._read(s)
                 if events & selectors.EVENT_WRITE and key.fd in self.slaves:
@@ -212,8 +199,11 @@ class HAMaster:
             if now - s.last_read_s > self.housekeeping_s:
                 self._close(s, f"silent for {self.housekeeping_s:.0f} s")
                 continue
+            if s.next_pos is None and now - s.accepted_s > self.handshake_s:
+                self._close(s, f"no complete, proven HELLO within {self.handshake_s:g} s ([ha] handshake_timeout_s)")
+                continue
             if meta and s.next_pos is not None and meta != s.meta_sent and len(s.out) < OUT_BUFFER_BYTES:
-                s.out += P.encode(P.META, 0, meta)
+                s.out += P.encode(P.META, 0, meta, s.sealer)
                 s.meta_sent = meta
             self._pump(s, end, now)
         self._publish()
@@ -248,23 +238,55 @@ class HAMaster:
         except (BlockingIOError, InterruptedError):
             return
         peer = f"{addr[0]}:{addr[1]}"
-        if len(self.slaves) >= MAX_SLAVES:
-            log.warning("ha: refused a slave from %s: %d connected already", peer, MAX_SLAVES)
-            sock.close()
-            return
+        pending = sorted((s for s in self.slaves.values() if s.next_pos is None), key=lambda s: s.accepted_s)
+        if len(pending) >= self.max_pending:       # the oldest has had the longest to prove itself
+            self._close(pending[0], f"unauthenticated, and {self.max_pending} such connections are open "
+                                    f"([ha] pending_connections): the oldest goes")
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s = _Slave(sock, peer)
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        s = _Slave(sock, peer, tls_pending=self.tls is not None)
         self.slaves[sock.fileno()] = s
         self.sel.register(sock, selectors.EVENT_READ, None)
-        s.out += P.encode(P.CHALLENGE, 0, s.challenge)
+        if s.tls_pending:
+            self._tls_step(s)
+        else:
+            self._challenge(s)
+
+    def _challenge(self, s: _Slave) -> None:
+        s.out += P.encode(P.CHALLENGE, 0, s.nonce)
         self._flush(s)
 
-    def _read(self, s: _Slave) -> None:
+    def _tls_step(self, s: _Slave) -> None:
+        """Advance a connection's TLS handshake (non-blocking); the CHALLENGE follows it."""
         try:
-            data = s.sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
+            s.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.sel.modify(s.sock, selectors.EVENT_READ, None)
             return
+        except ssl.SSLWantWriteError:
+            self.sel.modify(s.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, None)
+            return
+        except (OSError, ValueError) as e:          # ssl.SSLError is an OSError
+            self._close(s, f"TLS handshake failed: {e}")
+            return
+        s.tls_pending = False
+        self._challenge(s)
+
+    def _read(self, s: _Slave) -> None:
+        data = bytearray()
+        try:
+            while True:         # a TLS socket may hold decrypted bytes the selector cannot see
+                chunk = s.sock.recv(RECV_BYTES)
+                if not chunk:
+                    break
+                data += chunk
+                if self.tls is None or not s.sock.pending() or len(data) >= RECV_BYTES:
+                    break
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            if not data:
+                return
         except OSError as e:
             self._close(s, f"read failed: {e}")
             return
@@ -272,31 +294,16 @@ class HAMaster:
             self._close(s, "closed by the slave")
             return
         s.last_read_s = time.monotonic()
+        s.reader.push(bytes(data))
         try:
-            for f in s.reader.feed(data):
+            while s.sock.fileno() in self.slaves and (f := s.reader.next()) is not None:
                 self._handle(s, f)
         except ProtocolError as e:
             self._close(s, f"protocol error: {e}")
 
     def _handle(self, s: _Slave, f: P.Frame) -> None:
         if f.kind == P.HELLO:
-            if s.next_pos is not None:
-                raise ProtocolError("a second HELLO")
-            hello = P.Hello.decode(f)
-            if not P.auth_ok(self.secret, s.challenge, hello.auth):
-                raise ProtocolError("authentication failed (the slave does not hold this root's ha.secret)")
-            s.reader.accept = P.SLAVE_KINDS
-            if hello.file_bytes != self.file_bytes:
-                raise ProtocolError(f"the slave's commitlog files are {hello.file_bytes} bytes, the master's "
-                                    f"{self.file_bytes}: a slave's store must be made with the master's file size")
-            end = self.end()
-            start, cut = P.agreed_start(hello, end, self.cl.min_offset(), self.record_at)
-            s.out += P.Welcome(start, self.file_bytes, end, cut).encode()
-            s.next_pos = s.acked = start
-            log.info("ha: slave %s holds the commitlog up to %d; streaming from %d%s", s.peer, hello.end, start,
-                     f" after it truncates to {cut}" if cut is not None and cut < hello.end else "")
-        elif s.next_pos is None:
-            raise ProtocolError(f"a {P.KIND_NAMES[f.kind]} before the HELLO")
+            self._hello(s, P.Hello.decode(f))
         elif f.kind == P.OFFSETS:
             self._take_offsets(s, f.body)
         else:
@@ -305,6 +312,36 @@ class HAMaster:
             if f.offset < s.acked:
                 raise ProtocolError(f"an ack of {f.offset} below its earlier {s.acked}")
             s.acked = f.offset
+
+    def _hello(self, s: _Slave, hello: P.Hello) -> None:
+        """Check the slave's proof (nothing is sent to a peer without the secret but the CHALLENGE),
+        then answer with this master's proof and where the stream starts; every frame after is tagged."""
+        rt = self.rt
+        ep = link_endpoint(s.sock, "master", rt)
+        if hello.endpoint != ep:
+            raise A.FrameAuthError(f"the slave reached {hello.endpoint!r:.80}, this listener is {ep}: a relay in "
+                                   f"between (through NAT or a proxy, use [ha] tls_*)")
+        if not A.proof_ok(self.secret, hello.auth, A.SLAVE_LABEL, s.nonce, hello.nonce, rt.name, hello.epoch, ep):
+            raise A.FrameAuthError("authentication failed (the slave does not hold this root's ha.secret)")
+        if hello.epoch > rt.epoch:
+            log.error("ha: slave %s follows epoch %d, newer than this master's %d: this master is fenced (another "
+                      "instance of %s was promoted; `hostmq status` shows it)", s.peer, hello.epoch, rt.epoch, rt.name)
+        if sum(1 for x in self.slaves.values() if x.next_pos is not None) >= MAX_SLAVES:
+            raise ProtocolError(f"{MAX_SLAVES} slaves are connected already")
+        if hello.file_bytes != self.file_bytes:
+            raise ProtocolError(f"the slave's commitlog files are {hello.file_bytes} bytes, the master's "
+                                f"{self.file_bytes}: a slave's store must be made with the master's file size")
+        keys = A.session_keys(self.secret, s.nonce, hello.nonce, rt.name)
+        end = self.end()
+        start, cut = P.agreed_start(hello, end, self.cl.min_offset(), self.record_at)
+        auth = A.proof(self.secret, A.MASTER_LABEL, s.nonce, hello.nonce, rt.name, rt.epoch, ep)
+        s.out += P.Welcome(start, self.file_bytes, end, cut, rt.epoch, self.sync, auth).encode()
+        s.sealer = A.Sealer(keys["master"])
+        s.reader.accept, s.reader.opener = _AFTER_AUTH, A.Opener(keys["slave"])
+        s.next_pos = s.acked = start
+        log.info("ha: slave %s (epoch %d) proved the secret; it holds the commitlog up to %d; streaming from %d%s",
+                 s.peer, hello.epoch, hello.end, start,
+                 f" after it truncates to {cut}" if cut is not None and cut < hello.end else "")
 
     def _take_offsets(self, s: _Slave, body: bytes) -> None:
         """A slave's consumer offsets, committed there while this master was down: kept (the larger
@@ -333,17 +370,25 @@ class HAMaster:
                     return
                 rel = s.next_pos - mf.file_from_offset
                 n = min(end - s.next_pos, self.file_bytes - rel, P.TRANSFER_CHUNK_BYTES)
-                s.out += P.encode(P.DATA, s.next_pos, bytes(mf.mm[rel:rel + n]))
+                s.out += P.encode(P.DATA, s.next_pos, bytes(mf.mm[rel:rel + n]), s.sealer)
                 s.next_pos += n
             if not s.out and now - s.last_sent_s >= self.heartbeat_s:
-                s.out += P.encode(P.BEAT, end)
+                s.out += P.encode(P.BEAT, end, P.EPOCH.pack(self.rt.epoch), s.sealer)
         if s.out:
             self._flush(s)
 
     def _flush(self, s: _Slave) -> None:
+        if s.tls_pending:
+            return
         try:
-            sent = s.sock.send(s.out)
-        except (BlockingIOError, InterruptedError):
+            if self.tls is None:
+                sent = s.sock.send(s.out)
+            else:       # a TLS send that wants a retry must repeat the same bytes
+                n = s.tls_retry or min(len(s.out), TLS_SEND_BYTES)
+                s.tls_retry = n
+                sent = s.sock.send(s.out[:n]) if n else 0
+                s.tls_retry = 0
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             sent = 0
         except OSError as e:
             self._close(s, f"write failed: {e}")

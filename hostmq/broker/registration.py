@@ -93,6 +93,10 @@ class NamesrvLink:
         return {"cluster": self.rt.config.broker.cluster_name, "broker_name": self.rt.name,
                 "broker_id": self.rt.registered_id, "address": self.rt.address}
 
+    def _registration(self) -> dict:
+        # The epoch fences a registration: a NameServer refuses one older than it saw (FencedError).
+        return {**self._identity(), "epoch": self.rt.epoch}
+
     def _paged(self, topics: dict, data_version: int) -> list[dict]:
         # The topic table changes only with its data version (topics.TopicTable._changed).
         if self._pages is None or self._pages[0] != data_version:
@@ -104,7 +108,7 @@ class NamesrvLink:
         ``ha_address``: a master's replication listener (``tcp://HOST:PORT``), "" for none."""
         pages = self._paged(topics, data_version)
         with self._lock:
-            self._latest = (data_version, pages, {**self._identity(), "ha_address": ha_address,
+            self._latest = (data_version, pages, {**self._registration(), "ha_address": ha_address,
                                                   "data_version": data_version})
         for c in self._live_clients():
             self._start(c)

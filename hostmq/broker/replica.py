@@ -28,12 +28,14 @@ import time
 import orjson
 
 from .. import records as R
-from ..errors import ConfigError, ConnectError, CorruptRecordError, HostMQError, ProtocolError, ValidationError
+from ..errors import (ConfigError, ConnectError, CorruptRecordError, FencedError, HostMQError, ProtocolError,
+                      ValidationError)
 from ..jsonfile import read_json, write_json
 from ..protocol import ha as P
+from ..protocol import ha_auth as A
 from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
-from .ha_master import parse_tcp, replication_secret
+from .ha_link import link_endpoint, parse_tcp, replication_secret, tls_context
 from .replica_mark import ReplicaMark
 from .offsets import OFFSETS_FILE, SLAVE_COMMITS, parse_offset_table, table_dict
 from .runtime import BrokerRuntime
@@ -50,10 +52,12 @@ META_KEYS = ("topics", "consumer_offsets", "delay_offsets")
 MASTER_FILE = "master.json"         # the master's HA address as the NameServers gave it (broker/supervisor.py)
 CONNECT_TIMEOUT_S = 5.0
 RETRY_S = 1.0
+FENCED_RETRY_S = 5.0                # a refused master (older epoch, refused cut) is asked again this rarely
 ADDRESS_POLL_S = 0.1                # how often master.json is looked for before the first registration answer
 TORN_TAIL_BYTES = 8 << 20          # what one append may have left past the end (a receive and a record)
 CHECKPOINT_FILES = 8                # HELLO names the first record of this many last files (and the last record)
 _HEADER = struct.Struct(">iI")      # TOTALSIZE, MAGICCODE
+STREAM_KINDS = frozenset((P.DATA, P.BEAT, P.META))   # what a master sends after its WELCOME
 
 
 class MustTruncate(Exception):
@@ -83,11 +87,17 @@ class Replica:
         self.pending = bytearray()          # received bytes after ``end`` that do not make a whole record yet
         self.skip_to = 0                    # after a blank record: the rest of its file is not data
         self.sock: socket.socket | None = None
-        self.reader = P.FrameReader(P.MASTER_KINDS)
+        self.reader = P.FrameReader(STREAM_KINDS)
+        self.sealer: A.Sealer | None = None         # tags this slave's frames after the handshake
+        self.sync_master = False                    # the master said it is a SYNC_MASTER
         self.last_read_s = self.last_report_s = 0.0
         self.state.set("replica_connected", 0)     # a killed predecessor may have left it set
         # What the master held survives a restart of this slave (a promotion compares it).
         self.mark = ReplicaMark(rt.store_dir)
+        if self.mark.sync_acked > self.end:         # cut with [ha] accept_cut, or lost on disk
+            log.warning("replica: this slave acknowledged up to %d to a SYNC_MASTER, its log ends at %d",
+                        self.mark.sync_acked, self.end)
+            self.mark.sync_acked = self.end
         self.state.set("master_end_pos", max(self.state.get("master_end_pos"), self.mark.master_end_pos))
         self.state.set("writer_pid", os.getpid())
 
@@ -134,36 +144,19 @@ class Replica:
         return phys, total, P.record_crc(mf.mm[rel:rel + total])
 
     def connect(self, address: str) -> None:
-        host, port = parse_tcp(address)
-        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = P.FrameReader(P.MASTER_KINDS)
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        frames = _first_frames(sock, reader, deadline, address)
-        if frames[0].kind != P.CHALLENGE:
+        # Before connecting: the walk to the last record may take seconds, and the master gives an
+        # unauthenticated connection [ha] handshake_timeout_s for its whole HELLO.
+        checkpoints = self.checkpoints()
+        sock = socket.create_connection(parse_tcp(address), timeout=CONNECT_TIMEOUT_S)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = tls_context(self.rt, server_side=False)
+            if tls is not None:
+                sock = tls.wrap_socket(sock)        # mutual: both certificates checked against [ha] tls_ca
+            reader, w = self._handshake(sock, address, checkpoints)
+        except BaseException:
             sock.close()
-            raise ProtocolError(f"the master opened with {P.KIND_NAMES[frames[0].kind]}, not a CHALLENGE")
-        secret = replication_secret(self.rt.paths.ha_secret, create=False)
-        if secret is None:
-            sock.close()
-            raise ConnectError(f"no replication secret at {self.rt.paths.ha_secret}: copy the master root's "
-                               f"ha.secret there")
-        sock.sendall(P.Hello(self.end, self.file_bytes, self.checkpoints(),
-                             P.auth_token(secret, frames[0].body)).encode())
-        frames = frames[1:] or _first_frames(sock, reader, deadline, address)
-        if frames[0].kind != P.WELCOME:
-            sock.close()
-            raise ProtocolError(f"the master answered the HELLO with {P.KIND_NAMES[frames[0].kind]}")
-        w = P.Welcome.decode(frames[0])
-        self._master_end(w.master_end, exact=True)
-        if w.truncate_to is not None and w.truncate_to < self.end:
-            sock.close()
-            raise MustTruncate(w.truncate_to)
-        if w.start != self.end:
-            sock.close()
-            raise ProtocolError(f"the master streams from {w.start}, this log ends at {self.end} "
-                                f"(a slave starts empty or from a copy of the master's store)")
-        self._carry_back_offsets(sock)
+            raise
         sock.settimeout(None)
         sock.setblocking(True)
         self.sock, self.reader = sock, reader
@@ -171,9 +164,54 @@ class Replica:
         self.pending.clear()
         self.skip_to = 0
         self.last_read_s = self.last_report_s = time.monotonic()
-        log.info("replica: replicating from %s from offset %d (the master is at %d)", address, self.end, w.master_end)
-        for f in frames[1:]:        # DATA that came with the WELCOME: logged above from where it starts
+        log.info("replica: replicating from %s from offset %d (the master is at %d, epoch %d%s)", address, self.end,
+                 w.master_end, w.epoch, ", over TLS" if tls is not None else "")
+        while (f := reader.next()) is not None:     # DATA that came with the WELCOME
             self._handle(f)
+
+    def _handshake(self, sock: socket.socket, address: str,
+                   checkpoints: tuple[tuple[int, int, int], ...]) -> tuple[P.FrameReader, P.Welcome]:
+        """CHALLENGE, HELLO, WELCOME — and nothing of the master's is acted on before its proof is
+        checked. Returns the reader (now checking tags) and the WELCOME; raises MustTruncate."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        ep = link_endpoint(sock, "slave", self.rt)
+        reader = P.FrameReader(frozenset((P.CHALLENGE,)))
+        challenge = _next_frame(sock, reader, deadline, address).body
+        secret = replication_secret(self.rt.paths.ha_secret, create=False)
+        if secret is None:
+            raise ConnectError(f"no replication secret at {self.rt.paths.ha_secret}: copy the master root's "
+                               f"ha.secret there")
+        nonce, fence, name = os.urandom(A.NONCE_BYTES), self.fence(), self.rt.name
+        sock.sendall(P.Hello(self.end, self.file_bytes, checkpoints, nonce, fence, ep,
+                             A.proof(secret, A.SLAVE_LABEL, challenge, nonce, name, fence, ep)).encode())
+        reader.accept = frozenset((P.WELCOME,))
+        w = P.Welcome.decode(_next_frame(sock, reader, deadline, address))
+        if not A.proof_ok(secret, w.auth, A.MASTER_LABEL, challenge, nonce, name, w.epoch, ep):
+            raise A.FrameAuthError(f"the master at {address} did not prove this root's ha.secret: its WELCOME is "
+                                   f"ignored (a forged master, or a relay)")
+        keys = A.session_keys(secret, challenge, nonce, name)
+        reader.accept, reader.opener = STREAM_KINDS, A.Opener(keys["master"])
+        self.sealer = A.Sealer(keys["slave"])
+        self._follow(w, address)
+        self._master_end(w.master_end, exact=True)
+        if w.start != self.end:
+            raise ProtocolError(f"the master streams from {w.start}, this log ends at {self.end} "
+                                f"(a slave starts empty or from a copy of the master's store)")
+        self._carry_back_offsets(sock)
+        return reader, w
+
+    def fence(self) -> int:
+        """The oldest master epoch this slave follows: the newest it followed, or its own role's."""
+        return max(self.mark.seen_epoch, self.rt.epoch)
+
+    def _follow(self, w: P.Welcome, address: str) -> None:
+        """Fencing by epoch (``follow_decision``), once the master proved the secret."""
+        cut = follow_decision(w.epoch, w.truncate_to, self.end, self.mark.seen_epoch, self.mark.sync_acked,
+                              self.rt.epoch, self.rt.config.ha.accept_cut, address)
+        if cut is not None:
+            raise MustTruncate(cut)
+        self.mark.seen_epoch = w.epoch
+        self.sync_master = w.sync
 
     def _carry_back_offsets(self, sock: socket.socket) -> None:
         """Send the master what consumers committed here while it was down (``slave_commits`` of this
@@ -190,7 +228,7 @@ class Replica:
             if len(body) > P.MAX_OFFSETS_BYTES:
                 log.warning("replica: %d offsets committed here are too many to carry back", len(commits))
                 return
-            sock.sendall(P.encode(P.OFFSETS, 0, body))
+            sock.sendall(P.encode(P.OFFSETS, 0, body, self.sealer))
             log.info("replica: carried %d consumer offsets committed here back to the master", len(commits))
 
     def disconnect(self, why: str) -> None:
@@ -219,7 +257,9 @@ class Replica:
         elif now - self.last_read_s > self.housekeeping_s:
             raise ConnectError(f"the master was silent for {self.housekeeping_s:.0f} s")
         if self.end != before or now - self.last_report_s >= self.heartbeat_s:
-            self.sock.sendall(P.encode(P.REPORT, self.end))
+            if self.sync_master and self.end > self.mark.sync_acked:
+                self.mark.sync_acked = self.end     # before the ack: a SYNC_MASTER may answer SEND_OK on it
+            self.sock.sendall(P.encode(P.REPORT, self.end, b"", self.sealer))
             self.last_report_s = now
         return self.end - before
 
@@ -232,9 +272,11 @@ class Replica:
             self._append_whole_records()
             self._master_end(f.offset + len(f.body))
         elif f.kind == P.BEAT:
+            epoch = P.beat_epoch(f)
+            if epoch != self.mark.seen_epoch:
+                raise FencedError(f"a BEAT of epoch {epoch} from a master that proved epoch {self.mark.seen_epoch}",
+                                  epoch, self.mark.seen_epoch)
             self._master_end(f.offset, exact=True)
-        elif f.kind == P.WELCOME:
-            raise ProtocolError("a second WELCOME")
         elif f.kind == P.META:
             self._store_meta(f.body)
 
@@ -329,17 +371,40 @@ class Replica:
         self.state.close()
 
 
-def _first_frames(sock: socket.socket, reader: P.FrameReader, deadline: float, address: str) -> list[P.Frame]:
-    """Read until at least one whole frame arrived (the handshake), or fail."""
-    frames: list[P.Frame] = []
-    while not frames:
+def _next_frame(sock: socket.socket, reader: P.FrameReader, deadline: float, address: str) -> P.Frame:
+    """Read until the next whole frame arrived (the handshake), or fail."""
+    while (f := reader.next()) is None:
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         data = sock.recv(65536)
         if not data:
-            sock.close()
             raise ConnectError(f"the master at {address} closed the connection during the handshake")
-        frames = reader.feed(data)
-    return frames
+        reader.push(data)
+    return f
+
+
+def follow_decision(epoch: int, truncate_to: int | None, end: int, seen_epoch: int, sync_acked: int,
+                    own_epoch: int, accept_cut: bool, address: str = "the master") -> int | None:
+    """Whether a slave follows a (proven) master of ``epoch`` that asks to cut at ``truncate_to``:
+    None (follow from its end), the offset to cut at, or FencedError. A master older than the
+    newest epoch the slave followed (``seen_epoch``) or its own role's (``own_epoch``) is refused; a
+    cut is taken only from a strictly newer epoch than ``seen_epoch`` and never below ``sync_acked``
+    (what the slave acknowledged to a SYNC_MASTER) — unless the operator set ``accept_cut``."""
+    fence = max(seen_epoch, own_epoch)
+    if epoch < fence:
+        raise FencedError(f"the master at {address} is of epoch {epoch}, older than epoch {fence} that this "
+                          f"slave follows: refused (an old master that missed a promotion)", epoch, fence)
+    if truncate_to is None or truncate_to >= end:
+        return None
+    why = (f"its epoch {epoch} is not newer than epoch {seen_epoch}, which this slave followed already"
+           if epoch <= seen_epoch else f"this slave acknowledged up to {sync_acked} to a SYNC_MASTER"
+           if truncate_to < sync_acked else "")
+    if why and not accept_cut:
+        raise FencedError(f"the master at {address} asks to cut this log at {truncate_to} (it ends at {end}: "
+                          f"{end - truncate_to} bytes): refused, {why}; check what would be lost, then set "
+                          f"[ha] accept_cut = true to allow it", epoch, seen_epoch)
+    if why:
+        log.warning("replica: cutting %d bytes although %s ([ha] accept_cut is set)", end - truncate_to, why)
+    return truncate_to
 
 
 def write_truncate_marker(store_dir: str, offset: int) -> None:
@@ -366,6 +431,9 @@ def run(rt: BrokerRuntime, stop) -> int:
                               t.offset, r.end)
                     write_truncate_marker(rt.store_dir, t.offset)
                     return EXIT_TRUNCATE
+                except FencedError as e:
+                    log.error("replica: %s", e)
+                    stop.wait(FENCED_RETRY_S)
                 except (OSError, HostMQError) as e:
                     log.warning("replica: cannot replicate from %s: %s; retrying", address, e)
                     stop.wait(RETRY_S)

@@ -7,8 +7,18 @@
 * the last record the replica appended (offset, size, CRC32): the handshake names the log's last
   record (``Replica.checkpoints``), and records have no back links — without a known record near the
   end it walks the whole last file (a 1 GiB file of small records: seconds per connection).
+* ``seen_epoch`` (version ≥ 1): the newest epoch of a master this slave followed (-1: none). A master
+  of an older epoch is refused, and a cut of the log is taken only from a strictly newer one
+  (issue 27: fencing).
+* ``sync_acked`` (version ≥ 1): the highest end this slave reported to a SYNC_MASTER — what that
+  master may have answered SEND_OK for. The slave never cuts below it without the operator's
+  ``[ha] accept_cut``.
 
-Stores are plain memory stores (no fsync); every value is a hint, checked against the log before use.
+Layout ``records.REPLICA_MARK`` in a 4 KiB file, ``version`` = ``records.REPLICA_MARK_VERSION``; a
+version-0 file (the first four words only) is upgraded in place with no epoch seen and nothing
+acknowledged. The hints are plain memory stores (no fsync); ``seen_epoch`` and ``sync_acked`` are
+written before the act they guard (the REPORT, following a master) and survive a killed process;
+``seen_epoch`` is also msync'ed when it changes (rare), every value is checked against the log.
 """
 from __future__ import annotations
 
@@ -18,12 +28,14 @@ import os
 import numpy as np
 
 from .. import records as R
+from ..errors import ConfigError
 from ..fsutil import open_file
 
 
 class ReplicaMark:
     def __init__(self, store_dir: str) -> None:
-        fd = open_file(os.path.join(store_dir, R.REPLICA_MARK_FILE), os.O_RDWR | os.O_CREAT)
+        path = os.path.join(store_dir, R.REPLICA_MARK_FILE)
+        fd = open_file(path, os.O_RDWR | os.O_CREAT)
         try:
             if os.fstat(fd).st_size < R.REPLICA_MARK_FILE_BYTES:
                 os.ftruncate(fd, R.REPLICA_MARK_FILE_BYTES)
@@ -31,6 +43,31 @@ class ReplicaMark:
         finally:
             os.close(fd)
         self._w = np.frombuffer(self._mm, dtype=R.REPLICA_MARK, count=1)
+        version = int(self._w["version"][0])
+        if version == 0:                # written before epochs: nothing seen, nothing acknowledged
+            self._w["seen_epoch"], self._w["sync_acked"] = -1, 0
+            self._w["version"] = R.REPLICA_MARK_VERSION
+        elif version != R.REPLICA_MARK_VERSION:
+            raise ConfigError(f"{path} is of version {version}; this hostmq reads version "
+                              f"{R.REPLICA_MARK_VERSION} (a newer hostmq wrote it)")
+
+    @property
+    def seen_epoch(self) -> int:
+        return max(-1, int(self._w["seen_epoch"][0]))
+
+    @seen_epoch.setter
+    def seen_epoch(self, value: int) -> None:
+        if value != self.seen_epoch:
+            self._w["seen_epoch"] = value
+            self._mm.flush()
+
+    @property
+    def sync_acked(self) -> int:
+        return max(0, int(self._w["sync_acked"][0]))
+
+    @sync_acked.setter
+    def sync_acked(self, value: int) -> None:
+        self._w["sync_acked"] = value
 
     @property
     def master_end_pos(self) -> int:

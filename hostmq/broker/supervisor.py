@@ -59,6 +59,7 @@ from ..transport import Reply, Server
 from ..jsonfile import read_json, write_json
 from . import fencing, promotion
 from . import role as roles
+from .ha_link import listen_address
 from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
@@ -87,13 +88,14 @@ PID_WORDS = {"writer": "writer_pid", "dispatcher": "dispatcher_pid", "flusher": 
 def children_of(rt: BrokerRuntime) -> tuple[tuple[str, str], ...]:
     if rt.is_slave:
         return SLAVE_CHILDREN
-    return MASTER_CHILDREN if rt.config.broker.ha_listen else CHILDREN
+    return MASTER_CHILDREN if listen_address(rt) else CHILDREN
 READY_TIMEOUT_S = 60.0
 SUPERVISE_INTERVAL_S = 0.2
 SESSION_CHECK_INTERVAL_S = 1.0
 LONG_POLL_CHECK_S = 0.005
 MIN_SHM_FREE_BYTES = 64 << 20
 RECOVERY_REPORT_S = 5.0         # a running recovery is logged and reported to systemd this often
+MASTER_ASK_S = 2.0              # a slave without its master's HA address registers again this often
 STATUS_INTERVAL_S = 5.0         # systemd's STATUS= line is refreshed this often while serving
 
 
@@ -129,6 +131,8 @@ class Broker:
         self._stop: threading.Event | None = None
         self._outer: threading.Event | None = None
         self._master_ha = ""
+        self._ha_registered = ""            # the replication address last registered
+        self._next_slave_check_s = 0.0      # a master without a listener / a slave without its master's address
         self._seen_files: dict[str, tuple[int, int]] = {}     # file → (mtime_ns, size) last applied
         self.restart: str | None = None     # why this run ends with the broker starting again (its role changed)
 
@@ -278,6 +282,7 @@ class Broker:
             self._apply_file(META_FILE, self.service.apply_master_meta, "the master's metadata")
         else:
             self._apply_file(SLAVE_OFFSETS_FILE, self.service.apply_slave_offsets, "offsets committed on a slave")
+            self._replication_listener()
         mine = {"broker"} | {c.name for c in self.children.children}
         stale = stale_heartbeats({c: self.state.get(f) for c, f in R.STATE_HEARTBEATS.items() if c in mine},
                                  now_ms, int(self.rt.config.broker.heartbeat_stale_s * 1000))
@@ -301,7 +306,25 @@ class Broker:
 
     def register(self) -> None:
         t = self.service.topics
-        self.link.register(t.registration(), t.data_version, self.ha_address())
+        self._ha_registered = self.ha_address()
+        self.link.register(t.registration(), t.data_version, self._ha_registered)
+
+    def _replication_listener(self) -> None:
+        """A master with no slave configured opens no TCP port (``ha_link.listen_address``): the first
+        slave instance made on this root starts its replication process; a new listening address is
+        registered at once (a slave learns it from its own registration's answer)."""
+        now = time.monotonic()
+        if not any(c.name == "ha" for c in self.children.children):
+            if now < self._next_slave_check_s:
+                return
+            self._next_slave_check_s = now + SESSION_CHECK_INTERVAL_S
+            if listen_address(self.rt):
+                ha = Child("ha", dict(MASTER_CHILDREN)["ha"], self.rt)
+                self.children.children.insert(2, ha)       # stopped where MASTER_CHILDREN has it
+                ha.start()
+                log.info("broker %s: a slave is configured now: replication listener started", self.rt.name)
+        elif self.state.get("ha_port") and self.ha_address() != self._ha_registered:
+            self.register()
 
     def ha_address(self) -> str:
         """A master's replication address for the NameServers, "" if it has none."""
@@ -310,6 +333,9 @@ class Broker:
     def _note_master(self) -> None:
         """A slave: keep the master's HA address the NameServers answered with for the replica."""
         ha = self.link.master_ha_address
+        if not ha and not self.rt.config.broker.ha_master and time.monotonic() >= self._next_slave_check_s:
+            self._next_slave_check_s = time.monotonic() + MASTER_ASK_S   # its master may have started listening
+            self.register()
         if ha and ha != self._master_ha:
             write_json(os.path.join(self.rt.broker_dir, MASTER_FILE), {"ha_address": ha})
             self._master_ha = ha

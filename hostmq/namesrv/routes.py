@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..config import NamesrvConfig
-from ..errors import BrokerBusyError
+from ..errors import BrokerBusyError, FencedError
 from .route_data import (MASTER_ID, PERM_WRITE, BrokerData, BrokerLive, QueueData, RegisterResult,
                          TopicConfig, TopicRouteData, check_int, check_optional_text, check_text,
                          check_topic, cluster_info_from_dict, cluster_info_to_dict, invalid)
@@ -84,6 +84,7 @@ class RouteTable:
         self._live: dict[str, BrokerLive] = {}
         self._topics: dict[str, dict[str, QueueData]] = {}
         self._kv: dict[str, dict[str, str]] = {}
+        self._epochs: dict[tuple[str, int], int] = {}     # (name, id) → the newest epoch registered
         # Bounds on what registrations and KV puts may make the table hold (BrokerBusyError past them).
         self.max_brokers = max_brokers
         self.kv_max_chars = kv_max_chars
@@ -94,7 +95,7 @@ class RouteTable:
     # -----------------------------------------------------------------------------------------
     def register_broker(self, cluster: str, broker_name: str, broker_id: int, address: str,
                         ha_address: str | None, topics: Mapping[str, TopicConfig], data_version: int,
-                        now_ms: int) -> RegisterResult:
+                        now_ms: int, epoch: int = 0) -> RegisterResult:
         """Add or refresh one broker (RocketMQ ``registerBroker``); brokers call it every 30 s.
 
         ``topics`` maps each topic name to the broker's TopicConfig for it. For a master
@@ -105,11 +106,17 @@ class RouteTable:
         ``address`` moves out of any other record it had (a slave promoted to master keeps its
         address). ``ha_address`` "" or None means the broker runs no HA server.
 
+        ``epoch`` is the broker's role epoch (its group's promotions): one older than the newest this
+        table saw for ``(broker_name, broker_id)`` raises FencedError and changes nothing (a master
+        that missed a promotion cannot take its name back). The newest epochs outlive the broker's
+        registration, not this NameServer.
+
         Returns, for a slave whose master is registered, the master's address and HA address;
         otherwise an empty RegisterResult.
         """
         queue_datas, ha = self._check_register(cluster, broker_name, broker_id, address, ha_address,
                                                topics, data_version, now_ms)
+        self.check_epoch(broker_name, broker_id, epoch)
         prev = self._live.get(address)
         row = self._brokers.get(broker_name)
         is_new = row is None or row.addrs.get(broker_id) != address
@@ -118,7 +125,27 @@ class RouteTable:
         if broker_id == MASTER_ID and (is_new or prev is None or prev.data_version != data_version):
             self._replace_queue_datas(broker_name, queue_datas)
         self._live[address] = BrokerLive(now_ms, data_version, ha)
+        self._epochs[(broker_name, broker_id)] = epoch
+        self._bound_epochs()
         return self._register_result(broker_name, broker_id)
+
+    def check_epoch(self, broker_name: str, broker_id: int, epoch: int) -> None:
+        """FencedError when ``epoch`` is older than the newest registered for this name and id."""
+        check_int("epoch", epoch)
+        newest = self._epochs.get((broker_name, broker_id), 0)
+        if epoch < newest:
+            raise FencedError(f"broker {broker_name!r:.80} id {broker_id} registers at epoch {epoch}, but epoch "
+                              f"{newest} registered before: refused (an instance that missed a promotion; it "
+                              f"must start as a slave)", epoch, newest)
+
+    def newest_epoch(self, broker_name: str, broker_id: int) -> int:
+        return self._epochs.get((broker_name, broker_id), 0)
+
+    def _bound_epochs(self) -> None:
+        """Epochs of names no longer registered go once there are many (a bound, not a policy)."""
+        if len(self._epochs) > 4 * self.max_brokers:
+            for key in [k for k in self._epochs if k[0] not in self._brokers]:
+                del self._epochs[key]
 
     def unregister_broker(self, cluster: str, broker_name: str, broker_id: int, address: str,
                           now_ms: int) -> bool:

@@ -21,7 +21,7 @@ import orjson
 
 from ..config import NamesrvConfig
 from ..jsonfile import read_json, write_json
-from ..errors import NoRouteError, StoreLockedError, ValidationError
+from ..errors import FencedError, NoRouteError, StoreLockedError, ValidationError
 from ..fsutil import ensure_dir, open_file
 from ..sdnotify import Watchdog, sd_notify
 from ..protocol.codes import RequestCode
@@ -104,15 +104,21 @@ class NamesrvService:
                  _field(f, "address", str))
         ha, version = f.get("ha_address") or None, _field(f, "data_version", int)
         page, pages = _optional_int(f, "page", 0), _optional_int(f, "pages", 1)
+        epoch = _optional_int(f, "epoch", 0)
+        try:
+            self.table.check_epoch(ident[1], ident[2], epoch)       # before any page is kept
+        except FencedError as e:
+            log.warning("refused a registration from %s: %s", ident[3][:200], e)
+            raise
         raw_topics = _field(f, "topics", dict)
         topics = _topic_configs(raw_topics)                   # every page is validated when it arrives
         now = self.clock_ms()
         if pages == 1 and page == 0:
-            return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now).to_dict(),
+            return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, epoch).to_dict(),
                                  "complete": True})
         if page == 0 and self.table.registration_current(*ident, version):
             self.pending.discard(ident[3])
-            result = self.table.register_broker(*ident, ha, {}, version, now)    # liveness only
+            result = self.table.register_broker(*ident, ha, {}, version, now, epoch)    # liveness only
             return Reply(fields={**result.to_dict(), "complete": True, "unchanged": True})
         self.table.keep_alive(*ident, now)                    # its old routes stay while pages come
         parts = self.pending.add(ident[3], (*ident[:3], ha, version), _optional_int(f, "registration_id", 0),
@@ -123,7 +129,7 @@ class NamesrvService:
         for part in parts:
             topics.update(_topic_configs(orjson.loads(part)))
         log.info("broker %s registered %d topics in %d pages", ident[1], len(topics), pages)
-        return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now).to_dict(),
+        return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, epoch).to_dict(),
                              "complete": True})
 
     def unregister_broker(self, frame: Frame, token=None) -> Reply:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 
-from ..errors import (BrokerBusyError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
-                      PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
+from ..errors import (BrokerBusyError, FencedError, HostMQError, MessageNotFoundError, NoRouteError,
+                      NotMasterError, PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
 
 
 class RequestCode(enum.IntEnum):
@@ -81,6 +81,7 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_PARSE_FAILED = 23
     BAD_REQUEST = 400          # hostmq only: malformed frame or bad request fields
     PROMOTION_REFUSED = 401    # hostmq only: the slave is not caught up, or its master still runs
+    EPOCH_FENCED = 409         # hostmq only: an epoch older than the newest known for that broker name and id
 
 
 def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
@@ -95,6 +96,7 @@ def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
 _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
     (ProtocolError, ResponseCode.BAD_REQUEST),
     (PromotionRefusedError, ResponseCode.PROMOTION_REFUSED),
+    (FencedError, ResponseCode.EPOCH_FENCED),
     (ValidationError, ResponseCode.MESSAGE_ILLEGAL),
     (NotMasterError, ResponseCode.NO_PERMISSION),
     (NoRouteError, ResponseCode.TOPIC_NOT_EXIST),
@@ -109,6 +111,7 @@ _CODE_ERRORS: dict[int, type[HostMQError]] = {
     ResponseCode.SYSTEM_BUSY: BrokerBusyError,
     ResponseCode.QUERY_NOT_FOUND: MessageNotFoundError,
     ResponseCode.PROMOTION_REFUSED: PromotionRefusedError,
+    ResponseCode.EPOCH_FENCED: FencedError,
 }
 
 

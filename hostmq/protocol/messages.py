@@ -74,6 +74,7 @@ class RegisterBrokerRequest(ControlMessage):
     ha_address: str                        # where a slave connects for replication ("" if none)
     topics: dict[str, TopicConfigData]     # topic → its config
     data_version: int                      # bumped whenever ``topics`` changes
+    epoch: int = 0                         # the broker's role epoch; one older than the NameServer saw is refused
 
 
 @dataclass(frozen=True)

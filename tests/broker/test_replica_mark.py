@@ -97,3 +97,31 @@ def test_appended_records_move_the_mark_and_what_the_master_held_survives_a_rest
         assert mark.master_end_pos == end + 4096
     finally:
         mark.close()
+
+
+def test_a_version_0_mark_is_upgraded_and_the_fence_survives_a_restart(tmp_path):
+    """replica.pos written before epochs (the first four words only) reads as: no epoch seen, nothing
+    acknowledged; the epoch and the SYNC ack then persist, and a newer format is refused."""
+    import numpy as np
+
+    from hostmq import records as R
+    from hostmq.errors import ConfigError
+    path = tmp_path / R.REPLICA_MARK_FILE
+    old = np.zeros(1, dtype=np.dtype([("master_end_pos", "i8"), ("last_phys", "i8"), ("last_size", "i8"),
+                                      ("last_crc", "i8")]))
+    old["master_end_pos"] = 12345
+    path.write_bytes(old.tobytes() + bytes(R.REPLICA_MARK_FILE_BYTES - old.nbytes))
+    mark = ReplicaMark(str(tmp_path))
+    try:
+        assert (mark.master_end_pos, mark.seen_epoch, mark.sync_acked) == (12345, -1, 0)
+        mark.seen_epoch, mark.sync_acked = 3, 4096
+    finally:
+        mark.close()
+    mark = ReplicaMark(str(tmp_path))
+    try:
+        assert (mark.master_end_pos, mark.seen_epoch, mark.sync_acked) == (12345, 3, 4096)
+        mark._w["version"] = R.REPLICA_MARK_VERSION + 1
+    finally:
+        mark.close()
+    with pytest.raises(ConfigError, match="version"):
+        ReplicaMark(str(tmp_path))

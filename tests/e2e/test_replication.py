@@ -182,16 +182,19 @@ def test_the_replication_port_streams_nothing_to_whoever_lacks_the_roots_secret(
     import stat as st_mod
 
     from hostmq.protocol import ha as P
-    c = cluster()
+    c = cluster(broker={"ha_listen": "tcp://127.0.0.1:0"})     # no slave: it listens because it is told to
     _send(c.root, "secret", 100)
     host, port = _rows(c.root)[0]["ha_address"][len("tcp://"):].rsplit(":", 1)
     mode = os.stat(RootPaths(c.root).ha_secret).st_mode
-    assert st_mod.S_IMODE(mode) & 0o007 == 0
+    assert st_mod.S_IMODE(mode) & 0o077 == 0          # owner-only: group members produce and consume
     with socket.create_connection((host, int(port)), timeout=10) as s:
         reader = P.FrameReader(P.MASTER_KINDS)
         frames = wait_until(lambda: reader.feed(s.recv(4096)), 10, "the challenge")
         assert frames[0].kind == P.CHALLENGE and len(frames[0].body) == P.CHALLENGE_BYTES
-        s.sendall(P.Hello(0, 4 << 20, (), P.auth_token(b"a guess", frames[0].body)).encode())
+        from hostmq.protocol import ha_auth as A
+        nonce, ep = os.urandom(32), f"{host}:{port}"
+        s.sendall(P.Hello(0, 4 << 20, (), nonce, 0, ep,
+                          A.proof(b"a guess", A.SLAVE_LABEL, frames[0].body, nonce, "broker-a", 0, ep)).encode())
         got = b""
         while True:
             data = s.recv(65536)

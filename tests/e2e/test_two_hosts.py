@@ -63,10 +63,10 @@ class Host:
     def _command(self, *args: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns, sys.executable, "-m", "hostmq.cli.main", *args]
 
-    def write_config(self, broker: dict) -> None:
+    def write_config(self, broker: dict, ha: dict | None = None) -> None:
         """``ROOT/hostmq.toml``, which every server of the root reads."""
         with open(self.paths.config_file, "w") as f:
-            f.write(dump_toml(Config.from_dict(merge(HOST_CONFIG, {"broker": broker}))))
+            f.write(dump_toml(Config.from_dict(merge(HOST_CONFIG, {"broker": broker, "ha": ha or {}}))))
 
     def start(self, name: str, *args: str) -> None:
         """``hostmq ARGS`` in the background on this host; output in ``ROOT/logs/NAME.log``."""
@@ -195,6 +195,34 @@ def two_hosts(tmp_path):
                 _ip("netns", "del", ns)         # takes the veth pair with it
 
 
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_certs(folder) -> dict[str, dict[str, str]]:
+    """A CA and a certificate for each host signed by it, with the ``openssl`` command (the
+    ``cryptography`` package is not a dependency); ``{"A": {tls_cert, tls_key, tls_ca}, "B": …}``."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make the test's TLS certificates with")
+    folder = str(folder)
+    os.makedirs(folder, exist_ok=True)
+    ca, ca_key = os.path.join(folder, "ca.pem"), os.path.join(folder, "ca.key")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=hostmq test CA",
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    ext = os.path.join(folder, "leaf.ext")
+    with open(ext, "w") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n")
+    out = {}
+    for host in ("A", "B"):
+        key, csr, cert = (os.path.join(folder, f"host{host}.{x}") for x in ("key", "csr", "pem"))
+        _openssl("req", *ec, "-keyout", key, "-out", csr, "-subj", f"/CN=hostmq host {host}")
+        _openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                 "-days", "2", "-extfile", ext)
+        out[host] = {"tls_cert": cert, "tls_key": key, "tls_ca": ca}
+    return out
+
+
 def _status_line(host: Host, instance: str) -> list[str]:
     """The instance's row of ``hostmq status`` on that host, split into words."""
     return next(line.split() for line in host.hostmq("status", host.root).splitlines()
@@ -206,19 +234,24 @@ def _last_offset(log: str, before: str) -> int:
     return int(log.rsplit(before, 1)[1].split(";")[0].split()[0])
 
 
-def test_a_slave_on_another_host_survives_a_cut_link_takes_over_and_the_old_master_rejoins_it(two_hosts):
+@pytest.mark.parametrize("tls", [False, True], ids=["authenticated", "tls"])
+def test_a_slave_on_another_host_survives_a_cut_link_takes_over_and_the_old_master_rejoins_it(two_hosts, tmp_path,
+                                                                                             tls):
+    """Once as README shows it (every frame authenticated), once with mutual TLS between the hosts
+    (``[ha] tls_*``, certificates from a CA the test makes)."""
     a, b = two_hosts
     master_ha, promoted_ha = f"tcp://{a.address}:{PORT}", f"tcp://{b.address}:{PORT}"
+    certs = make_certs(tmp_path / "tls") if tls else {"A": {}, "B": {}}
 
     # Host A: a NameServer and the SYNC_MASTER, its replication listener on host A's address.
-    a.write_config({"role": "SYNC_MASTER", "ha_listen": master_ha})
+    a.write_config({"role": "SYNC_MASTER", "ha_listen": master_ha}, certs["A"])
     a.start("namesrv", "namesrv", a.root)
     a.start("broker-a", "broker", a.root, "--name", "broker-a")
     wait_until(lambda: a.row(0).get("ha_address") == master_ha, 60, "the master on host A", STEP_S)
     # Host B: the master root's secret, a NameServer and the slave — whose own ha_listen is where it
     # listens once promoted.
     shutil.copy2(a.paths.ha_secret, b.paths.ha_secret)     # scp -p
-    b.write_config({"ha_listen": promoted_ha})
+    b.write_config({"ha_listen": promoted_ha}, certs["B"])
     b.start("namesrv", "namesrv", b.root)
     b.start("broker-a.1", "broker", b.root, "--name", "broker-a", "--id", "1", "--master", master_ha)
     wait_until(lambda: a.state(0, "ha_slaves") == 1 and b.row(1).get("role") == "SLAVE", 60,
@@ -256,6 +289,7 @@ def test_a_slave_on_another_host_survives_a_cut_link_takes_over_and_the_old_mast
     # It went on from its own end: the offset the master streamed from is where the slave said it was.
     held = _last_offset(a.log_text("broker-a"), "holds the commitlog up to ")
     assert held == _last_offset(b.log_text("broker-a.1"), f"replicating from {master_ha} from offset ") > 0
+    assert ("epoch 0, over TLS)" in b.log_text("broker-a.1")) == tls
     stored = [body for body, _ in sender.answered]      # each stored whatever its status: once, in order
     assert sorted(consume_bodies(a.root, TOPIC, len(stored), "g-host-a", linger_s=0.5)) == stored
 

@@ -573,3 +573,33 @@ def test_kv_config_is_bounded_in_characters():
     t.load_kv({"ns": {"k": "v" * 100}})                # a saved file is loaded as it is ...
     with pytest.raises(BrokerBusyError):
         t.put_kv("ns", "k3", "x")                      # ... but nothing more fits
+
+
+# -- epochs (issue 27): a registration older than the newest seen for its name and id is refused ----
+def test_a_registration_of_an_older_epoch_is_refused_and_changes_nothing():
+    from hostmq.errors import FencedError
+    t = RouteTable()
+    t.register_broker("c1", "broker-a", 0, A0, None, topics(tc("t")), 1, T0, epoch=0)
+    t.register_broker("c1", "broker-a", 0, A1, None, topics(tc("t")), 1, T0 + 1, epoch=1)   # promoted
+    before = snapshot(t)
+    with pytest.raises(FencedError, match="epoch 1 registered before") as e:
+        t.register_broker("c1", "broker-a", 0, A0, None, topics(tc("u")), 2, T0 + 2, epoch=0)
+    assert (e.value.epoch, e.value.newest) == (0, 1)
+    assert snapshot(t) == before
+    assert t.topic_route("t").broker_datas[0].addrs == {0: A1}
+    t.register_broker("c1", "broker-a", 1, A0, None, {}, 1, T0 + 3, epoch=1)     # the old master, as a slave
+    t.register_broker("c1", "broker-a", 0, A1, None, topics(tc("t")), 1, T0 + 4, epoch=1)
+    t.register_broker("c1", "broker-b", 0, B0, None, {}, 1, T0 + 5)         # another name has its own epochs
+    assert t.newest_epoch("broker-a", 0) == 1 and t.newest_epoch("broker-b", 0) == 0
+    with pytest.raises(ValidationError):
+        t.register_broker("c1", "broker-a", 0, A1, None, {}, 1, T0 + 6, epoch=-1)
+
+
+def test_the_newest_epoch_outlives_the_registration():
+    from hostmq.errors import FencedError
+    t = RouteTable()
+    t.register_broker("c1", "broker-a", 0, A1, None, {}, 1, T0, epoch=2)
+    t.unregister_broker("c1", "broker-a", 0, A1, T0 + 1)
+    t.scan_expired(T0 + 10 * EXPIRY)
+    with pytest.raises(FencedError):
+        t.register_broker("c1", "broker-a", 0, A0, None, {}, 1, T0 + 10 * EXPIRY, epoch=1)

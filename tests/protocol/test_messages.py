@@ -31,7 +31,7 @@ messages = st.one_of(
 
 VALID = {
     RegisterBrokerRequest: {"cluster": "c", "broker_name": "broker-a", "broker_id": 0, "address": "ipc:///r/b.sock",
-                            "ha_address": "", "data_version": 3,
+                            "ha_address": "", "data_version": 3, "epoch": 1,
                             "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6, "order": False}}},
     UnregisterBrokerRequest: {"cluster": "c", "broker_name": "broker-a", "broker_id": 1},
     GetRouteInfoRequest: {"topic": "orders"},
