@@ -35,9 +35,10 @@ def add_parser(sub) -> None:
     p.add_argument("--trials", type=int, default=16, help="kill/stop trials in all (default 16)")
     p.add_argument("--kinds", default=None,
                    help="fault kinds, comma-separated: targets (writer, dispatcher, flusher, scheduler, broker, "
-                        "namesrv, producer, consumer, and with --configs ha: slave, replica, ha, master: every kind "
-                        "of that target) or kinds such as writer:kill, writer:stop, broker@mid-append, "
-                        "master:promote (kill the master, promote its slave, the old master rejoins) (default: all)")
+                        "namesrv, producer, consumer, and with --configs ha: slave, replica, ha, master, attack: every "
+                        "kind of that target) or kinds such as writer:kill, writer:stop, broker@mid-append, "
+                        "master:promote (kill the master, promote its slave, the old master rejoins), "
+                        "attack:forged-master, attack:squat, attack:promote-recovering (default: all)")
     p.add_argument("--configs", default="async,pool,sync",
                    help="cluster configurations, comma-separated: async (the default store), pool (transient store "
                         "pool), sync (SYNC_FLUSH), ha (a SYNC_MASTER and its slave: replication faults, the slave "

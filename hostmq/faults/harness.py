@@ -42,6 +42,7 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
+from .attack_kinds import AttackOutcome, run_attack
 from .failover import Failover, first_difference, wait_for, wait_group_gone
 from .masters import MasterWatch
 from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
@@ -69,7 +70,8 @@ class Fault:
         self.kind, self.pids, self.handle = kind, pids, handle
         self.wall = time.time()
         self.aim = None
-        self.failover: Failover | None = None       # master:promote
+        self.failover: Failover | None = None       # master:promote (and a promote an attack won)
+        self.attack: AttackOutcome | None = None
 
 
 class ClusterUnderTest:
@@ -195,7 +197,11 @@ class ClusterUnderTest:
                        recovery_s=self._first_ack_after - fault.wall,
                        crashes=sum(c.startswith("crash") for c in crashes), split_brain=split)
         _fill(row, verdict)
-        notes = crashes + split_words + (over.notes if over else []) + [f"producer {n} did not finish its sends" for n in stuck]
+        breaches = fault.attack.breaches if fault.attack else []
+        row.breaches = len(breaches)
+        notes = crashes + split_words + [f"breach: {b}" for b in breaches] + \
+            (fault.attack.notes if fault.attack else []) + (over.notes if over else []) + \
+            [f"producer {n} did not finish its sends" for n in stuck]
         if fault.aim:
             notes.append(f"aim: {fault.aim.steps} steps, {fault.aim.seconds:.2f} s, {fault.aim.detail}")
         row.details = "; ".join(verdict.details + notes)
@@ -207,6 +213,11 @@ class ClusterUnderTest:
         if kind.window:
             return self._aimed(kind)
         time.sleep(rng.uniform(*self.opts.load_s))
+        if kind.target == "attack":
+            fault = Fault(kind, [])
+            fault.attack = run_attack(kind.action, self.cluster, BROKER, SLAVE, self._group_pids)
+            fault.pids, fault.failover = fault.attack.killed, fault.attack.failover
+            return fault
         pids, handle = self._target(kind.target)
         with self._targets(kind.target, pids) as targets:
             fault = Fault(kind, pids, handle)
@@ -303,6 +314,8 @@ class ClusterUnderTest:
             old = fault.pids[0]
             wait_for(lambda: self.slave_state.get("writer_pid") not in (old, 0) and
                      psutil.pid_exists(int(self.slave_state.get("writer_pid"))), 60, "a new replica")
+        elif target == "attack":            # it brought back what it ended
+            self._attach()
         elif target == "namesrv":
             self.cluster.processes[NAMESRV].wait(30)
             self.cluster.start_namesrv(0)

@@ -22,7 +22,9 @@ under load, its slave promoted, the old master started again (it joins as a slav
 new master lacks, and catches up) while the load goes on against the promoted master; after the
 load the roles are given back (the promoted master stopped gracefully, the old one promoted back,
 the slave started again). After every ``ha`` trial the slave must catch up and hold the master's
-commitlog byte for byte.
+commitlog byte for byte. ``attack:…`` kinds (``attack_kinds.py``) are a hostile local process at work
+during the load — a forged master, replication-slot squatters, a promote racing a recovering master —
+verified as the others and counted as ``breaches`` where the attack got what it must not.
 """
 from __future__ import annotations
 
@@ -33,10 +35,11 @@ from ..errors import FaultHarnessError
 from .aim import WINDOW_PROCESS, WINDOWS
 
 TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", "producer", "consumer",
-           "slave", "replica", "ha", "master")
+           "slave", "replica", "ha", "master", "attack")
 CHILDREN = ("writer", "dispatcher", "flusher", "scheduler", "ha")   # the master's, restarted by its supervisor
-HA_TARGETS = ("slave", "replica", "ha", "master")
-ACTIONS = {"master": ("promote",)}      # the actions of a target, when not kill and stop
+HA_TARGETS = ("slave", "replica", "ha", "master", "attack")
+ATTACKS = ("forged-master", "squat", "promote-recovering")      # attack_kinds.py
+ACTIONS = {"master": ("promote",), "attack": ATTACKS}   # the actions of a target, when not kill and stop
 AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),
         "dispatcher": ("mid-dispatch",), "flusher": ("mid-flush",),
         "broker": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit", "mid-flush",
@@ -67,7 +70,7 @@ SLAVES = {"ha": 1}              # slaves per broker, by configuration
 @dataclass(frozen=True)
 class FaultKind:
     target: str
-    action: str = "kill"        # kill, stop, or promote (the master: kill it and promote its slave)
+    action: str = "kill"        # kill, stop, promote (the master: kill it and promote its slave), or an attack
     window: str = ""            # aimed window ("" = a random moment)
 
     @property

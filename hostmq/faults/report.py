@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import FuzzResult
 
 COUNTS = ("lost", "duplicated", "mismatched", "unreachable", "unseen", "out_of_order", "phantom", "corrupt",
-          "crashes", "split_brain")
+          "crashes", "split_brain", "breaches")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class TrialRow:
     corrupt: int = 0
     crashes: int = 0            # server processes that died without being killed by the harness
     split_brain: int = 0        # samples in which two running instances of the broker name said master
+    breaches: int = 0           # what an attack kind got that it must not (attack_kinds.py)
     recovery_s: float = float("nan")    # fault → first acknowledgement of a send started after it
     restart_s: float = 0.0      # time to restart what the fault killed (0: nothing to restart)
     seconds: float = 0.0        # the whole trial
@@ -94,7 +95,8 @@ def aggregate(rows: list[TrialRow]) -> list[dict]:
 
 
 TABLE_COLUMNS = ["config", "kind", "trials", "acked", "lost", "duplicated", "mismatched", "unreachable",
-                 "unseen", "out_of_order", "phantom", "corrupt", "crashes", "split_brain", "failed trials",
+                 "unseen", "out_of_order", "phantom", "corrupt", "crashes", "split_brain", "breaches",
+                 "failed trials",
                  "aimed hits",
                  "recovery s (p50 / max)", "restart s (p50 / max)"]
 

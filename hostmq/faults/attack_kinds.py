@@ -1,0 +1,153 @@
+"""The attack fault kinds (issue "Trust the cluster"): a hostile local process acts during a trial's
+load, and the trial is verified as every other (0 acknowledged lost, 0 forged delivered, one master
+per name at every sampled instant — ``masters.py``), plus what the attack itself got: a *breach*.
+
+Kinds (target ``attack``, ``ha`` configuration — a SYNC_MASTER and its slave on one root):
+
+* ``attack:forged-master`` — the master's process group is SIGKILLed; a process without the root's
+  ``ha.secret`` binds the master's replication address (``attacks_ha.ForgedMaster``) and answers the
+  slave's HELLO with ``WELCOME truncate_to=0`` and forged records. Breach: the slave sent anything
+  after that WELCOME (it acted on it), or its log moved. Then the master starts again as after
+  ``broker:kill``.
+* ``attack:squat`` — an outsider holds 16 connections to the master's replication port, each
+  trickling a HELLO a byte at a time (``attacks_ha.SlotSquatter``), while the slave's replica is
+  SIGKILLed and must connect again. Breach: it could not within :data:`RECONNECT_TIMEOUT_S`.
+* ``attack:promote-recovering`` — the master's process group is SIGKILLed and started again; once it
+  holds ``broker.lock`` and is recovering, it is frozen (SIGSTOP) and the slave is promoted, as an
+  operator (or systemd racing one) would, then it is thawed (``attacks_roles``). The promote is
+  refused, waits for the role lock, or runs wholly before the old master reads its role (then the
+  old master joins as a slave and the roles are given back after the load, as for
+  ``master:promote``). Breach: any other outcome; two masters show in ``split_brain``.
+
+The relay (a man in the middle between the real master and the real slave) and injected frames need
+the slave to dial the attacker: ``tests/e2e/test_ha_trust.py`` runs them with a configured
+``ha_master``; a harness cluster keeps its slave dialing the master.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+
+from ..cluster import LocalCluster
+from ..errors import FaultHarnessError
+from ..jsonfile import read_json
+from ..broker.group import live_state
+from ..broker.replica import MASTER_FILE
+from ..root import RootPaths
+from .attacks_ha import ForgedMaster, SlotSquatter
+from .attacks_roles import promote_during_recovery
+from .failover import Failover, caught_up, wait_for, wait_group_gone
+from .plan import ATTACKS
+FORGER_WAIT_S = 15.0            # the slave dials the forged master within this (it retries every second)
+RECONNECT_TIMEOUT_S = 30.0      # the slave connects past the squatters within this
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class AttackOutcome:
+    """What an attack did: ``notes`` in words, ``breaches`` (what it got that it must not), the
+    server pids it ended on purpose (not crashes), and a failover whose roles must be given back."""
+
+    notes: list[str] = field(default_factory=list)
+    breaches: list[str] = field(default_factory=list)
+    killed: list[int] = field(default_factory=list)
+    failover: Failover | None = None
+
+
+def master_ha_address(root: str, slave: str) -> str:
+    """The master's replication address as the slave knows it (``master.json``)."""
+    d = read_json(os.path.join(RootPaths(root).broker_dir(slave), MASTER_FILE), default=None)
+    if not isinstance(d, dict) or not d.get("ha_address"):
+        raise FaultHarnessError(f"{slave} knows no master address yet ({MASTER_FILE})")
+    return d["ha_address"]
+
+
+def _word(root: str, instance: str, name: str) -> int | None:
+    st = live_state(root, instance)
+    if st is None:
+        return None
+    try:
+        return int(st.get(name))
+    finally:
+        st.close()
+
+
+def run_attack(action: str, cluster: LocalCluster, master: str, slave: str, group_pids) -> AttackOutcome:
+    """Carry out ``attack:ACTION`` against ``cluster`` (its master instance ``master``, slave
+    ``slave``) under the trial's load; ``group_pids()`` lists the master's process group now. On
+    return the cluster serves again (a promotion's roles are given back by the harness later)."""
+    if action == "forged-master":
+        return _forged_master(cluster, master, slave, group_pids())
+    if action == "squat":
+        return _squat(cluster, master, slave)
+    if action == "promote-recovering":
+        return _promote_recovering(cluster, master, slave, group_pids())
+    raise FaultHarnessError(f"unknown attack {action!r}; known: {', '.join(ATTACKS)}")
+
+
+def _forged_master(cluster: LocalCluster, master: str, slave: str, pids: list[int]) -> AttackOutcome:
+    out = AttackOutcome(killed=list(pids))
+    address = master_ha_address(cluster.root, slave)
+    cluster.signal_group(master, signal.SIGKILL)
+    wait_group_gone(cluster, master, pids, STOP_TIMEOUT_S)
+    held = _word(cluster.root, slave, "write_pos")
+    forger = ForgedMaster(address).start()
+    try:
+        wait_for(lambda: forger.report.hellos >= 1, FORGER_WAIT_S, "the slave to dial the forged master")
+    except FaultHarnessError as e:
+        out.notes.append(f"forged master at {address}: {e}")
+    finally:
+        report = forger.stop()
+    out.notes.append(f"forged master at {address}: {report.connections} connections, {report.hellos} HELLOs, "
+                     f"{report.welcomes_sent} forged WELCOMEs")
+    if report.reports_after_welcome:
+        out.breaches.append(f"the slave sent {report.reports_after_welcome} bytes after a forged WELCOME")
+    now = _word(cluster.root, slave, "write_pos")
+    if held is not None and now is not None and now != held:
+        out.breaches.append(f"the slave's log moved from {held} to {now} while only the forged master ran")
+    cluster.start_broker(master)
+    return out
+
+
+def _squat(cluster: LocalCluster, master: str, slave: str) -> AttackOutcome:
+    out = AttackOutcome()
+    address = master_ha_address(cluster.root, slave)
+    squatter = SlotSquatter(address, connections=16).start()
+    try:
+        wait_for(lambda: squatter.report.opened >= 16, 10, "the squatter's connections")
+        replica = _word(cluster.root, slave, "writer_pid")
+        if replica:
+            os.kill(replica, signal.SIGKILL)
+            out.killed.append(replica)
+        try:
+            wait_for(lambda: _word(cluster.root, slave, "writer_pid") not in (replica, 0, None)
+                     and _word(cluster.root, slave, "replica_connected")
+                     and _word(cluster.root, master, "ha_slaves"), RECONNECT_TIMEOUT_S,
+                     "the slave to connect again past the squatters")
+        except FaultHarnessError as e:
+            out.breaches.append(str(e))
+    finally:
+        report = squatter.stop()
+    out.notes.append(f"squatter: {report.opened} connections opened, {report.closed_by_master} closed by the "
+                     f"master, longest held {report.longest_held_s:.1f} s")
+    return out
+
+
+def _promote_recovering(cluster: LocalCluster, master: str, slave: str, pids: list[int]) -> AttackOutcome:
+    out = AttackOutcome(killed=list(pids))
+    over = Failover(cluster, master, slave)         # before anything is cut: its give-back reads new cuts
+    cluster.signal_group(master, signal.SIGKILL)
+    wait_group_gone(cluster, master, pids, STOP_TIMEOUT_S)
+    name, _, sid = slave.partition(".")
+    attack = promote_during_recovery(cluster, name, int(sid), old_master=master, role="SYNC_MASTER")
+    out.notes.append(f"promote while {master} was frozen ({attack.window}, {attack.frozen_s:.2f} s): "
+                     f"{attack.outcome}{' — ' + attack.error_type if attack.error_type else ''}")
+    if attack.outcome == "promoted":
+        if attack.window == "starting":
+            out.breaches.append(f"{slave} was promoted while {master} recovered as the master")
+        caught_up(cluster.root, master, slave, f"{master} to join the promoted {slave}", everything=False)
+        out.failover = over
+    elif attack.outcome not in ("refused", "lock-timeout"):
+        out.breaches.append(f"promote ended with {attack.error_type}: {attack.error}")
+    return out
