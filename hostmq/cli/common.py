@@ -26,6 +26,19 @@ def load_config(root: str, config_file: str | None) -> Config:
     return Config.load(default) if os.path.exists(default) else Config()
 
 
+def raw_config(root: str, config_file: str | None) -> dict:
+    """The config file's tables as written (``{}`` without one): what the user set, before defaults."""
+    import tomllib
+    path = config_file or RootPaths(root).config_file
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}                   # load_config has already said what is wrong with it
+
+
 def run_foreground(run, config, cfg: Config, root: str, log_level: str | None = None, name: str = "") -> int:
     """Run a process module's ``run(config, stop)`` here, logging as ``cfg.logging`` says (``name``:
     this server in its lines and log file); Ctrl-C and SIGTERM stop it cleanly."""

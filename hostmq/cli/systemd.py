@@ -17,7 +17,7 @@ installation's ``hostmq``. What each setting is for:
   children pass the signal to their supervisor (``hostmq/process.py``) — so this is not what makes a
   stop correct, only quieter.
 * ``LimitMEMLOCK=infinity``: the transient store pool and the commitlog head are ``mlock``ed.
-* ``User=``/``Group=``/``UMask=0007``: the root belongs to one user and one group (README: access).
+* ``User=``/``Group=``/``UMask=0007``: the root belongs to one user and one group (docs/guarantees.md: access).
 * Sandboxing that still lets the bus work: ``ProtectSystem=strict`` with ``ReadWritePaths=`` the root
   and ``/dev/shm`` (segments and semaphores); ``PrivateTmp=no`` and no ``PrivateDevices=`` (both would
   give the unit its own /dev/shm or /tmp, invisible to clients); ``RemoveIPC=no`` — with ``User=``,
