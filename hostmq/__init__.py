@@ -2,6 +2,15 @@
 
 The public names of docs/api.md are importable from here; the embedded store is ``hostmq.store``.
 """
+import sys as _sys
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"          # the one version source: pyproject.toml reads it, `hostmq --version` prints it
+
+if not _sys.platform.startswith("linux"):
+    # futexes, memfds, /dev/shm, SO_PEERCRED and /proc are the data path; nothing would work half-way.
+    raise ImportError(f"hostmq runs on Linux only (it needs futexes, memfds and /dev/shm); this is {_sys.platform}")
+
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
@@ -12,6 +21,15 @@ from .records import tag_hash
 from .client.rebalance import allocate
 from .client.sql92 import SQL
 from .store.reader import MessageBatch
+
+if TYPE_CHECKING:               # what the lazily loaded names are, for type checkers (py.typed)
+    from .client.accumulator import BatchConfig
+    from .client.admin import Admin
+    from .client.producer import Producer
+    from .client.pull_consumer import PullConsumer
+    from .client.push_consumer import PushConsumer
+    from .client.transaction_producer import TransactionProducer, TransactionSendResult
+    from .cluster import LocalCluster
 
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
@@ -32,8 +50,6 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Config", "NamesrvConfig", "BrokerConfig", "StoreConfig",

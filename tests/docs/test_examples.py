@@ -107,7 +107,8 @@ def test_example_runs_as_written(block, served, tmp_path):
 
 
 def test_example_services_share_a_group(served):
-    """tools/examples: a producer's jobs are handled once between two workers of one group."""
+    """tools/examples: two workers of one group handle every job of a producer between them (at least
+    once: a queue that moves to the second worker before the first committed it is read again)."""
     root, _, env = served
     ex = os.path.join(TOP, "tools", "examples")
     p = subprocess.run([sys.executable, os.path.join(ex, "producer.py"), root, "--topic", "shared-jobs",
@@ -120,4 +121,4 @@ def test_example_services_share_a_group(served):
     assert [w.returncode for w in workers] == [0, 0], outs
     handled = [int(re.search(r"worker handled (\d+)", out).group(1)) for out, _ in outs]
     jobs = sorted(int(m) for out, _ in outs for m in re.findall(r"^job (\d+) ", out, re.M))
-    assert sum(handled) == 60 and jobs == list(range(60)), (handled, outs)
+    assert sorted(set(jobs)) == list(range(60)) and sum(handled) == len(jobs), (handled, outs)

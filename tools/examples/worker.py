@@ -1,5 +1,6 @@
 """A consumer-group worker: every worker started with the same --group shares the topic's queues
-(each message goes to one of them); a worker that stops or dies hands its queues to the others.
+(each message goes to one of them, at least once: a queue that moves to another worker before its
+offset was committed is read again from there); a worker that stops or dies hands its queues on.
 Ctrl-C (or --idle-exit S without messages) stops it after the running batch, committing its offsets.
 
     python tools/examples/worker.py /tmp/mq --topic jobs --group workers
@@ -26,11 +27,14 @@ class Worker:
         self.lock = threading.Lock()
 
     def on_messages(self, msgs) -> ConsumeResult:
+        lines = []
         for m in msgs:
             job = json.loads(m.body)
             # A real worker does its job here; raising or returning RECONSUME_LATER retries it later.
-            print(f"job {job.get('job')} from {m.queue}", flush=True)
-        with self.lock:
+            lines.append(f"job {job.get('job')} from {m.queue}\n")
+        with self.lock:                 # listener threads run at once: one whole line each
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
             self.handled += len(msgs)
             self.last_s = time.monotonic()
         return ConsumeResult.SUCCESS
