@@ -7,6 +7,7 @@ and values of the wrong type raise :class:`~hostmq.errors.ConfigError` naming th
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import tomllib
@@ -271,7 +272,9 @@ class Config:
         out = {}
         for name, value in data.items():
             if name not in sections:
-                raise ConfigError(f"unknown config section {name!r}; expected one of {sorted(sections)}")
+                close = difflib.get_close_matches(str(name), list(sections), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"unknown config section {name!r}{hint}; expected one of {sorted(sections)}")
             out[name] = section_from_dict(_SECTION_TYPES[name], value, name)
         return cls(**out)
 
@@ -329,7 +332,9 @@ def section_from_dict(kind: type, data: Any, name: str = ""):
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise ConfigError(f"unknown key {name}.{key}; known: {', '.join(sorted(fields))}")
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"did you mean {name}.{close[0]}? " if close else ""
+            raise ConfigError(f"unknown key {name}.{key}; {hint}known: {', '.join(sorted(fields))}")
         kwargs[key] = _coerce(fields[key].default, value, f"{name}.{key}")
     try:
         return kind(**kwargs)

@@ -40,7 +40,7 @@ Store profiles (`[store] profile`) fill the four file sizes the configuration do
 | profile | commitlog file | consume-queue file | index file | a first root on disk |
 |---|---|---|---|---|
 | `production` (the config default; `hostmq broker`, `LocalCluster`, the systemd units) | 1 GiB | 300,000 entries | 5,000,000 slots, 20,000,000 entries | ≈ 1.5 GB |
-| `dev` (`hostmq up` and `tools/run.sh` on a new root) | 32 MiB | 30,000 entries | 100,000 slots, 400,000 entries | ≈ 45 MB |
+| `dev` (`hostmq up` and `tools/run.sh` on a new root) | 32 MiB | 30,000 entries | 100,000 slots, 400,000 entries | ≈ 40 MB |
 """
 
 
