@@ -3,12 +3,14 @@ from another directory — `hostmq --version`, `python -m hostmq`, and README's 
 cluster that the installed `hostmq up` serves. The wheel carries LICENSE, py.typed and an SPDX
 license; the version comes from ``hostmq.__version__`` alone.
 
-The new environment gets hostmq's dependencies (numpy, pyzmq, …) from this interpreter's
+With the dev extra's `build` the test runs `python -m build` (an sdist, and the wheel built from it);
+without it, `pip wheel`. The new environment gets hostmq's dependencies (numpy, pyzmq, …) from this interpreter's
 site-packages through a ``.pth`` line instead of downloading them, so the test needs no network
 beyond what pip's isolated build of the wheel needs (setuptools, as every install of hostmq does).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 
 import pytest
@@ -45,13 +48,21 @@ def wheel(tmp_path_factory) -> str:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(os.path.join(TOP, name), src / name)
     shutil.copytree(os.path.join(TOP, "hostmq"), src / "hostmq", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
-    if _setuptools_ok():
-        argv.insert(4, "--no-build-isolation")
+    if importlib.util.find_spec("build") is not None:
+        # The dev extra's `build`: an sdist, then the wheel built from that sdist (so the sdist is whole).
+        argv = [sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(src)]
+    else:
+        argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)]
+        if _setuptools_ok():
+            argv.insert(4, "--no-build-isolation")
     p = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=str(out))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     wheels = [f for f in os.listdir(out) if f.endswith(".whl")]
     assert len(wheels) == 1, wheels
+    for sdist in (f for f in os.listdir(out) if f.endswith(".tar.gz")):
+        with tarfile.open(out / sdist) as tar:
+            names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        assert {"LICENSE", "pyproject.toml", "README.md", "hostmq/_codec.c", "hostmq/py.typed"} <= names, names
     return str(out / wheels[0])
 
 
