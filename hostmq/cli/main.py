@@ -91,6 +91,14 @@ def apply_globals(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         setattr(args, dest, given)
 
 
+def what_to_do(e: HostMQError) -> str:
+    """The next step, for the errors a user meets first (the client's message says what is wrong)."""
+    m = re.match(r"no NameServer is running under (\S+)", str(e))
+    if m:
+        return f" (start the cluster: `hostmq up {m.group(1)}`, or its systemd units)"
+    return ""
+
+
 def root_taken_for_topic(args: argparse.Namespace) -> str:
     """The optional ROOT comes before required positionals, so a forgotten argument shifts the root into
     TOPIC (`hostmq send /tmp/mq events`: no body). A topic never holds a '/': say what happened."""
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except HostMQError as e:
-        print(f"hostmq: error: {e}", file=sys.stderr)
+        print(f"hostmq: error: {e}{what_to_do(e)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_OK

@@ -34,6 +34,8 @@ def test_a_forgotten_argument_is_named_not_taken_for_the_root(tmp_path):
     assert r.returncode == 2 and f"'{tmp_path}' is a path, not a topic" in r.stderr, r.stderr
     r = module("--log-level", "DEBUG", "send", str(tmp_path), "t", "body")
     assert r.returncode == 2 and "--log-level does not apply to 'hostmq send'" in r.stderr, r.stderr
+    r = module("send", str(tmp_path), "t", "body")            # a root nothing serves: what to do next
+    assert r.returncode == 1 and f"start the cluster: `hostmq up {tmp_path}`" in r.stderr, r.stderr
 
 
 @pytest.fixture
