@@ -122,3 +122,15 @@ def test_example_services_share_a_group(served):
     handled = [int(re.search(r"worker handled (\d+)", out).group(1)) for out, _ in outs]
     jobs = sorted(int(m) for out, _ in outs for m in re.findall(r"^job (\d+) ", out, re.M))
     assert sorted(set(jobs)) == list(range(60)) and sum(handled) == len(jobs), (handled, outs)
+
+
+def test_the_quickstart_root_is_a_development_root_of_tens_of_mb(served):
+    """`hostmq up` on a new root uses the dev store profile (README "Footprint")."""
+    import json
+    root = served[0]
+    with open(os.path.join(root, "brokers", "broker-a", "store", "store.json")) as f:
+        sizes = json.load(f)
+    assert sizes["commitlog_file_bytes"] == 32 << 20, sizes
+    used = sum(os.stat(os.path.join(d, n)).st_blocks * 512 for d, _, names in os.walk(root) for n in names
+               if os.path.isfile(os.path.join(d, n)))
+    assert used < 100 << 20, f"the root takes {used >> 20} MiB of disk"
