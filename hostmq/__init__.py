@@ -1,11 +1,10 @@
 """hostmq: Apache RocketMQ's design on one host.
 
 The public names of docs/api.md are importable from here; the embedded store is ``hostmq.store``.
+``__version__`` below is the one version source (pyproject.toml reads it, `hostmq --version` prints it).
 """
 import sys as _sys
 from typing import TYPE_CHECKING
-
-__version__ = "0.1.0"          # the one version source: pyproject.toml reads it, `hostmq --version` prints it
 
 if not _sys.platform.startswith("linux"):
     # futexes, memfds, /dev/shm, SO_PEERCRED and /proc are the data path; nothing would work half-way.
@@ -50,6 +49,8 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+__version__ = "0.1.0"
 
 __all__ = [
     "Config", "NamesrvConfig", "BrokerConfig", "StoreConfig",
