@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from tests.docs.examples import SHARED_ROOT, TOP, Block, all_blocks, localise
@@ -104,6 +105,13 @@ def test_example_runs_as_written(block, served, tmp_path):
     p = _run(block, served, str(tmp_path))
     assert p.returncode == 0, f"{block.id} exited {p.returncode}\n--- code\n{block.code}\n--- stdout\n" \
                               f"{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-5000:]}"
+    # A block that started a cluster of its own (LocalCluster on /tmp/NAME) left nothing running or mapped.
+    scratch = served[1]
+    for name in set(re.findall(r"/tmp/(?!mq(?![\w.-]))([\w.-]+)", block.code)):
+        root = os.path.join(scratch, name)
+        assert not leftovers(root, ["broker-a", "broker-b", "broker-a.1"]), f"{block.id} left shared memory"
+        assert not [q.pid for q in psutil.process_iter(["cmdline"]) if root in " ".join(q.info["cmdline"] or ())], \
+            f"{block.id} left processes of {root} running"
 
 
 def test_example_services_share_a_group(served):
