@@ -88,8 +88,8 @@ def parse_time_ms(text: str, flag: str = "--timestamp") -> int:
     try:
         return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
-        raise ValidationError(f"{flag} {text!r} is neither milliseconds nor an ISO 8601 time "
-                              "such as 2026-11-23T07:30:00") from None
+        raise ValidationError(f"{flag} {text!r} is neither milliseconds nor an ISO time "
+                              "(ISO 8601, such as 2026-11-23T07:30:00)") from None
 
 
 def iso_ms(ms: int) -> str:
