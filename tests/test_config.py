@@ -229,4 +229,3 @@ def test_the_configuration_reference_lists_every_key_with_its_default():
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             assert rows[f.name] in (repr(default), f"{default:,}" if isinstance(default, int) else ""), \
                 f"{section}.{f.name}: docs/api.md says {rows[f.name]}, the code {default!r}"
-
