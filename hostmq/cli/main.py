@@ -23,6 +23,10 @@ EXIT_USAGE = 2
 GLOBALS = (("--root", "root"), ("--log-level", "log_level"), ("--config", "config"))
 
 
+POSITIONAL_HELP = {"root": "root directory (default: --root, else $HOSTMQ_ROOT, else ~/.hostmq)",
+                   "topic": "topic name"}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with "did you mean" on an invalid choice (a mistyped command or value)."""
 
@@ -47,6 +51,9 @@ def _walk(parser: argparse.ArgumentParser):
 def _add_root_option(parser: argparse.ArgumentParser) -> None:
     """``--root`` after the command, on every (sub)command with a ROOT positional."""
     for p in _walk(parser):
+        for a in p._actions:            # the shared positionals say what they are in --help and docs/cli.md
+            if a.help is None and a.dest in POSITIONAL_HELP and not a.option_strings:
+                a.help = POSITIONAL_HELP[a.dest]
         dests = {a.dest for a in p._actions}
         if p is not parser and "root" in dests and "global_root" not in dests:
             p.add_argument("--root", dest="global_root", default=argparse.SUPPRESS, metavar="ROOT",
