@@ -73,3 +73,17 @@ def test_root_on_either_side_iso_times_status_and_a_served_root_refused(served, 
     assert r.returncode == 2 and "disagree" in r.stderr, r.stderr
     with pytest.raises(hostmq.ConfigError, match="already served by a running cluster"):
         hostmq.LocalCluster(root, brokers=1).start()
+
+
+def test_global_options_reach_the_command_from_either_side():
+    from hostmq.cli.main import apply_globals, build_parser
+    parser = build_parser()
+    for argv in (["--log-level", "DEBUG", "--root", "/r", "broker", "--name", "b"],
+                 ["broker", "--name", "b", "--log-level", "DEBUG", "--root", "/r"],
+                 ["broker", "/r", "--name", "b", "--log-level", "debug"]):
+        args = parser.parse_args(argv)
+        apply_globals(parser, args)
+        assert (args.root, args.log_level, args.name) == ("/r", "DEBUG", "b"), argv
+    args = parser.parse_args(["--config", "/c.toml", "up", "/r"])
+    apply_globals(parser, args)
+    assert (args.root, args.config) == ("/r", "/c.toml")
