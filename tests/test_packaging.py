@@ -125,3 +125,9 @@ def test_the_wheel_installs_and_runs_the_quickstart(wheel, tmp_path):
                 up.wait(10)
     assert up.returncode == 0, up.stdout.read()[-3000:]
     assert not leftovers(root, ["broker-a"])
+
+
+def test_another_platform_is_told_at_import_that_hostmq_needs_linux():
+    code = "import sys; sys.platform = 'darwin'\ntry:\n    import hostmq\nexcept ImportError as e:\n    print(e)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=TOP)
+    assert "hostmq runs on Linux only" in p.stdout and "darwin" in p.stdout, p.stdout + p.stderr
