@@ -1,7 +1,15 @@
 """hostmq: Apache RocketMQ's design on one host.
 
 The public names of docs/api.md are importable from here; the embedded store is ``hostmq.store``.
+``__version__`` below is the one version source (pyproject.toml reads it, `hostmq --version` prints it).
 """
+import sys as _sys
+from typing import TYPE_CHECKING
+
+if not _sys.platform.startswith("linux"):
+    # futexes, memfds, /dev/shm, SO_PEERCRED and /proc are the data path; nothing would work half-way.
+    raise ImportError(f"hostmq runs on Linux only (it needs futexes, memfds and /dev/shm); this is {_sys.platform}")
+
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
@@ -14,6 +22,15 @@ from .records import tag_hash
 from .client.rebalance import allocate
 from .client.sql92 import SQL
 from .store.reader import MessageBatch
+
+if TYPE_CHECKING:               # what the lazily loaded names are, for type checkers (py.typed)
+    from .client.accumulator import BatchConfig
+    from .client.admin import Admin
+    from .client.producer import Producer
+    from .client.pull_consumer import PullConsumer
+    from .client.push_consumer import PushConsumer
+    from .client.transaction_producer import TransactionProducer, TransactionSendResult
+    from .cluster import LocalCluster
 
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.

@@ -104,6 +104,22 @@ def clean_after_crash(root: str, broker: str) -> None:
         os.close(fd)
 
 
+def _lock_held(path: str) -> bool:
+    """Whether a process holds the ``flock`` on ``path`` (a server's lock file); False when it is missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 class LocalCluster:
     def __init__(self, root=None, brokers: int = 1, namesrvs: int = 1,
                  config: Config | Mapping[str, Any] | None = None, *, slaves: int = 0,
@@ -128,6 +144,7 @@ class LocalCluster:
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self) -> "LocalCluster":
+        self._refuse_a_served_root()
         ensure_dir(os.path.dirname(self.config_file))
         ensure_dir(os.path.join(self.root, "logs"))
         with os.fdopen(open_file(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
@@ -146,6 +163,19 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _refuse_a_served_root(self) -> None:
+        """A root that another cluster (``hostmq up``, another LocalCluster) serves is refused before
+        anything is written: our servers would fail on its locks, saying so only in their logs, and
+        this object would then talk to the other cluster with a config that is not in effect."""
+        paths = RootPaths(self.root)
+        locks = [paths.namesrv_socket(i)[:-len(".sock")] + ".lock" for i in range(self.namesrvs)]
+        locks += [paths.broker_lock(b) for b in self.brokers + self.slaves]
+        for path in locks:
+            if _lock_held(path):
+                raise ConfigError(f"root {self.root} is already served by a running cluster ({path} is locked): "
+                                  f"stop that cluster first, or use it without starting one "
+                                  f"(hostmq.Producer({self.root!r}), hostmq.Admin(…))")
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = os.fdopen(open_file(os.path.join(self.root, "logs", f"{name}.log"),

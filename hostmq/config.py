@@ -7,6 +7,7 @@ and values of the wrong type raise :class:`~hostmq.errors.ConfigError` naming th
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import tomllib
@@ -129,8 +130,21 @@ class BrokerConfig:
             raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
 
 
+# File sizes per store profile: "production" keeps RocketMQ's (a first root takes ~1.5 GB of disk:
+# a 1 GiB commitlog file and a 400 MiB index file); "dev" makes a development root take tens of MB.
+# A profile fills only the size keys the configuration does not set, and a store keeps the sizes it
+# was created with (store.json), whatever the profile later says.
+PROFILES: dict[str, dict[str, int]] = {
+    "production": {"commitlog_file_bytes": 1 << 30, "consume_queue_file_entries": 300_000,
+                   "index_slots": 5_000_000, "index_entries": 20_000_000},
+    "dev": {"commitlog_file_bytes": 32 << 20, "consume_queue_file_entries": 30_000,
+            "index_slots": 100_000, "index_entries": 400_000},
+}
+
+
 @dataclass(frozen=True)
 class StoreConfig:
+    profile: str = "production"                    # file sizes: "production" (RocketMQ's) or "dev" (PROFILES)
     commitlog_file_bytes: int = 1 << 30            # size of each commitlog mapped file
     consume_queue_file_entries: int = 300_000      # 20-byte entries per consume-queue file
     index_slots: int = 5_000_000                   # hash slots per index file
@@ -179,6 +193,8 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         _check_numbers("store", self)
+        if self.profile not in PROFILES:
+            raise ConfigError(f"store.profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ConfigError(f"store.flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, "
                               f"got {self.flush_disk_type!r}")
@@ -290,7 +306,9 @@ class Config:
         out = {}
         for name, value in data.items():
             if name not in sections:
-                raise ConfigError(f"unknown config section {name!r}; expected one of {sorted(sections)}")
+                close = difflib.get_close_matches(str(name), list(sections), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"unknown config section {name!r}{hint}; expected one of {sorted(sections)}")
             out[name] = section_from_dict(_SECTION_TYPES[name], value, name)
         return cls(**out)
 
@@ -322,6 +340,12 @@ class Config:
                 raise ConfigError(f"unknown config section {s!r}")
             if not isinstance(values, Mapping):
                 raise ConfigError(f"config section {s!r} must be a table")
+            if s == "store" and "profile" in values:
+                # A new profile re-fills the sizes the old one gave (not those set explicitly).
+                old = PROFILES.get(base[s]["profile"], {})
+                for key, value in old.items():
+                    if base[s].get(key) == value:
+                        del base[s][key]
             base[s].update(values)
         return Config.from_dict(base)
 
@@ -338,10 +362,14 @@ def section_from_dict(kind: type, data: Any, name: str = ""):
     if not isinstance(data, Mapping):
         raise ConfigError(f"config section {name!r} must be a table, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(kind)}
+    if kind is StoreConfig and isinstance(data.get("profile"), str) and data["profile"] in PROFILES:
+        data = {**PROFILES[data["profile"]], **data}
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise ConfigError(f"unknown key {name}.{key}; known: {', '.join(sorted(fields))}")
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"did you mean {name}.{close[0]}? " if close else ""
+            raise ConfigError(f"unknown key {name}.{key}; {hint}known: {', '.join(sorted(fields))}")
         kwargs[key] = _coerce(fields[key].default, value, f"{name}.{key}")
     try:
         return kind(**kwargs)

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--report-only", action="store_true", help="rebuild report.md and plots from DIR's CSV")
     p.add_argument("--latency", action="store_true",
                    help="the delivery-latency bench instead: hostmq against a raw shm ring, pyzmq, Redis Streams "
-                        "and multiprocessing.Queue, quiet and beside a busy neighbour (README Performance)")
+                        "and multiprocessing.Queue, quiet and beside a busy neighbour (docs/performance.md)")
     p.add_argument("--messages", type=int, default=None, help="with --latency: messages measured per row")
     p.add_argument("--warmup", type=int, default=None, help="with --latency: messages not counted, per row")
     p.set_defaults(func=main)

@@ -1,5 +1,5 @@
 """``hostmq broker [ROOT] --name NAME [--id 0] [--master tcp://HOST:PORT]``: run a broker (and its
-children) in the foreground. An id ≥ 1 runs a slave of NAME's master (README "Replication"): from
+children) in the foreground. An id ≥ 1 runs a slave of NAME's master (docs/replication.md): from
 ``--master`` (another host), else from the master's HA address the NameServers hold."""
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """Helpers shared by the CLI verbs: root and config resolution, foreground running."""
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 
 from .. import logsetup
 from ..access import secure_root
 from ..config import Config
+from ..errors import ValidationError
 from ..logsetup import LEVELS
 from ..process import stop_on_signals
 from ..root import RootPaths
@@ -24,6 +26,19 @@ def load_config(root: str, config_file: str | None) -> Config:
         return Config.load(config_file)
     default = RootPaths(root).config_file
     return Config.load(default) if os.path.exists(default) else Config()
+
+
+def raw_config(root: str, config_file: str | None) -> dict:
+    """The config file's tables as written (``{}`` without one): what the user set, before defaults."""
+    import tomllib
+    path = config_file or RootPaths(root).config_file
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}                   # load_config has already said what is wrong with it
 
 
 def run_foreground(run, config, cfg: Config, root: str, log_level: str | None = None, name: str = "") -> int:
@@ -64,3 +79,20 @@ def body_text(body: bytes, limit: int = 200) -> str:
         pass
     r = repr(body[:limit])
     return r + ("…" if len(body) > limit else "")
+
+
+def parse_time_ms(text: str, flag: str = "--timestamp") -> int:
+    """Milliseconds since the epoch, or an ISO 8601 time (local time unless it names a zone)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise ValidationError(f"{flag} {text!r} is neither milliseconds nor an ISO time "
+                              "(ISO 8601, such as 2026-11-23T07:30:00)") from None
+
+
+def iso_ms(ms: int) -> str:
+    """A store time for people: ISO 8601 in UTC with milliseconds (``2026-11-23T07:30:00.123Z``)."""
+    t = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

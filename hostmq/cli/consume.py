@@ -9,9 +9,8 @@ import time
 
 from ..client.admin import Admin
 from ..client.pull_consumer import PullConsumer
-from ..errors import ValidationError
 from ..message import ConsumeFrom
-from .common import body_text
+from .common import body_text, parse_time_ms
 
 
 def add_parser(sub) -> None:
@@ -21,7 +20,7 @@ def add_parser(sub) -> None:
     p.add_argument("--group", required=True, help="consumer group (offsets are committed for it)")
     p.add_argument("--expr", default="*", help="tag expression, e.g. 'a || b' (default *)")
     p.add_argument("--from", dest="start", default="last",
-                   help="first | last | a timestamp in ms (for a group with no committed offset)")
+                   help="first | last | a time, ms or ISO 8601 (for a group with no committed offset)")
     p.add_argument("--count", type=int, default=0, help="stop after N messages (default: run until Ctrl-C)")
     p.add_argument("--idle-exit", type=float, default=0.0, help="stop after S seconds without messages")
     p.set_defaults(func=main)
@@ -32,9 +31,7 @@ def _start(value: str) -> tuple[ConsumeFrom, int | None]:
         return ConsumeFrom.FIRST_OFFSET, None
     if value == "last":
         return ConsumeFrom.LAST_OFFSET, None
-    if value.isdigit():
-        return ConsumeFrom.TIMESTAMP, int(value)
-    raise ValidationError(f"--from wants first, last or a timestamp in ms, got {value!r}")
+    return ConsumeFrom.TIMESTAMP, parse_time_ms(value, "--from")
 
 
 def main(args: argparse.Namespace) -> int:

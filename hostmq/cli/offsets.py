@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 
 from ..client.admin import Admin
-from ..errors import ValidationError
-from .common import print_table
+from .common import parse_time_ms, print_table
 
 
 def add_parser(sub) -> None:
@@ -21,15 +19,6 @@ def add_parser(sub) -> None:
     r.add_argument("--timestamp", required=True,
                    help="milliseconds since the epoch, or an ISO time such as 2026-11-23T07:30:00 (local time)")
     r.set_defaults(func=reset)
-
-
-def parse_time_ms(text: str) -> int:
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(datetime.datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise ValidationError(f"--timestamp {text!r} is neither milliseconds nor an ISO time") from None
 
 
 def reset(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ import threading
 import time
 
 from .. import records as R
+from ..broker.retry import DLQ_PREFIX
+from ..broker.topics import is_system_topic
 from ..client.admin import Admin
 from ..errors import HostMQError
 from ..observe import broker_tuning
@@ -35,6 +37,8 @@ def add_parser(sub) -> None:
     mode.add_argument("--watch", action="store_true", help="refresh the view until Ctrl-C")
     p.add_argument("--max-lag", type=int, default=None, help="--check: fail when a group lags more messages "
                    "than this on a queue")
+    p.add_argument("--all", action="store_true",
+                   help="also list system topics (SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, %%RETRY%%…), hidden by default")
     p.add_argument("--interval", type=float, default=2.0, help="--watch: seconds between refreshes (default 2)")
     p.set_defaults(func=main)
 
@@ -125,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
                 r["queue"] = str(r["queue"])
         print_json(data)
         return 0
-    show(data)
+    show(data, system_topics=args.all)
     return 0
 
 
@@ -138,7 +142,13 @@ def replication(b: dict) -> str:
     return f"{st['ha_slaves']} slave(s)" if st.get("ha_pid") else "-"
 
 
-def show(data: dict) -> None:
+def shown_topic(topic: str, system_topics: bool) -> bool:
+    """Whether ``status`` lists a topic: the users' own, and dead letters (they need someone's attention);
+    the broker's own topics and retry topics only with ``--all``."""
+    return system_topics or topic.startswith(DLQ_PREFIX) or not is_system_topic(topic)
+
+
+def show(data: dict, system_topics: bool = False) -> None:
     print(f"root {data['root']}")
     rows = []
     for b in data["brokers"]:
@@ -159,10 +169,14 @@ def show(data: dict) -> None:
                        "writer/dispatcher/flusher", "write_pos", "dispatched", "flushed", "sessions",
                        "cached (log/cq)", "dirty", "tx checking/given up"])
     queues = [{"topic": q["topic"], "broker": b["name"], "queue": q["queue_id"], "min_offset": q["min_offset"],
-               "max_offset": q["max_offset"]} for b in data["brokers"] if b["id"] == 0 for q in b.get("queues", [])]
+               "max_offset": q["max_offset"]} for b in data["brokers"] if b["id"] == 0 for q in b.get("queues", [])
+              if shown_topic(q["topic"], system_topics)]
+    hidden = {q["topic"] for b in data["brokers"] for q in b.get("queues", [])} - {q["topic"] for q in queues}
     print()
     print_table(sorted(queues, key=lambda r: (r["topic"], r["broker"], r["queue"])),
                 ["topic", "broker", "queue", "min_offset", "max_offset"])
+    if hidden:
+        print(f"({len(hidden)} system topic(s) not shown: --all lists them)")
     for g, rows in data["groups"].items():
         print(f"\ngroup {g}")
         print_table([{"queue": str(r["queue"]), "broker_offset": r["broker_offset"],

@@ -16,10 +16,12 @@ installation's ``hostmq``. What each setting is for:
   default (``control-group``: SIGTERM to every process at once) stops a broker just as cleanly — its
   children pass the signal to their supervisor (``hostmq/process.py``) — so this is not what makes a
   stop correct, only quieter.
-* ``LimitMEMLOCK=infinity``: the transient store pool and the commitlog head are ``mlock``ed.
-* ``User=``/``Group=``/``UMask=0007``: the root belongs to one user and one group (README: access).
-* Sandboxing that still lets the bus work: ``ProtectSystem=strict`` with ``ReadWritePaths=`` the root
-  and ``/dev/shm`` (segments and semaphores); ``PrivateTmp=no`` and no ``PrivateDevices=`` (both would
+* ``LimitMEMLOCK=infinity`` (brokers only): the transient store pool and the commitlog head are ``mlock``ed.
+* ``User=``/``Group=``/``UMask=0007``: the root belongs to one user and one group (docs/guarantees.md: access).
+* Sandboxing that still lets the bus work, each unit given only what it needs: ``ProtectSystem=strict``
+  with ``ReadWritePaths=`` the root, and ``/dev/shm`` for brokers (segments and semaphores); address
+  families AF_UNIX for the NameServer (no IP at all), AF_INET/AF_INET6 too for brokers (replication)
+  and the exporter (HTTP); no capabilities; ``PrivateTmp=no`` and no ``PrivateDevices=`` (both would
   give the unit its own /dev/shm or /tmp, invisible to clients); ``RemoveIPC=no`` — with ``User=``,
   ``RemoveIPC=yes`` would unlink the user's shared memory when the unit stops, the segments a
   restarted broker salvages acknowledged messages from.
@@ -40,18 +42,35 @@ NAMESRV_UNIT = "hostmq-namesrv.service"
 BROKER_UNIT = "hostmq-broker@.service"
 EXPORTER_UNIT = "hostmq-exporter.service"
 WATCHDOG_SEC = 30
+# Hardening every unit shares: no capabilities at all (mlock within LimitMEMLOCK needs none), the
+# file system read-only but for ReadWritePaths=, no clock, kernel-log, hostname or namespace changes,
+# native system calls only. Not used, each for a reason: ProtectProc=invisible (a broker reads a
+# client's /proc/PID to check what SO_PEERCRED names, and clients run as other users),
+# PrivateTmp=/PrivateDevices= (a private /dev/shm or /tmp is invisible to clients),
+# MemoryDenyWriteExecute= (ctypes callbacks need executable memory), PrivateUsers= (clients' groups),
+# SystemCallFilter= (futex_waitv is newer than some filter sets, and a filtered call kills the server).
 SANDBOX = """\
 ProtectSystem=strict
 ProtectHome=read-only
-ReadWritePaths={r} /dev/shm
+ReadWritePaths={rw}
 PrivateTmp=no
 RemoveIPC=no
 NoNewPrivileges=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
 ProtectKernelTunables=yes
 ProtectKernelModules=yes
+ProtectKernelLogs=yes
 ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictNamespaces=yes
+RestrictRealtime=yes
 RestrictSUIDSGID=yes
 LockPersonality=yes
+SystemCallArchitectures=native
+DevicePolicy=closed
+RestrictAddressFamilies={families}
 """
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -112,12 +131,16 @@ Group={group}
 UMask=0007
 Environment=HOSTMQ_ROOT={r}
 """
-    common = identity + f"""\
+    server = identity + f"""\
 WatchdogSec={WATCHDOG_SEC}s
 KillMode=mixed
-LimitMEMLOCK=infinity
 LimitNOFILE=65536
-""" + SANDBOX.format(r=r)
+"""
+    # The NameServer keeps routes: its sockets in the root, no shared memory, no network, no mlock.
+    namesrv_sandbox = server + SANDBOX.format(rw=r, families="AF_UNIX") + "IPAddressDeny=any\n"
+    # A broker maps its state and pool buffers in /dev/shm, mlocks them, and replicates over TCP.
+    broker_sandbox = server + "LimitMEMLOCK=infinity\n" + SANDBOX.format(rw=f"{r} /dev/shm",
+                                                                         families="AF_UNIX AF_INET AF_INET6")
     exporter = f"""\
 # Rendered by `hostmq systemd` for the root {root}: Prometheus metrics at http://{metrics_listen}/metrics
 # (needs the metrics extra: pip install 'hostmq[metrics]').
@@ -129,7 +152,7 @@ After={NAMESRV_UNIT}
 ExecStart={exe} exporter {r} --listen {_quote(metrics_listen)}
 TimeoutStartSec=60s
 TimeoutStopSec=10s
-{identity}{SANDBOX.format(r=r)}
+{identity}{SANDBOX.format(rw=r, families="AF_UNIX AF_INET AF_INET6")}
 [Install]
 WantedBy=multi-user.target
 """
@@ -137,14 +160,13 @@ WantedBy=multi-user.target
 # Rendered by `hostmq systemd` for the root {root}.
 [Unit]
 Description=hostmq NameServer ({root})
-Documentation=https://rocketmq.apache.org/docs/
 After=local-fs.target
 
 [Service]
 ExecStart={exe} namesrv {r}
 TimeoutStartSec=60s
 TimeoutStopSec=30s
-{common}
+{namesrv_sandbox}
 [Install]
 WantedBy=multi-user.target
 """
@@ -153,7 +175,6 @@ WantedBy=multi-user.target
 #   systemctl enable --now hostmq-broker@broker-a
 [Unit]
 Description=hostmq broker %i ({root})
-Documentation=https://rocketmq.apache.org/docs/
 Wants={NAMESRV_UNIT}
 After={NAMESRV_UNIT} local-fs.target
 
@@ -163,7 +184,7 @@ ExecStart={exe} broker {r} --name %i
 # a stop drains the writer, dispatcher and flusher and writes the final checkpoint.
 TimeoutStartSec=300s
 TimeoutStopSec=120s
-{common}
+{broker_sandbox}
 [Install]
 WantedBy=multi-user.target
 """
@@ -184,9 +205,29 @@ def default_user_group(root: str, user: str | None, group: str | None) -> tuple[
     return user, group
 
 
+def missing_prerequisites(root: str, user: str, group: str) -> list[str]:
+    """What the units need that this host lacks yet: the user, the group, the root (each with the
+    command that makes it). A unit started without them fails with 217/USER or 226/NAMESPACE."""
+    out = []
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        out.append(f"user {user!r} does not exist: useradd --system --no-create-home --shell /usr/sbin/nologin "
+                   f"--user-group {user}")
+    try:
+        grp.getgrnam(group)
+    except KeyError:
+        out.append(f"group {group!r} does not exist: groupadd --system {group}")
+    if not os.path.isdir(root):
+        out.append(f"root {root} does not exist: install -d -m 2750 -o {user} -g {group} {root}")
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     root = resolve_root(args.root)
     user, group = default_user_group(root, args.user, args.group)
+    for line in missing_prerequisites(root, user, group):
+        print(f"hostmq: warning: {line}", file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
     for name, text in render_units(root, hostmq_command(), user, group, args.metrics_listen).items():
         path = os.path.join(args.out, name)

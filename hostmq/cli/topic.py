@@ -37,7 +37,11 @@ def create(args: argparse.Namespace) -> int:
     brokers = args.brokers.split(",") if args.brokers else None
     with Admin(args.root) as a:
         qs = a.create_topic(args.topic, queues=args.queues, order=args.order, brokers=brokers)
-    print(f"topic {args.topic}: {len(qs)} queues on {', '.join(sorted({q.broker for q in qs}))}")
+    per_broker: dict[str, int] = {}
+    for q in qs:
+        per_broker[q.broker] = per_broker.get(q.broker, 0) + 1
+    each = ", ".join(f"{b} {n}" for b, n in sorted(per_broker.items()))
+    print(f"topic {args.topic}: queues per broker: {each} ({len(qs)} in all)")
     return 0
 
 

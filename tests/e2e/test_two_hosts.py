@@ -1,5 +1,5 @@
 """Replication across two hosts (issue 18): the master and the slave run in two network namespaces
-joined by a veth pair — each "host" with its own root and NameServer — following README's steps for
+joined by a veth pair — each "host" with its own root and NameServer — following docs/replication.md's steps for
 two hosts ("Replication": on two hosts) command for command: the master's ``broker.ha_listen`` on
 host A's address, root A's ``ha.secret`` copied to root B, the slave started on host B with
 ``--master tcp://A:10912``; the link cut mid-stream and back; the master's process group SIGKILLed,
@@ -35,9 +35,9 @@ from tests.e2e.conftest import (TEST_CONFIG, SendsUntilStopped, commitlogs_ident
 
 pytestmark = pytest.mark.timeout(180)
 
-PORT = 10912            # README's port: both namespaces are new, so it is free in each
+PORT = 10912            # the documented port: both namespaces are new, so it is free in each
 TOPIC = "two-hosts"
-# README's keys, plus the tests' small files and quick registration — and a replication connection
+# the documented keys, plus the tests' small files and quick registration — and a replication connection
 # silent for 2 s (not 20) is closed, so a cut link is noticed at both ends within the test.
 HOST_CONFIG = merge(TEST_CONFIG, {"broker": {"ha_sync_timeout_ms": 700, "ha_heartbeat_interval_s": 0.5,
                                              "ha_housekeeping_s": 2.0}})

@@ -1,4 +1,4 @@
-"""The example pipeline of README "Spark" runs end to end on a fresh root (it starts a cluster itself)."""
+"""The example pipeline of docs/spark.md runs end to end on a fresh root (it starts a cluster itself)."""
 from __future__ import annotations
 
 import os

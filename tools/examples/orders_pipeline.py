@@ -1,4 +1,4 @@
-"""Example data pipeline on Spark over hostmq (README "Spark").
+"""Example data pipeline on Spark over hostmq (docs/spark.md).
 
     tools/pipeline.sh [ROOT] [--orders N]
 
