@@ -31,6 +31,7 @@ if TYPE_CHECKING:               # what the lazily loaded names are, for type che
     from .client.push_consumer import PushConsumer
     from .client.transaction_producer import TransactionProducer, TransactionSendResult
     from .cluster import LocalCluster
+    from . import aio
 
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
@@ -41,9 +42,9 @@ _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer"
 
 
 def __getattr__(name: str):
-    if name == "spark":             # the Spark connector needs the spark extra; import it on demand
+    if name in ("spark", "aio"):    # imported on demand (Spark needs the spark extra)
         import importlib
-        return importlib.import_module(".spark", __name__)
+        return importlib.import_module("." + name, __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'hostmq' has no attribute {name!r}")
