@@ -5,7 +5,8 @@ The public names of docs/api.md are importable from here; the embedded store is 
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
-                     PromotionRefusedError, SendTimeout, StoreFullError, StoreLockedError, ValidationError)
+                     PermissionDeniedError, PromotionRefusedError, SendTimeout, StoreFullError, StoreLockedError,
+                     ValidationError)
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
 from .records import tag_hash
@@ -39,7 +40,7 @@ __all__ = [
     "Config", "NamesrvConfig", "BrokerConfig", "StoreConfig",
     "HostMQError", "ValidationError", "NoRouteError", "BrokerBusyError", "SendTimeout", "ConnectError",
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
-    "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError",
+    "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError", "PermissionDeniedError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",

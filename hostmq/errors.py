@@ -152,3 +152,14 @@ class FaultHarnessError(HostMQError):
 
 
 __all__ += ["FaultHarnessError"]
+
+
+# -- control-path permissions (issue 27) --
+class PermissionDeniedError(HostMQError, PermissionError):
+    """A control request the peer's uid may not make: administration (topics, offsets resets, broker
+    registration, promotion, KV config) is the root owner's; the message names who may do it.
+    Also raised when a client-created resource (retry topics, consumer groups, clients) would pass
+    its per-uid or overall cap."""
+
+
+__all__ += ["PermissionDeniedError"]

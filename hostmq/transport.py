@@ -21,6 +21,18 @@ response, never a crash of the loop:
 
 Replies to peers that have gone are dropped; sockets never linger on close.
 
+Who is asking (issue 27): every request carries the peer's credentials as the kernel reported them
+when it connected — for ``ipc://`` libzmq reads SO_PEERCRED and puts ``…:uid:gid:pid`` in each
+message's ``Peer-Address`` property — as ``token.peer`` (:class:`~hostmq.protocol.permissions.PeerCred`,
+None where the transport has none). A server built with a ``policy``
+(:class:`~hostmq.protocol.permissions.ControlPolicy`) answers an administration code from a peer
+that is not an owner with PERMISSION_DENIED before any handler runs.
+
+Batches: the loop takes up to MAX_BATCH requests at a time; replies made while it handles them are
+held until the batch is done and the *batch hooks* (:meth:`Server.add_batch_hook`) have run — so a
+handler can leave a costly commit (rewriting ``topics.json``, re-registering) to one hook call per
+batch and still answer only after it.
+
 Bounds on what one peer (one zmq connection) can make the server hold (:class:`ServerLimits`):
 
     a request frame over MAX_REQUEST_FRAME_BYTES (1 MiB)   libzmq drops the connection before buffering it
@@ -65,6 +77,7 @@ from .errors import ConnectError, HostMQError, ProtocolError
 from .protocol.codes import ResponseCode, code_name, response_code_for
 from .protocol.frames import (MAX_REQUEST_FRAME_BYTES, MAX_REQUEST_FRAMES, Frame, decode, encode_response,
                               peek_request_id)
+from .protocol.permissions import ControlPolicy, PeerCred
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +121,17 @@ DEFER = _Defer()
 
 
 class ReplyToken:
-    """Who asked what: the peer's routing identity and the request id. Answered at most once."""
+    """Who asked what: the peer's routing identity, its kernel credentials (``peer``, None when the
+    transport has none) and the request id. Answered at most once."""
 
-    __slots__ = ("identity", "request_id", "code", "answered")
+    __slots__ = ("identity", "request_id", "code", "answered", "peer")
 
-    def __init__(self, identity: bytes, request_id: int, code: int) -> None:
+    def __init__(self, identity: bytes, request_id: int, code: int, peer: PeerCred | None = None) -> None:
         self.identity = identity
         self.request_id = request_id
         self.code = code
         self.answered = False
+        self.peer = peer
 
     def __repr__(self) -> str:
         return f"ReplyToken({self.identity.hex()}, id={self.request_id}, {code_name(self.code)})"
@@ -178,6 +193,20 @@ class _Outbox:
             del self.peer_bytes[identity]
 
 
+class _Sending:
+    """A tracked reply, counted in the outbox from when it is made until libzmq has written it."""
+
+    __slots__ = ("tracker", "gone")
+
+    def __init__(self) -> None:
+        self.tracker = None         # zmq.MessageTracker once queued
+        self.gone = False           # dropped before it was queued
+
+    @property
+    def done(self) -> bool:
+        return self.gone or (self.tracker is not None and self.tracker.done)
+
+
 @dataclass
 class _Timer:
     interval_s: float
@@ -189,10 +218,15 @@ class Server:
     """A ROUTER socket serving a handler table; single-threaded except :meth:`call_soon_threadsafe`."""
 
     def __init__(self, address: str, handlers: Mapping[int, Handler], *, context: zmq.Context | None = None,
-                 name: str = "server", limits: ServerLimits = DEFAULT_LIMITS) -> None:
+                 name: str = "server", limits: ServerLimits = DEFAULT_LIMITS,
+                 policy: ControlPolicy | None = None) -> None:
         self.address = address
         self.name = name
         self.limits = limits
+        self.policy = policy            # None: every code from every peer (tests, tools)
+        self.refused = 0                # requests refused by the policy
+        self._batch_hooks: list[Callable[[], object]] = []
+        self._held: list[tuple[bytes, list[bytes], int]] | None = None     # replies held during a batch
         self._outbox = _Outbox(limits)
         self.requests_handled = 0       # messages taken off the socket (malformed ones included)
         self.dropped_replies = 0        # replies dropped because their peer had stopped reading
@@ -266,7 +300,8 @@ class Server:
         """Counters an operator (``hostmq status``) and tests read: requests handled, replies dropped
         or replaced by SYSTEM_BUSY, tracked reply bytes not yet written."""
         return {"requests_handled": self.requests_handled, "dropped_replies": self.dropped_replies,
-                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes}
+                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes,
+                "refused_requests": self.refused}
 
     @property
     def unsent_reply_bytes(self) -> int:
@@ -326,6 +361,11 @@ class Server:
                        f"(this client has {unsent} bytes of replies not yet read; limit "
                        f"{self.limits.peer_unsent_bytes} per client, {self.limits.total_unsent_bytes} in all)"))
 
+    def add_batch_hook(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` after each batch of requests, before the batch's replies are sent (a failing
+        hook is logged; the replies still go)."""
+        self._batch_hooks.append(fn)
+
     def add_timer(self, interval_s: float, fn: Callable[[], object]) -> None:
         """Run ``fn()`` every ``interval_s`` from the loop (first run one interval from now)."""
         if not interval_s > 0:
@@ -347,17 +387,27 @@ class Server:
 
     def _drain_socket(self) -> int:
         handled = 0
-        while handled < MAX_BATCH:
-            try:
-                msg = self._socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            handled += 1
-            self.requests_handled += 1
-            self._handle(msg[0], msg[1:])
+        self._held = []
+        try:
+            while handled < MAX_BATCH:
+                try:
+                    # The identity frame copy=False: its properties carry the peer's credentials.
+                    first = self._socket.recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                frames = self._socket.recv_multipart() if first.more else []
+                handled += 1
+                self.requests_handled += 1
+                self._handle(first.bytes, frames, _peer_of(first))
+            for hook in self._batch_hooks:
+                self._run_guarded(hook, "batch hook")
+        finally:
+            held, self._held = self._held, None
+            for identity, frames, sending in held:
+                self._transmit(identity, frames, sending)
         return handled
 
-    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+    def _handle(self, identity: bytes, frames: list[bytes], peer: PeerCred | None = None) -> None:
         if not frames:          # a ROUTER never delivers this from a DEALER; nothing to answer it with
             log.debug("%s: dropped an empty message from %s", self.name, identity.hex())
             return
@@ -372,7 +422,7 @@ class Server:
             self._send(identity, encode_response(ResponseCode.BAD_REQUEST, peek_request_id(frames[0]),
                                                  remark=_printable(str(e))))
             return
-        token = ReplyToken(identity, frame.request_id, frame.code)
+        token = ReplyToken(identity, frame.request_id, frame.code, peer)
         result = self._call_handler(frame, token)
         if result is not DEFER:
             self.reply(token, result)
@@ -383,6 +433,8 @@ class Server:
             return Reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                          remark=f"{self.name} does not support request code {frame.code}")
         try:
+            if self.policy is not None:
+                self._check_policy(frame.code, token.peer)
             result = handler(frame, token)
         except HostMQError as e:
             return Reply(response_code_for(e), remark=_printable(str(e)))
@@ -395,20 +447,40 @@ class Server:
                   type(result).__name__)
         return Reply(ResponseCode.SYSTEM_ERROR, remark=f"{self.name}: handler returned no reply")
 
+    def _check_policy(self, code: int, peer: PeerCred | None) -> None:
+        try:
+            self.policy.check(code, peer, self.name)
+        except HostMQError:
+            self.refused += 1
+            if self.refused & (self.refused - 1) == 0:          # 1st, 2nd, 4th, 8th, ...
+                log.warning("%s: refused %s from %s (%d refused so far)", self.name, code_name(code),
+                            "unknown uid" if peer is None else f"uid {peer.uid} pid {peer.pid}", self.refused)
+            raise
+
     def _send(self, identity: bytes, frames: list[bytes], tracked_bytes: int = 0) -> None:
-        """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked."""
+        """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked (and
+        counts against the outbox from now on, also while a batch holds it)."""
+        sending = None
+        if tracked_bytes:
+            sending = _Sending()
+            self._outbox.add(identity, sending, tracked_bytes)
+        if self._held is not None:      # inside a batch: after its hooks (see _drain_socket)
+            self._held.append((identity, frames, sending))
+        else:
+            self._transmit(identity, frames, sending)
+
+    def _transmit(self, identity: bytes, frames: list[bytes], sending: "_Sending | None") -> None:
         if self._socket is None:        # a deferred reply after close(): nobody to send it to
             log.debug("%s: dropped a reply to %s after close", self.name, identity.hex())
             return
         try:
-            if not tracked_bytes:
+            if sending is None:
                 self._socket.send_multipart([identity, *frames], zmq.NOBLOCK)
                 return
             # Only the identity frame can fail (ROUTER checks the peer's queue there), so the rest
             # of the message always follows it.
             self._socket.send_multipart([identity, *frames[:-1]], zmq.NOBLOCK | zmq.SNDMORE)
-            tracker = self._socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True)
-            self._outbox.add(identity, tracker, tracked_bytes)
+            sending.tracker = self._socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True)
         except zmq.Again:       # the peer's queue is full: it is not reading, so it would not see this
             self.dropped_replies += 1
             if self.dropped_replies & (self.dropped_replies - 1) == 0:      # 1st, 2nd, 4th, 8th, ...
@@ -418,6 +490,9 @@ class Server:
             if e.errno != errno.EHOSTUNREACH:
                 raise
             log.debug("%s: dropped a reply to %s (peer gone)", self.name, identity.hex())
+        finally:
+            if sending is not None and sending.tracker is None:
+                sending.gone = True     # never queued: nothing of it stays unwritten
 
     def _run_calls(self) -> None:
         try:
@@ -445,6 +520,13 @@ class Server:
             fn()
         except Exception:
             log.exception("%s: %s %r failed", self.name, what, fn)
+
+
+def _peer_of(frame: zmq.Frame) -> PeerCred | None:
+    try:
+        return PeerCred.parse(frame.get("Peer-Address"))
+    except zmq.ZMQError:        # no such property (a transport that reports no peer)
+        return None
 
 
 def _printable(text: str) -> str:

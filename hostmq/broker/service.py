@@ -17,6 +17,13 @@ HELD_QUEUES_PER_CHECK per call (round-robin), and answers the pulls whose offset
 offset passed; expired holds are answered earliest first. A reply to a non-local pull carries at most
 ``store.max_transfer_bytes`` of records (at least one record; RocketMQ
 ``maxTransferBytesOnMessageInMemory``), so every reply this module builds is bounded.
+
+Group members (issue 27): administration codes never reach these handlers from a non-owner
+(``transport.Server``'s policy); what members' heartbeats, send-backs, offset commits and first sends
+create is counted per uid and in all (``quotas.MemberLedger``; PermissionDeniedError past a cap), and
+a client id belongs to the uid that first named it. Topic changes are written (``topics.json``), told
+to the writer and registered once per batch of requests (:meth:`BrokerService.commit_topics`, a batch
+hook of the control socket), not once per topic.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ from . import consumed
 from .consumers import ConsumerTable
 from .long_poll import HeldPull, HeldPulls
 from .queue_locks import QueueLocks
+from .quotas import MemberLedger
 from .retry import retry_topic, send_back_target
 from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
 from .topics import TopicTable, is_system_topic
@@ -82,13 +90,16 @@ class BrokerService:
         self.rt = rt
         self.state = state
         self.doorbell = doorbell            # FutexWord: wakes the writer (it reloads topics)
-        self.topics = TopicTable(rt.config_file("topics.json"))
+        self.topics = TopicTable(rt.config_file("topics.json"), autosave=False)     # commit_topics writes it
         self.delay_levels = len(delay_levels_ms(rt.config.broker.message_delay_level))
         # The schedule topic holds delay messages, one queue per level (RocketMQ creates it at start).
         self.topics.put(TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels))
         for topic in (HALF_TOPIC, OP_TOPIC):            # transactions: half and op messages, one queue each
             self.topics.put(TopicConfig(topic, 1, 1))
+        self.topics.flush()
+        self._topics_dirty = False
         b = rt.config.broker
+        self.members = MemberLedger(b, f"broker {rt.instance}", f"the owner of {rt.root}")
         self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
                                              b.transaction_check_max, b.transaction_resolve_lease_s)
         self.offsets = OffsetTable(rt.config_file(OFFSETS_FILE), slave=rt.is_slave)
@@ -150,7 +161,9 @@ class BrokerService:
         """Drop consumers that stopped heartbeating or died (timer)."""
         before = set(self.consumers.clients)
         self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
-        for cid in before - set(self.consumers.clients):       # a dead member's queues are free at once
+        gone = before - set(self.consumers.clients)
+        self.members.forget_clients(gone)
+        for cid in gone:                                        # a dead member's queues are free at once
             self.locks.release_client(cid)
 
     # -- topics ---------------------------------------------------------------------------------------
@@ -165,10 +178,12 @@ class BrokerService:
         req = TopicRequest.from_fields(frame.fields)
         R.validate_topic(req.topic)
         self._check_running()
-        existed = req.topic in self.topics.topics
-        b = self.rt.config.broker
-        t = self.topics.auto_create(req.topic, b.default_topic_queues, b.auto_create_topic)
-        if not existed:
+        t = self.topics.get(req.topic)
+        if t is None:
+            b = self.rt.config.broker
+            if not is_system_topic(req.topic) and b.auto_create_topic:     # else auto_create refuses it
+                self.members.admit_auto_topic(self.member_uid(token))
+            t = self.topics.auto_create(req.topic, b.default_topic_queues, b.auto_create_topic)
             log.info("auto-created topic %s with %d queues", req.topic, t.write_queues)
             self._topics_changed()
         return Reply(fields={"topic": req.topic, "write_queues": t.write_queues, "read_queues": t.read_queues})
@@ -199,6 +214,7 @@ class BrokerService:
             self.offsets.persist()
         if isinstance(delay, dict):
             write_json(self.rt.config_file("delayOffset.json"), delay)
+        self.commit_topics()                # a timer's change: no request batch follows
 
     def apply_slave_offsets(self, data: dict) -> None:
         """A master: offsets consumers committed on a slave while this master was down (its
@@ -210,10 +226,34 @@ class BrokerService:
                      self.rt.name, moved)
 
     def _topics_changed(self) -> None:
+        self._topics_dirty = True
+        if self.server is None:             # no request batch will follow (a call from a test or tool)
+            self.commit_topics()
+
+    def commit_topics(self) -> None:
+        """Write ``topics.json``, wake the writer (it reloads the table) and re-register, if topics
+        changed since the last call; the control socket calls this after each batch of requests,
+        before their replies go out (a producer told its topic exists finds it in the writer)."""
+        if not self._topics_dirty:
+            return
+        self._topics_dirty = False
+        self.topics.flush()
         self.state.bump("topics_version")
         if self.doorbell is not None:
             self.doorbell.post()            # the writer reloads its topic table at once
         self.on_topics_changed()
+
+    def member_uid(self, token) -> int | None:
+        """The uid a request counts against; None for an owner's (or one made inside the broker)."""
+        policy = self.server.policy if self.server is not None else None
+        peer = getattr(token, "peer", None)
+        if token is None or policy is None or policy.is_owner(peer):
+            return None
+        return peer.uid if peer is not None else -1
+
+    def _new_groups(self, groups) -> list[str]:
+        return [g for g in dict.fromkeys(groups)
+                if retry_topic(g) not in self.topics.topics and g not in self.members.member_groups]
 
     # -- reading --------------------------------------------------------------------------------------
     def _reader(self) -> StoreReader:
@@ -252,12 +292,16 @@ class BrokerService:
                                 time.monotonic() + hold_s, token, req))     # BrokerBusyError at a cap
         return DEFER
 
-    def _read(self, req: PullRequest) -> Reply:
-        cfg = self.topics.get(req.topic)
+    def _read_queue(self, topic: str, queue_id: int) -> None:
+        """NoRouteError / ValidationError unless this broker has ``topic`` with queue ``queue_id``."""
+        cfg = self.topics.get(topic)
         if cfg is None:
-            raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
-        if req.queue_id >= max(cfg.read_queues, cfg.write_queues):
-            raise ValidationError(f"topic {req.topic!r} has no queue {req.queue_id} on broker {self.rt.name}")
+            raise NoRouteError(f"topic {topic!r} does not exist on broker {self.rt.name}")
+        if queue_id >= max(cfg.read_queues, cfg.write_queues):
+            raise ValidationError(f"topic {topic!r} has no queue {queue_id} on broker {self.rt.name}")
+
+    def _read(self, req: PullRequest) -> Reply:
+        self._read_queue(req.topic, req.queue_id)
         try:
             reader = self._reader()
         except MessageNotFoundError:
@@ -348,6 +392,11 @@ class BrokerService:
 
     def update_offset(self, frame: Frame, token=None) -> Reply:
         req = OffsetRequest.from_fields(frame.fields)
+        uid = self.member_uid(token)
+        if uid is not None:                 # a member's commit names a queue that exists, of a group it may add
+            self._read_queue(req.topic, req.queue_id)
+            R.validate_topic(retry_topic(req.group))
+            self.members.admit_groups(uid, self._new_groups([req.group]))
         if not self.offsets.accepts(req.group, req.reset_version):
             # The group was reset after this client last looked: its position is from before.
             return Reply(fields={"ignored": True, "reason": "offsets were reset"})
@@ -374,6 +423,12 @@ class BrokerService:
 
     def heartbeat(self, frame: Frame, token=None) -> Reply:
         req = HeartbeatRequest.from_fields(frame.fields)
+        uid = self.member_uid(token)
+        if uid is not None:
+            for group in req.consumer_groups:
+                R.validate_topic(retry_topic(group))            # a member's group must make a valid topic name
+        self.members.admit_heartbeat(uid, req.client_id, len(req.consumer_groups) + len(req.producer_groups),
+                                     self._new_groups(req.consumer_groups) if uid is not None else [])
         for group in req.consumer_groups if not self.rt.is_slave else ():    # members subscribe to their
             self._ensure_topic(retry_topic(group))              # retry topic (RocketMQ); a slave's come from its master
         self._consumers_changed(self.consumers.heartbeat(req.client_id, req.pid, req.producer_groups,
@@ -384,18 +439,22 @@ class BrokerService:
         cid = frame.fields.get("client_id")
         if not isinstance(cid, str):
             raise ValidationError("client_id must be a string")
+        self.members.check_client(self.member_uid(token), cid)
         existed = cid in self.consumers.clients
         self._consumers_changed(self.consumers.unregister(cid))
+        self.members.forget_clients([cid])
         self.locks.release_client(cid)
         return Reply(fields={"removed": existed})
 
     def lock_queues(self, frame: Frame, token=None) -> Reply:
         req = LockRequest.from_fields(frame.fields)
+        self.members.check_client(self.member_uid(token), req.client_id)
         held = self.locks.lock(req.group, req.client_id, _queue_rows(req.queues), time.monotonic())
         return Reply(fields={"locked": [{"topic": t, "queue_id": q} for t, q in held]})
 
     def unlock_queues(self, frame: Frame, token=None) -> Reply:
         req = LockRequest.from_fields(frame.fields)
+        self.members.check_client(self.member_uid(token), req.client_id)
         self.locks.unlock(req.group, req.client_id, _queue_rows(req.queues))
         return Reply()
 
@@ -407,6 +466,10 @@ class BrokerService:
         if req.reconsume_times < 0 or req.max_reconsume_times < 0:
             raise ValidationError("send back needs reconsume_times ≥ 0 and max_reconsume_times ≥ 0")
         topic, level = send_back_target(req.group, req.reconsume_times, req.max_reconsume_times, req.delay_level)
+        uid = self.member_uid(token)
+        if uid is not None:
+            R.validate_topic(topic)
+            self.members.admit_groups(uid, self._new_groups([req.group]))
         self._ensure_topic(topic)
         return Reply(fields={"topic": topic, "queue_id": 0, "delay_level": level, "delay_levels": self.delay_levels})
 

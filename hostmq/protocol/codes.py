@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import (BrokerBusyError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
-                      PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
+                      PermissionDeniedError, PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
 
 
 class RequestCode(enum.IntEnum):
@@ -81,6 +81,10 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_PARSE_FAILED = 23
     BAD_REQUEST = 400          # hostmq only: malformed frame or bad request fields
     PROMOTION_REFUSED = 401    # hostmq only: the slave is not caught up, or its master still runs
+    # hostmq only: the peer's uid (from the kernel) may not make this request — administration is the
+    # root owner's, or a cap on what clients create was reached. Not RocketMQ's NO_PERMISSION (16),
+    # which hostmq's clients read as "a slave: go to the master".
+    PERMISSION_DENIED = 403
 
 
 def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
@@ -95,6 +99,7 @@ def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
 _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
     (ProtocolError, ResponseCode.BAD_REQUEST),
     (PromotionRefusedError, ResponseCode.PROMOTION_REFUSED),
+    (PermissionDeniedError, ResponseCode.PERMISSION_DENIED),
     (ValidationError, ResponseCode.MESSAGE_ILLEGAL),
     (NotMasterError, ResponseCode.NO_PERMISSION),
     (NoRouteError, ResponseCode.TOPIC_NOT_EXIST),
@@ -109,6 +114,7 @@ _CODE_ERRORS: dict[int, type[HostMQError]] = {
     ResponseCode.SYSTEM_BUSY: BrokerBusyError,
     ResponseCode.QUERY_NOT_FOUND: MessageNotFoundError,
     ResponseCode.PROMOTION_REFUSED: PromotionRefusedError,
+    ResponseCode.PERMISSION_DENIED: PermissionDeniedError,
 }
 
 
