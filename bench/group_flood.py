@@ -7,13 +7,16 @@ is sent as the root's owner (owners are not capped) with up to ``--window`` hear
 
     PYTHONPATH=. python bench/group_flood.py [--groups 4000] [--window 128] [--keep ROOT]
 
-Prints one JSON line: groups, flood_s (first heartbeat sent → last answered), ping_max_ms and
-ping_p50_ms (an honest client pinging the broker every 10 ms during the flood), topics_json_bytes.
+Prints one JSON line: groups, flood_s (first heartbeat sent → last answered), broker_cpu_s (CPU the
+broker process — its control loop — spent meanwhile), broker_written_mb (bytes it wrote to files:
+``topics.json`` rewrites), ping_max_ms and ping_p50_ms (an honest client
+pinging the broker every 10 ms during the flood), topics_json_bytes.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -21,6 +24,7 @@ import threading
 import time
 
 import orjson
+import psutil
 
 import hostmq
 from hostmq.client.remoting import RemotingClient
@@ -39,6 +43,9 @@ def _pinger(address: str, stop: threading.Event, out: list[float]) -> None:
 
 def flood(root: str, groups: int, window: int) -> dict:
     address = ipc_address(RootPaths(root).broker_socket("broker-a"))
+    with hostmq.Admin(root) as a:
+        broker = psutil.Process(a.brokers()[0]["pids"]["broker"])
+    cpu0, written0 = sum(broker.cpu_times()[:2]), broker.io_counters().write_chars
     pings: list[float] = []
     stop = threading.Event()
     pinger = threading.Thread(target=_pinger, args=(address, stop, pings))
@@ -53,11 +60,14 @@ def flood(root: str, groups: int, window: int) -> dict:
                 for f in futures:
                     f.result(timeout=600)
             flood_s = time.perf_counter() - t0
+            cpu_s = sum(broker.cpu_times()[:2]) - cpu0
+            written_mb = (broker.io_counters().write_chars - written0) / 1e6
     finally:
         stop.set()
         pinger.join()
     topics = os.path.join(RootPaths(root).config_dir("broker-a"), "topics.json")
-    return {"groups": groups, "window": window, "flood_s": round(flood_s, 3),
+    return {"groups": groups, "window": window, "flood_s": round(flood_s, 3), "broker_cpu_s": round(cpu_s, 2),
+            "broker_written_mb": round(written_mb, 1),
             "ping_max_ms": round(max(pings), 1), "ping_p50_ms": round(statistics.median(pings), 2),
             "pings": len(pings), "topics_json_bytes": os.path.getsize(topics)}
 
@@ -71,8 +81,12 @@ def main() -> int:
     root = args.keep or tempfile.mkdtemp(prefix="hostmq-flood-")
     config = {"broker": {"max_clients": 1 << 20, "max_groups": 1 << 20}} \
         if "max_groups" in hostmq.BrokerConfig.__dataclass_fields__ else {}
-    with hostmq.LocalCluster(root, config=config):
-        result = flood(root, args.groups, args.window)
+    try:
+        with hostmq.LocalCluster(root, config=config):
+            result = flood(root, args.groups, args.window)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     print(orjson.dumps(result).decode())
     return 0
 

@@ -28,10 +28,9 @@ None where the transport has none). A server built with a ``policy``
 (:class:`~hostmq.protocol.permissions.ControlPolicy`) answers an administration code from a peer
 that is not an owner with PERMISSION_DENIED before any handler runs.
 
-Batches: the loop takes up to MAX_BATCH requests at a time; replies made while it handles them are
-held until the batch is done and the *batch hooks* (:meth:`Server.add_batch_hook`) have run — so a
-handler can leave a costly commit (rewriting ``topics.json``, re-registering) to one hook call per
-batch and still answer only after it.
+Batches: the loop takes up to MAX_BATCH requests at a time and then runs the *batch hooks*
+(:meth:`Server.add_batch_hook`), so a handler can leave a costly commit (rewriting ``topics.json``,
+re-registering) to one hook call per batch — returning DEFER and answering once it is done.
 
 Bounds on what one peer (one zmq connection) can make the server hold (:class:`ServerLimits`):
 
@@ -67,7 +66,6 @@ import os
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -78,12 +76,12 @@ from .protocol.codes import ResponseCode, code_name, response_code_for
 from .protocol.frames import (MAX_REQUEST_FRAME_BYTES, MAX_REQUEST_FRAMES, Frame, decode, encode_response,
                               peek_request_id)
 from .protocol.permissions import ControlPolicy, PeerCred
+from .transport_outbox import Outbox
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 256          # requests handled per poll_once before timers get their turn
 STOP_CHECK_MS = 50       # run() looks at its stop event at least this often
-SWEEP_INTERVAL_S = 1.0   # how often written replies are forgotten for peers that got no reply since
 
 
 @dataclass(frozen=True)
@@ -140,73 +138,6 @@ class ReplyToken:
 Handler = Callable[[Frame, ReplyToken], "Reply | _Defer"]
 
 
-class _Outbox:
-    """Bytes of tracked replies that libzmq has not yet written to the kernel, per peer and in all.
-
-    A reply of ``tracked_reply_bytes`` or more is sent with its last frame zero-copy and tracked;
-    libzmq frees a message's frames in order once it has written them, so a done tracker means the
-    whole reply left this process (or its peer went away).
-    """
-
-    def __init__(self, limits: ServerLimits) -> None:
-        self.limits = limits
-        self.peers: dict[bytes, deque] = {}          # identity -> deque of (tracker, nbytes), oldest first
-        self.peer_bytes: dict[bytes, int] = {}
-        self.total_bytes = 0
-        self._swept = time.monotonic()
-
-    def admits(self, identity: bytes, nbytes: int) -> bool:
-        """Whether a tracked reply of ``nbytes`` may be queued for ``identity`` now."""
-        self._reap(identity)
-        if self.total_bytes + nbytes > self.limits.total_unsent_bytes:
-            self.sweep()
-        mine = self.peer_bytes.get(identity, 0)
-        # A reply bigger than a limit still goes to a peer (or server) with nothing else unwritten.
-        return ((mine == 0 or mine + nbytes <= self.limits.peer_unsent_bytes)
-                and (self.total_bytes == 0 or self.total_bytes + nbytes <= self.limits.total_unsent_bytes))
-
-    def add(self, identity: bytes, tracker, nbytes: int) -> None:
-        self.peers.setdefault(identity, deque()).append((tracker, nbytes))
-        self.peer_bytes[identity] = self.peer_bytes.get(identity, 0) + nbytes
-        self.total_bytes += nbytes
-
-    def sweep(self) -> None:
-        """Forget written replies of every peer (peers with nothing left unwritten are dropped)."""
-        self._swept = time.monotonic()
-        for identity in list(self.peers):
-            self._reap(identity)
-
-    def maybe_sweep(self) -> None:
-        if self.peers and time.monotonic() - self._swept >= SWEEP_INTERVAL_S:
-            self.sweep()
-
-    def _reap(self, identity: bytes) -> None:
-        q = self.peers.get(identity)
-        if q is None:
-            return
-        while q and q[0][0].done:
-            _, nbytes = q.popleft()
-            self.peer_bytes[identity] -= nbytes
-            self.total_bytes -= nbytes
-        if not q:
-            del self.peers[identity]
-            del self.peer_bytes[identity]
-
-
-class _Sending:
-    """A tracked reply, counted in the outbox from when it is made until libzmq has written it."""
-
-    __slots__ = ("tracker", "gone")
-
-    def __init__(self) -> None:
-        self.tracker = None         # zmq.MessageTracker once queued
-        self.gone = False           # dropped before it was queued
-
-    @property
-    def done(self) -> bool:
-        return self.gone or (self.tracker is not None and self.tracker.done)
-
-
 @dataclass
 class _Timer:
     interval_s: float
@@ -226,8 +157,7 @@ class Server:
         self.policy = policy            # None: every code from every peer (tests, tools)
         self.refused = 0                # requests refused by the policy
         self._batch_hooks: list[Callable[[], object]] = []
-        self._held: list[tuple[bytes, list[bytes], int]] | None = None     # replies held during a batch
-        self._outbox = _Outbox(limits)
+        self._outbox = Outbox(limits)
         self.requests_handled = 0       # messages taken off the socket (malformed ones included)
         self.dropped_replies = 0        # replies dropped because their peer had stopped reading
         self.busy_replies = 0           # replies replaced by SYSTEM_BUSY (the peer's unsent bytes were full)
@@ -362,8 +292,7 @@ class Server:
                        f"{self.limits.peer_unsent_bytes} per client, {self.limits.total_unsent_bytes} in all)"))
 
     def add_batch_hook(self, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` after each batch of requests, before the batch's replies are sent (a failing
-        hook is logged; the replies still go)."""
+        """Run ``fn()`` after each batch of requests (a failing hook is logged and kept)."""
         self._batch_hooks.append(fn)
 
     def add_timer(self, interval_s: float, fn: Callable[[], object]) -> None:
@@ -387,24 +316,18 @@ class Server:
 
     def _drain_socket(self) -> int:
         handled = 0
-        self._held = []
-        try:
-            while handled < MAX_BATCH:
-                try:
-                    # The identity frame copy=False: its properties carry the peer's credentials.
-                    first = self._socket.recv(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                frames = self._socket.recv_multipart() if first.more else []
-                handled += 1
-                self.requests_handled += 1
-                self._handle(first.bytes, frames, _peer_of(first))
-            for hook in self._batch_hooks:
-                self._run_guarded(hook, "batch hook")
-        finally:
-            held, self._held = self._held, None
-            for identity, frames, sending in held:
-                self._transmit(identity, frames, sending)
+        while handled < MAX_BATCH:
+            try:
+                # The identity frame copy=False: its properties carry the peer's credentials.
+                first = self._socket.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            frames = self._socket.recv_multipart() if first.more else []
+            handled += 1
+            self.requests_handled += 1
+            self._handle(first.bytes, frames, _peer_of(first))
+        for hook in self._batch_hooks:
+            self._run_guarded(hook, "batch hook")
         return handled
 
     def _handle(self, identity: bytes, frames: list[bytes], peer: PeerCred | None = None) -> None:
@@ -458,29 +381,19 @@ class Server:
             raise
 
     def _send(self, identity: bytes, frames: list[bytes], tracked_bytes: int = 0) -> None:
-        """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked (and
-        counts against the outbox from now on, also while a batch holds it)."""
-        sending = None
-        if tracked_bytes:
-            sending = _Sending()
-            self._outbox.add(identity, sending, tracked_bytes)
-        if self._held is not None:      # inside a batch: after its hooks (see _drain_socket)
-            self._held.append((identity, frames, sending))
-        else:
-            self._transmit(identity, frames, sending)
-
-    def _transmit(self, identity: bytes, frames: list[bytes], sending: "_Sending | None") -> None:
+        """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked."""
         if self._socket is None:        # a deferred reply after close(): nobody to send it to
             log.debug("%s: dropped a reply to %s after close", self.name, identity.hex())
             return
         try:
-            if sending is None:
+            if not tracked_bytes:
                 self._socket.send_multipart([identity, *frames], zmq.NOBLOCK)
                 return
             # Only the identity frame can fail (ROUTER checks the peer's queue there), so the rest
             # of the message always follows it.
             self._socket.send_multipart([identity, *frames[:-1]], zmq.NOBLOCK | zmq.SNDMORE)
-            sending.tracker = self._socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True)
+            tracker = self._socket.send(frames[-1], zmq.NOBLOCK, copy=False, track=True)
+            self._outbox.add(identity, tracker, tracked_bytes)
         except zmq.Again:       # the peer's queue is full: it is not reading, so it would not see this
             self.dropped_replies += 1
             if self.dropped_replies & (self.dropped_replies - 1) == 0:      # 1st, 2nd, 4th, 8th, ...
@@ -490,9 +403,6 @@ class Server:
             if e.errno != errno.EHOSTUNREACH:
                 raise
             log.debug("%s: dropped a reply to %s (peer gone)", self.name, identity.hex())
-        finally:
-            if sending is not None and sending.tracker is None:
-                sending.gone = True     # never queued: nothing of it stays unwritten
 
     def _run_calls(self) -> None:
         try:

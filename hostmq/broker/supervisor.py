@@ -191,8 +191,7 @@ class Broker:
         handlers[RequestCode.PROMOTE_BROKER] = self.promote
         self.server = Server(rt.address, handlers, name=f"broker {rt.instance}",
                              policy=control_policy(rt.root))     # administration: owners only
-        self.service.server = self.server
-        self.server.add_batch_hook(self.service.commit_topics)     # topics.json once per batch of requests
+        self.service.attach(self.server)    # held pulls and topic commits (topics.json at most every 50 ms)
         self.server.bind()
         if not rt.is_slave:                 # producers never send to a slave: no session socket
             self.sessions.bind()

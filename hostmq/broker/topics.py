@@ -10,11 +10,10 @@ topics or queues that do not exist. ``data_version`` goes up with every change; 
 broker sends the NameServers so they replace their queue data.
 
 Writes: a table made with ``autosave=False`` (the broker's) only marks itself ``dirty`` on a change
-and is written by :meth:`TopicTable.flush` — the broker calls it once per batch of control requests
-(``transport.Server.add_batch_hook``), before the batch's replies go out, so 4,000 heartbeats naming
-new groups cost a handful of rewrites instead of 4,000 (each rewrite is the whole file plus an fsync:
-one per change made the cost quadratic). A crash between a change and its flush loses only changes
-no client has been answered for.
+and is written by :meth:`TopicTable.flush`, which the broker calls at most every 50 ms however many
+topics changed (``topic_commits``; each rewrite is the whole file plus an fsync, so one per change
+made a flood of new topics quadratic). A crash between a change and its flush loses only changes no
+client has been answered for.
 """
 from __future__ import annotations
 
