@@ -13,8 +13,8 @@ if not _sys.platform.startswith("linux"):
 from .config import BrokerConfig, Config, NamesrvConfig, StoreConfig
 from .errors import (BrokerBusyError, ConfigError, ConnectError, CorruptRecordError, FilterSyntaxError,
                      DataLossError, HostMQError, MessageNotFoundError, NoRouteError, NotMasterError,
-                     PromotionRefusedError, RoleLockTimeoutError, SendTimeout, StoreFullError, StoreLockedError,
-                     ValidationError)
+                     PermissionDeniedError, PromotionRefusedError, RoleLockTimeoutError, SendTimeout, StoreFullError,
+                     StoreLockedError, ValidationError)
 from .errors import ReservedPropertyError
 from .message import (ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, MessageQueue,
                       SendResult, SendStatus, TransactionState)
@@ -59,7 +59,7 @@ __all__ = [
     "Config", "NamesrvConfig", "BrokerConfig", "StoreConfig",
     "HostMQError", "ValidationError", "NoRouteError", "BrokerBusyError", "SendTimeout", "ConnectError",
     "ConfigError", "FilterSyntaxError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
-    "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError",
+    "MessageNotFoundError", "DataLossError", "NotMasterError", "PromotionRefusedError", "PermissionDeniedError",
     "RoleLockTimeoutError", "ReservedPropertyError",
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",

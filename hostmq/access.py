@@ -93,3 +93,15 @@ def _fix_tree(root: str, gid: int) -> None:
 def secure_socket(path: str) -> None:
     """A unix socket just bound: owner and group may connect, others not (whatever the umask)."""
     os.chmod(path, SOCKET_MODE)
+
+
+def owner_uids(root: str) -> frozenset[int]:
+    """Who administers ``root`` on its control sockets: the uid owning the root directory, the uid
+    this server runs as (whoever runs the servers owns what they serve) and uid 0."""
+    return frozenset({os.stat(root).st_uid, os.geteuid(), 0})
+
+
+def control_policy(root: str):
+    """The :class:`~hostmq.protocol.permissions.ControlPolicy` of ``root``'s control sockets."""
+    from .protocol.permissions import ControlPolicy
+    return ControlPolicy(owner_uids(root), where=os.path.realpath(root))

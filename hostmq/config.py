@@ -86,6 +86,15 @@ class BrokerConfig:
     max_held_pulls_per_client: int = 1024   # long polls one client connection may have held (RocketMQ popPollingSize)
     max_held_pulls: int = 16384             # long polls held in all (RocketMQ maxPopPollingSize is 100000)
     register_page_topics: int = 2000        # topics per REGISTER_BROKER page (RocketMQ splitRegistrationSize: 800)
+    # -- what group members' requests may create (issue 27; the owner's requests are not counted) --
+    max_groups_per_uid: int = 1000          # new consumer groups (each gets a retry topic) one uid's heartbeats,
+                                            # send-backs and offset commits may introduce, per broker run
+    max_groups: int = 10000                 # ... all non-owner uids together
+    max_auto_topics_per_uid: int = 1000     # topics one uid's first sends may auto-create, per broker run
+    max_auto_topics: int = 10000            # ... all non-owner uids together
+    max_clients_per_uid: int = 1000         # client ids (heartbeats) of one uid known at once
+    max_clients: int = 10000                # ... all non-owner uids together
+    max_heartbeat_groups: int = 1024        # consumer + producer groups one heartbeat may name
     # -- replication (issue 18; RocketMQ's HAService) --
     role: str = "ASYNC_MASTER"              # ASYNC_MASTER | SYNC_MASTER | SLAVE (a broker id ≥ 1 is a SLAVE)
     ha_listen: str = ""                     # a master's replication listener, tcp://HOST:PORT (port 0: any; registered with
@@ -128,6 +137,10 @@ class BrokerConfig:
                               f"got {self.access_message_in_memory_max_ratio!r}")
         if min(self.max_held_pulls_per_client, self.max_held_pulls, self.register_page_topics) < 1:
             raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
+        caps = ("max_groups_per_uid", "max_groups", "max_auto_topics_per_uid", "max_auto_topics",
+                "max_clients_per_uid", "max_clients", "max_heartbeat_groups")
+        if min(getattr(self, k) for k in caps) < 1:
+            raise ConfigError(f"broker.{', '.join(caps)} must be ≥ 1")
 
 
 # File sizes per store profile: "production" keeps RocketMQ's (a first root takes ~1.5 GB of disk:

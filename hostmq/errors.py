@@ -189,3 +189,14 @@ class ReservedPropertyError(ValidationError):
 
 
 __all__ += ["ReservedPropertyError"]
+
+
+# -- control-path permissions (issue 27) --
+class PermissionDeniedError(HostMQError, PermissionError):
+    """A control request the peer's uid may not make: administration (topics, offsets resets, broker
+    registration, promotion, KV config) is the root owner's; the message names who may do it.
+    Also raised when a client-created resource (retry topics, consumer groups, clients) would pass
+    its per-uid or overall cap."""
+
+
+__all__ += ["PermissionDeniedError"]

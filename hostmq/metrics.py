@@ -18,6 +18,11 @@ The metrics (labels in braces):
 * ``hostmq_process_resident_memory_bytes{broker,process}``
 * ``hostmq_heartbeat_age_seconds{broker,process}`` — how old each child's heartbeat is
 * ``hostmq_producer_sessions{broker}``
+
+Who can read them: anyone who can reach the listener. The default ``127.0.0.1:9464`` is every local
+user, including users who cannot enter the root; ``--listen unix`` (a socket under the root, as
+private as the root) or TLS with client certificates keep them in (``metrics_http``,
+docs/trust-control.md).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from . import records as R
 from .errors import ConfigError, HostMQError
 from .observe import broker_tuning
+from .metrics_http import TlsOptions, close_unix, serve_tcp, serve_unix
 from .root import RootPaths
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,8 @@ class ExporterConfig:
     root: str
     host: str = "127.0.0.1"
     port: int = 9464
+    unix_socket: str = ""                 # serve here instead of host:port (metrics_http.serve_unix)
+    tls: TlsOptions | None = None         # TLS (and client certificates) on host:port
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -183,24 +191,34 @@ class Collector:
 def run(config: ExporterConfig, stop: threading.Event) -> int:
     """The exporter process: serve ``/metrics`` until ``stop``."""
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
     except ImportError:
         raise ConfigError("the exporter needs prometheus_client: pip install 'hostmq[metrics]'") from None
     from .sdnotify import sd_notify
     registry = CollectorRegistry(auto_describe=False)
     collector = Collector(config.root)
     registry.register(collector)
-    server, thread = start_http_server(config.port, addr=config.host, registry=registry)
+    if config.unix_socket:
+        server, thread = serve_unix(config.unix_socket, registry)
+        where = f"unix:{config.unix_socket}"
+        url = f"unix:{config.unix_socket}:/metrics"
+    else:
+        server, thread = serve_tcp(config.host, config.port, registry, config.tls)
+        port = server.server_address[1]
+        where = f"{config.host}:{port}"
+        url = f"{'https' if config.tls else 'http'}://{config.host}:{port}/metrics"
     try:
-        host, port = server.server_address[:2]
-        print(f"hostmq exporter: serving http://{config.host}:{port}/metrics for {config.root}", flush=True)
-        log.info("exporter serving %s:%d for %s", host, port, config.root)
-        sd_notify(f"READY=1\nSTATUS=serving metrics on {config.host}:{port}")
+        print(f"hostmq exporter: serving {url} for {config.root}", flush=True)
+        log.info("exporter serving %s for %s", where, config.root)
+        sd_notify(f"READY=1\nSTATUS=serving metrics on {where}")
         stop.wait()
         sd_notify("STOPPING=1")
     finally:
-        server.shutdown()
-        server.server_close()
+        if config.unix_socket:
+            close_unix(server, config.unix_socket)
+        else:
+            server.shutdown()
+            server.server_close()
         thread.join(5)
         collector.close()
     return 0

@@ -21,6 +21,17 @@ response, never a crash of the loop:
 
 Replies to peers that have gone are dropped; sockets never linger on close.
 
+Who is asking (issue 27): every request carries the peer's credentials as the kernel reported them
+when it connected — for ``ipc://`` libzmq reads SO_PEERCRED and puts ``…:uid:gid:pid`` in each
+message's ``Peer-Address`` property — as ``token.peer`` (:class:`~hostmq.protocol.permissions.PeerCred`,
+None where the transport has none). A server built with a ``policy``
+(:class:`~hostmq.protocol.permissions.ControlPolicy`) answers an administration code from a peer
+that is not an owner with PERMISSION_DENIED before any handler runs.
+
+Batches: the loop takes up to MAX_BATCH requests at a time and then runs the *batch hooks*
+(:meth:`Server.add_batch_hook`), so a handler can leave a costly commit (rewriting ``topics.json``,
+re-registering) to one hook call per batch — returning DEFER and answering once it is done.
+
 Bounds on what one peer (one zmq connection) can make the server hold (:class:`ServerLimits`):
 
     a request frame over MAX_REQUEST_FRAME_BYTES (1 MiB)   libzmq drops the connection before buffering it
@@ -55,7 +66,6 @@ import os
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -65,12 +75,13 @@ from .errors import ConnectError, HostMQError, ProtocolError
 from .protocol.codes import ResponseCode, code_name, response_code_for
 from .protocol.frames import (MAX_REQUEST_FRAME_BYTES, MAX_REQUEST_FRAMES, Frame, decode, encode_response,
                               peek_request_id)
+from .protocol.permissions import ControlPolicy, PeerCred
+from .transport_outbox import Outbox
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 256          # requests handled per poll_once before timers get their turn
 STOP_CHECK_MS = 50       # run() looks at its stop event at least this often
-SWEEP_INTERVAL_S = 1.0   # how often written replies are forgotten for peers that got no reply since
 
 
 @dataclass(frozen=True)
@@ -108,74 +119,23 @@ DEFER = _Defer()
 
 
 class ReplyToken:
-    """Who asked what: the peer's routing identity and the request id. Answered at most once."""
+    """Who asked what: the peer's routing identity, its kernel credentials (``peer``, None when the
+    transport has none) and the request id. Answered at most once."""
 
-    __slots__ = ("identity", "request_id", "code", "answered")
+    __slots__ = ("identity", "request_id", "code", "answered", "peer")
 
-    def __init__(self, identity: bytes, request_id: int, code: int) -> None:
+    def __init__(self, identity: bytes, request_id: int, code: int, peer: PeerCred | None = None) -> None:
         self.identity = identity
         self.request_id = request_id
         self.code = code
         self.answered = False
+        self.peer = peer
 
     def __repr__(self) -> str:
         return f"ReplyToken({self.identity.hex()}, id={self.request_id}, {code_name(self.code)})"
 
 
 Handler = Callable[[Frame, ReplyToken], "Reply | _Defer"]
-
-
-class _Outbox:
-    """Bytes of tracked replies that libzmq has not yet written to the kernel, per peer and in all.
-
-    A reply of ``tracked_reply_bytes`` or more is sent with its last frame zero-copy and tracked;
-    libzmq frees a message's frames in order once it has written them, so a done tracker means the
-    whole reply left this process (or its peer went away).
-    """
-
-    def __init__(self, limits: ServerLimits) -> None:
-        self.limits = limits
-        self.peers: dict[bytes, deque] = {}          # identity -> deque of (tracker, nbytes), oldest first
-        self.peer_bytes: dict[bytes, int] = {}
-        self.total_bytes = 0
-        self._swept = time.monotonic()
-
-    def admits(self, identity: bytes, nbytes: int) -> bool:
-        """Whether a tracked reply of ``nbytes`` may be queued for ``identity`` now."""
-        self._reap(identity)
-        if self.total_bytes + nbytes > self.limits.total_unsent_bytes:
-            self.sweep()
-        mine = self.peer_bytes.get(identity, 0)
-        # A reply bigger than a limit still goes to a peer (or server) with nothing else unwritten.
-        return ((mine == 0 or mine + nbytes <= self.limits.peer_unsent_bytes)
-                and (self.total_bytes == 0 or self.total_bytes + nbytes <= self.limits.total_unsent_bytes))
-
-    def add(self, identity: bytes, tracker, nbytes: int) -> None:
-        self.peers.setdefault(identity, deque()).append((tracker, nbytes))
-        self.peer_bytes[identity] = self.peer_bytes.get(identity, 0) + nbytes
-        self.total_bytes += nbytes
-
-    def sweep(self) -> None:
-        """Forget written replies of every peer (peers with nothing left unwritten are dropped)."""
-        self._swept = time.monotonic()
-        for identity in list(self.peers):
-            self._reap(identity)
-
-    def maybe_sweep(self) -> None:
-        if self.peers and time.monotonic() - self._swept >= SWEEP_INTERVAL_S:
-            self.sweep()
-
-    def _reap(self, identity: bytes) -> None:
-        q = self.peers.get(identity)
-        if q is None:
-            return
-        while q and q[0][0].done:
-            _, nbytes = q.popleft()
-            self.peer_bytes[identity] -= nbytes
-            self.total_bytes -= nbytes
-        if not q:
-            del self.peers[identity]
-            del self.peer_bytes[identity]
 
 
 @dataclass
@@ -189,11 +149,15 @@ class Server:
     """A ROUTER socket serving a handler table; single-threaded except :meth:`call_soon_threadsafe`."""
 
     def __init__(self, address: str, handlers: Mapping[int, Handler], *, context: zmq.Context | None = None,
-                 name: str = "server", limits: ServerLimits = DEFAULT_LIMITS) -> None:
+                 name: str = "server", limits: ServerLimits = DEFAULT_LIMITS,
+                 policy: ControlPolicy | None = None) -> None:
         self.address = address
         self.name = name
         self.limits = limits
-        self._outbox = _Outbox(limits)
+        self.policy = policy            # None: every code from every peer (tests, tools)
+        self.refused = 0                # requests refused by the policy
+        self._batch_hooks: list[Callable[[], object]] = []
+        self._outbox = Outbox(limits)
         self.requests_handled = 0       # messages taken off the socket (malformed ones included)
         self.dropped_replies = 0        # replies dropped because their peer had stopped reading
         self.busy_replies = 0           # replies replaced by SYSTEM_BUSY (the peer's unsent bytes were full)
@@ -266,7 +230,8 @@ class Server:
         """Counters an operator (``hostmq status``) and tests read: requests handled, replies dropped
         or replaced by SYSTEM_BUSY, tracked reply bytes not yet written."""
         return {"requests_handled": self.requests_handled, "dropped_replies": self.dropped_replies,
-                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes}
+                "busy_replies": self.busy_replies, "unsent_reply_bytes": self._outbox.total_bytes,
+                "refused_requests": self.refused}
 
     @property
     def unsent_reply_bytes(self) -> int:
@@ -326,6 +291,10 @@ class Server:
                        f"(this client has {unsent} bytes of replies not yet read; limit "
                        f"{self.limits.peer_unsent_bytes} per client, {self.limits.total_unsent_bytes} in all)"))
 
+    def add_batch_hook(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` after each batch of requests (a failing hook is logged and kept)."""
+        self._batch_hooks.append(fn)
+
     def add_timer(self, interval_s: float, fn: Callable[[], object]) -> None:
         """Run ``fn()`` every ``interval_s`` from the loop (first run one interval from now)."""
         if not interval_s > 0:
@@ -349,15 +318,19 @@ class Server:
         handled = 0
         while handled < MAX_BATCH:
             try:
-                msg = self._socket.recv_multipart(zmq.NOBLOCK)
+                # The identity frame copy=False: its properties carry the peer's credentials.
+                first = self._socket.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            frames = self._socket.recv_multipart() if first.more else []
             handled += 1
             self.requests_handled += 1
-            self._handle(msg[0], msg[1:])
+            self._handle(first.bytes, frames, _peer_of(first))
+        for hook in self._batch_hooks:
+            self._run_guarded(hook, "batch hook")
         return handled
 
-    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+    def _handle(self, identity: bytes, frames: list[bytes], peer: PeerCred | None = None) -> None:
         if not frames:          # a ROUTER never delivers this from a DEALER; nothing to answer it with
             log.debug("%s: dropped an empty message from %s", self.name, identity.hex())
             return
@@ -372,7 +345,7 @@ class Server:
             self._send(identity, encode_response(ResponseCode.BAD_REQUEST, peek_request_id(frames[0]),
                                                  remark=_printable(str(e))))
             return
-        token = ReplyToken(identity, frame.request_id, frame.code)
+        token = ReplyToken(identity, frame.request_id, frame.code, peer)
         result = self._call_handler(frame, token)
         if result is not DEFER:
             self.reply(token, result)
@@ -383,6 +356,8 @@ class Server:
             return Reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                          remark=f"{self.name} does not support request code {frame.code}")
         try:
+            if self.policy is not None:
+                self._check_policy(frame.code, token.peer)
             result = handler(frame, token)
         except HostMQError as e:
             return Reply(response_code_for(e), remark=_printable(str(e)))
@@ -394,6 +369,16 @@ class Server:
         log.error("%s: handler for %s returned %r, not a Reply or DEFER", self.name, code_name(frame.code),
                   type(result).__name__)
         return Reply(ResponseCode.SYSTEM_ERROR, remark=f"{self.name}: handler returned no reply")
+
+    def _check_policy(self, code: int, peer: PeerCred | None) -> None:
+        try:
+            self.policy.check(code, peer, self.name)
+        except HostMQError:
+            self.refused += 1
+            if self.refused & (self.refused - 1) == 0:          # 1st, 2nd, 4th, 8th, ...
+                log.warning("%s: refused %s from %s (%d refused so far)", self.name, code_name(code),
+                            "unknown uid" if peer is None else f"uid {peer.uid} pid {peer.pid}", self.refused)
+            raise
 
     def _send(self, identity: bytes, frames: list[bytes], tracked_bytes: int = 0) -> None:
         """Queue one reply; with ``tracked_bytes`` its last frame goes zero-copy and is tracked."""
@@ -445,6 +430,13 @@ class Server:
             fn()
         except Exception:
             log.exception("%s: %s %r failed", self.name, what, fn)
+
+
+def _peer_of(frame: zmq.Frame) -> PeerCred | None:
+    try:
+        return PeerCred.parse(frame.get("Peer-Address"))
+    except zmq.ZMQError:        # no such property (a transport that reports no peer)
+        return None
 
 
 def _printable(text: str) -> str:

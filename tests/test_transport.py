@@ -21,10 +21,11 @@ import zmq
 
 from hostmq.client.remoting import RemotingClient
 from hostmq.errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, ProtocolError, RemoteError,
-                           SendTimeout, StoreFullError, ValidationError)
+                           PermissionDeniedError, SendTimeout, StoreFullError, ValidationError)
 from hostmq.protocol import (MAX_HEADER_BYTES, MAX_REQUEST_FRAMES, RequestCode, ResponseCode, decode,
                              encode_request, encode_response)
 from hostmq.root import ipc_address
+from hostmq.protocol.permissions import ControlPolicy, PeerCred
 from hostmq.transport import DEFER, Reply, ReplyToken, Server, ServerLimits
 from zmq.utils.garbage import GarbageCollectorThread
 
@@ -96,9 +97,10 @@ def serve(ctx, sock_path):
     """``serve(handlers, path=None, name="test", start=True)`` → Running server, stopped at teardown."""
     running: list[Running] = []
 
-    def _serve(handlers, *, path=None, name="test", start=True, limits=None) -> Running:
+    def _serve(handlers, *, path=None, name="test", start=True, limits=None, policy=None) -> Running:
         path = path or sock_path
-        server = Server(ipc_address(path), handlers, context=ctx, name=name, limits=limits or ServerLimits())
+        server = Server(ipc_address(path), handlers, context=ctx, name=name, limits=limits or ServerLimits(),
+                        policy=policy)
         server.bind()
         r = Running(server, path)
         running.append(r)
@@ -690,3 +692,52 @@ def test_server_in_a_spawned_process_killed_and_restarted(spawn_server, connect,
     stop2.set()
     proc2.join(WAIT_S)
     assert proc2.exitcode == 0 and not os.path.exists(sock_path)
+
+
+# --- peer credentials and the owner-only policy (issue 27) ------------------------------------------
+
+def test_every_request_carries_the_kernels_credentials_of_its_peer(serve, connect):
+    seen = []
+
+    def who(frame, token):
+        seen.append(token.peer)
+        return Reply()
+    c = connect(serve({PING: who}).address)
+    c.request(PING)
+    assert seen == [PeerCred(os.geteuid(), os.getegid(), os.getpid())]
+
+
+def test_a_policy_refuses_admin_codes_to_non_owners_before_the_handler_runs(serve, connect):
+    ran = []
+    create = RequestCode.UPDATE_AND_CREATE_TOPIC
+    handlers = {PING: echo, create: lambda f, t: ran.append(f.code) or Reply()}
+    stranger = ControlPolicy(frozenset({os.geteuid() + 1}), where="/srv/mq")     # we are not an owner
+    r = serve(handlers, policy=stranger)
+    c = connect(r.address)
+    with pytest.raises(PermissionDeniedError, match=rf"UPDATE_AND_CREATE_TOPIC\(17\).*uid {os.geteuid()}"):
+        c.request(create, {"topic": "t"})
+    assert c.request(PING).code == ResponseCode.SUCCESS            # what members may do is served
+    assert ran == [] and r.server.stats()["refused_requests"] == 1
+
+
+def test_an_owner_is_served_admin_codes(serve, connect, sock_path):
+    create = RequestCode.UPDATE_AND_CREATE_TOPIC
+    r = serve({create: lambda f, t: Reply(fields={"ok": 1})}, policy=ControlPolicy(frozenset({os.geteuid()})))
+    assert connect(r.address).request(create).fields == {"ok": 1}
+
+
+def test_batch_hooks_run_after_each_batch_and_a_failing_one_is_kept(serve, connect):
+    order = []
+
+    def handler(frame, token):
+        order.append("handler")
+        return Reply()
+    r = serve({PING: handler}, start=False)
+    r.server.add_batch_hook(lambda: 1 / 0)            # logged; the loop and the next hook go on
+    r.server.add_batch_hook(lambda: order.append("hook"))
+    r.start()
+    c = connect(r.address)
+    for _ in range(3):
+        assert c.request(PING).code == ResponseCode.SUCCESS
+        wait_until(lambda: order[-1:] == ["hook"], "the batch hook")
+    assert order == ["handler", "hook"] * 3

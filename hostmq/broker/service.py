@@ -17,6 +17,13 @@ HELD_QUEUES_PER_CHECK per call (round-robin), and answers the pulls whose offset
 offset passed; expired holds are answered earliest first. A reply to a non-local pull carries at most
 ``store.max_transfer_bytes`` of records (at least one record; RocketMQ
 ``maxTransferBytesOnMessageInMemory``), so every reply this module builds is bounded.
+
+Group members (issue 27): administration codes never reach these handlers from a non-owner
+(``transport.Server``'s policy); what members' heartbeats, send-backs, offset commits and first sends
+create is counted per uid and in all (``quotas.MemberLedger``; PermissionDeniedError past a cap), and
+a client id belongs to the uid that first named it. Topic changes are written (``topics.json``), told
+to the writer and registered at most once per 50 ms however many change (``topic_commits``: group
+commit; a request that changed topics is answered after the write), not once per topic.
 """
 from __future__ import annotations
 
@@ -32,8 +39,8 @@ from ..namesrv.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode, code_name, response_code_for
 from ..protocol.frames import Frame
 from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
-                                 HeartbeatRequest, LockRequest, OffsetRequest, PullRequest,
-                                 QueueRequest, ResetOffsetRequest, SendBackRequest, TopicRequest,
+                                 OffsetRequest, PullRequest,
+                                 QueueRequest, ResetOffsetRequest, TopicRequest,
                                  ViewMessageRequest)
 from ..store.commitlog import SCHEDULE_TOPIC
 from ..store.message_store import delay_levels_ms
@@ -46,8 +53,11 @@ from . import consumed
 from .consumers import ConsumerTable
 from .long_poll import HeldPull, HeldPulls
 from .queue_locks import QueueLocks
-from .retry import retry_topic, send_back_target
-from .state import W_DISPATCH_SEQ, BrokerState, pid_alive
+from .quotas import MemberLedger
+from .client_handlers import ClientHandlers
+from .retry import retry_topic
+from .state import W_DISPATCH_SEQ, BrokerState
+from .topic_commits import TopicCommits
 from .topics import TopicTable, is_system_topic
 from .transaction import HALF_TOPIC, OP_TOPIC
 from .transaction_check import TransactionCheck
@@ -60,7 +70,6 @@ MASTER_ONLY = (RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_
                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CONSUMER_SEND_MSG_BACK,
                RequestCode.END_TRANSACTION, RequestCode.CHECK_TRANSACTION_STATE)
 MAX_EXPRESSION_CHARS = 16 << 10  # a pull's filter expression (kept while the pull is held)
-CLIENT_EXPIRY_S = 120.0          # a client silent this long is dropped (RocketMQ channelExpiredTimeout)
 HELD_QUEUES_PER_CHECK = 512      # queues with held pulls refreshed per check_held call
 HELD_ANSWERS_PER_CHECK = 1024    # held pulls answered per check_held call
 
@@ -75,20 +84,23 @@ _PULL_CODES = {
 }
 
 
-class BrokerService:
+class BrokerService(ClientHandlers):
     """Handlers over the broker's tables; ``on_topics_changed`` re-registers with the NameServers."""
 
     def __init__(self, rt: BrokerRuntime, state: BrokerState, on_topics_changed=lambda: None, doorbell=None) -> None:
         self.rt = rt
         self.state = state
         self.doorbell = doorbell            # FutexWord: wakes the writer (it reloads topics)
-        self.topics = TopicTable(rt.config_file("topics.json"))
+        self.topics = TopicTable(rt.config_file("topics.json"), autosave=False)     # commit_topics writes it
         self.delay_levels = len(delay_levels_ms(rt.config.broker.message_delay_level))
         # The schedule topic holds delay messages, one queue per level (RocketMQ creates it at start).
         self.topics.put(TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels))
         for topic in (HALF_TOPIC, OP_TOPIC):            # transactions: half and op messages, one queue each
             self.topics.put(TopicConfig(topic, 1, 1))
+        self.topics.flush()
+        self.commits = TopicCommits(self.topics, self._publish_topics)
         b = rt.config.broker
+        self.members = MemberLedger(b, f"broker {rt.instance}", f"the owner of {rt.root}")
         self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
                                              b.transaction_check_max, b.transaction_resolve_lease_s)
         self.offsets = OffsetTable(rt.config_file(OFFSETS_FILE), slave=rt.is_slave)
@@ -146,40 +158,39 @@ class BrokerService:
                 "delay_levels": self.delay_levels,
                 "transaction_timeout_s": self.rt.config.broker.transaction_timeout_s}
 
-    def check_clients(self) -> None:
-        """Drop consumers that stopped heartbeating or died (timer)."""
-        before = set(self.consumers.clients)
-        self._consumers_changed(self.consumers.expire(time.monotonic(), CLIENT_EXPIRY_S, pid_alive))
-        for cid in before - set(self.consumers.clients):       # a dead member's queues are free at once
-            self.locks.release_client(cid)
-
     # -- topics ---------------------------------------------------------------------------------------
     def create_topic(self, frame: Frame, token=None) -> Reply:
         req = TopicRequest.from_fields(frame.fields)
         config = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.order)
+        since = self.commits.changes
         if self.topics.put(config):
             self._topics_changed()
-        return Reply(fields={"topic": req.topic, "created": True})
+        return self.commits.reply_when_committed(token, Reply(fields={"topic": req.topic, "created": True}), since)
 
     def auto_create_topic(self, frame: Frame, token=None) -> Reply:
         req = TopicRequest.from_fields(frame.fields)
         R.validate_topic(req.topic)
         self._check_running()
-        existed = req.topic in self.topics.topics
-        b = self.rt.config.broker
-        t = self.topics.auto_create(req.topic, b.default_topic_queues, b.auto_create_topic)
-        if not existed:
+        since = self.commits.changes
+        t = self.topics.get(req.topic)
+        if t is None:
+            b = self.rt.config.broker
+            if not is_system_topic(req.topic) and b.auto_create_topic:     # else auto_create refuses it
+                self.members.admit_auto_topic(self.member_uid(token))
+            t = self.topics.auto_create(req.topic, b.default_topic_queues, b.auto_create_topic)
             log.info("auto-created topic %s with %d queues", req.topic, t.write_queues)
             self._topics_changed()
-        return Reply(fields={"topic": req.topic, "write_queues": t.write_queues, "read_queues": t.read_queues})
+        return self.commits.reply_when_committed(token, Reply(fields={
+            "topic": req.topic, "write_queues": t.write_queues, "read_queues": t.read_queues}), since)
 
     def delete_topic(self, frame: Frame, token=None) -> Reply:
         req = TopicRequest.from_fields(frame.fields)
+        since = self.commits.changes
         deleted = self.topics.delete(req.topic)
         if deleted:
             self.offsets.delete_topic(req.topic)
             self._topics_changed()
-        return Reply(fields={"deleted": deleted})
+        return self.commits.reply_when_committed(token, Reply(fields={"deleted": deleted}), since)
 
     def all_topics(self, frame: Frame, token=None) -> Reply:
         return Reply(fields={"topics": self.topics.registration(), "data_version": self.topics.data_version})
@@ -199,6 +210,7 @@ class BrokerService:
             self.offsets.persist()
         if isinstance(delay, dict):
             write_json(self.rt.config_file("delayOffset.json"), delay)
+        self.commit_topics()                # a timer's change: no request batch follows
 
     def apply_slave_offsets(self, data: dict) -> None:
         """A master: offsets consumers committed on a slave while this master was down (its
@@ -209,7 +221,20 @@ class BrokerService:
             log.info("broker %s: took %d consumer offsets committed on a slave while it was down",
                      self.rt.name, moved)
 
+    def attach(self, server: Server) -> None:
+        """Serve on ``server``: held pulls and topic commits answer through it."""
+        self.server = server
+        self.commits.attach(server)
+
     def _topics_changed(self) -> None:
+        self.commits.changed()
+
+    def commit_topics(self) -> None:
+        """Write topic changes now (a change made outside a request, e.g. the master's table)."""
+        self.commits.commit(force=True)
+
+    def _publish_topics(self) -> None:
+        """After ``topics.json`` was written: the writer reloads it, the NameServers get it."""
         self.state.bump("topics_version")
         if self.doorbell is not None:
             self.doorbell.post()            # the writer reloads its topic table at once
@@ -252,12 +277,16 @@ class BrokerService:
                                 time.monotonic() + hold_s, token, req))     # BrokerBusyError at a cap
         return DEFER
 
-    def _read(self, req: PullRequest) -> Reply:
-        cfg = self.topics.get(req.topic)
+    def _read_queue(self, topic: str, queue_id: int) -> None:
+        """NoRouteError / ValidationError unless this broker has ``topic`` with queue ``queue_id``."""
+        cfg = self.topics.get(topic)
         if cfg is None:
-            raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
-        if req.queue_id >= max(cfg.read_queues, cfg.write_queues):
-            raise ValidationError(f"topic {req.topic!r} has no queue {req.queue_id} on broker {self.rt.name}")
+            raise NoRouteError(f"topic {topic!r} does not exist on broker {self.rt.name}")
+        if queue_id >= max(cfg.read_queues, cfg.write_queues):
+            raise ValidationError(f"topic {topic!r} has no queue {queue_id} on broker {self.rt.name}")
+
+    def _read(self, req: PullRequest) -> Reply:
+        self._read_queue(req.topic, req.queue_id)
         try:
             reader = self._reader()
         except MessageNotFoundError:
@@ -348,6 +377,11 @@ class BrokerService:
 
     def update_offset(self, frame: Frame, token=None) -> Reply:
         req = OffsetRequest.from_fields(frame.fields)
+        uid = self.member_uid(token)
+        if uid is not None:                 # a member's commit names a queue that exists, of a group it may add
+            self._read_queue(req.topic, req.queue_id)
+            R.validate_topic(retry_topic(req.group))
+            self.members.admit_groups(uid, self._new_groups([req.group]))
         if not self.offsets.accepts(req.group, req.reset_version):
             # The group was reset after this client last looked: its position is from before.
             return Reply(fields={"ignored": True, "reason": "offsets were reset"})
@@ -372,44 +406,6 @@ class BrokerService:
         log.info("reset %s on %s to %d: %s", req.group, req.topic, req.timestamp_ms, offsets)
         return Reply(fields={"offsets": {str(q): o for q, o in offsets.items()}})
 
-    def heartbeat(self, frame: Frame, token=None) -> Reply:
-        req = HeartbeatRequest.from_fields(frame.fields)
-        for group in req.consumer_groups if not self.rt.is_slave else ():    # members subscribe to their
-            self._ensure_topic(retry_topic(group))              # retry topic (RocketMQ); a slave's come from its master
-        self._consumers_changed(self.consumers.heartbeat(req.client_id, req.pid, req.producer_groups,
-                                                         req.consumer_groups, time.monotonic()))
-        return Reply(fields={"consumers_version": int(self.state.get("consumers_version"))})
-
-    def unregister_client(self, frame: Frame, token=None) -> Reply:
-        cid = frame.fields.get("client_id")
-        if not isinstance(cid, str):
-            raise ValidationError("client_id must be a string")
-        existed = cid in self.consumers.clients
-        self._consumers_changed(self.consumers.unregister(cid))
-        self.locks.release_client(cid)
-        return Reply(fields={"removed": existed})
-
-    def lock_queues(self, frame: Frame, token=None) -> Reply:
-        req = LockRequest.from_fields(frame.fields)
-        held = self.locks.lock(req.group, req.client_id, _queue_rows(req.queues), time.monotonic())
-        return Reply(fields={"locked": [{"topic": t, "queue_id": q} for t, q in held]})
-
-    def unlock_queues(self, frame: Frame, token=None) -> Reply:
-        req = LockRequest.from_fields(frame.fields)
-        self.locks.unlock(req.group, req.client_id, _queue_rows(req.queues))
-        return Reply()
-
-    def send_back(self, frame: Frame, token=None) -> Reply:
-        """CONSUMER_SEND_MSG_BACK: where a message its listener failed goes (retry or DLQ topic,
-        created here); the consumer stores it there through its ring."""
-        req = SendBackRequest.from_fields(frame.fields)
-        R.validate_consumer_group(req.group)
-        if req.reconsume_times < 0 or req.max_reconsume_times < 0:
-            raise ValidationError("send back needs reconsume_times ≥ 0 and max_reconsume_times ≥ 0")
-        topic, level = send_back_target(req.group, req.reconsume_times, req.max_reconsume_times, req.delay_level)
-        self._ensure_topic(topic)
-        return Reply(fields={"topic": topic, "queue_id": 0, "delay_level": level, "delay_levels": self.delay_levels})
-
     # -- transactions (transaction_check) -----------------------------------------------------------
     def end_transaction(self, frame: Frame, token=None) -> Reply:
         req = EndTransactionRequest.from_fields(frame.fields)
@@ -426,24 +422,6 @@ class BrokerService:
         reader = self._reader_or_none()
         if reader is not None:
             self.transactions.walk(reader, int(time.time() * 1000))
-
-    def _ensure_topic(self, topic: str) -> None:
-        if topic not in self.topics.topics:
-            self.topics.put(TopicConfig(topic, 1, 1))
-            log.info("created %s", topic)
-            self._topics_changed()
-
-    def consumer_list(self, frame: Frame, token=None) -> Reply:
-        group = frame.fields.get("group")
-        if not isinstance(group, str) or not group:
-            raise ValidationError("group must be a non-empty string")
-        return Reply(fields={"consumer_ids": self.consumers.members(group),
-                             "consumers_version": int(self.state.get("consumers_version"))})
-
-    def _consumers_changed(self, groups: set[str]) -> None:
-        if groups:
-            log.info("consumer groups changed: %s", ", ".join(sorted(groups)))
-            self.state.bump("consumers_version")        # members watch this word and rebalance
 
     def consume_stats(self, frame: Frame, token=None) -> Reply:
         """A group's committed offset beside each queue's max offset (RocketMQ ``ConsumeStats``)."""
@@ -484,6 +462,7 @@ class BrokerService:
 
     def close(self) -> None:
         """At stop (the children are gone): persist and answer held pulls."""
+        self.commits.close()
         self.transactions.progress.persist()
         for h in self.held.drain():
             if self.server is not None:
@@ -494,13 +473,3 @@ class BrokerService:
 
 
 __all__ = ["BrokerService", "is_system_topic"]
-
-
-def _queue_rows(rows: list[dict]) -> list[tuple[str, int]]:
-    out = []
-    for r in rows:
-        topic, qid = r.get("topic"), r.get("queue_id")
-        if not isinstance(topic, str) or not isinstance(qid, int) or isinstance(qid, bool) or qid < 0:
-            raise ValidationError(f"queue rows need a topic and a queue_id ≥ 0, got {r!r}")
-        out.append((topic, qid))
-    return out

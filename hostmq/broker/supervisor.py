@@ -42,6 +42,7 @@ import numpy as np
 import psutil
 
 from .. import records as R
+from ..access import control_policy
 from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
@@ -198,8 +199,9 @@ class Broker:
         self.children.start()
         handlers = self.service.handlers()
         handlers[RequestCode.PROMOTE_BROKER] = self.promote
-        self.server = Server(rt.address, handlers, name=f"broker {rt.instance}")
-        self.service.server = self.server
+        self.server = Server(rt.address, handlers, name=f"broker {rt.instance}",
+                             policy=control_policy(rt.root))     # administration: owners only
+        self.service.attach(self.server)    # held pulls and topic commits (topics.json at most every 50 ms)
         self.server.bind()
         if not rt.is_slave:                 # producers never send to a slave: no session socket
             self.sessions.bind()

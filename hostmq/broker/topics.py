@@ -8,6 +8,12 @@ Ownership: the broker's control loop is the only writer (atomic rewrite, ``.bak`
 process reloads the file when the state segment's ``topics_version`` changes, to refuse records for
 topics or queues that do not exist. ``data_version`` goes up with every change; it is what the
 broker sends the NameServers so they replace their queue data.
+
+Writes: a table made with ``autosave=False`` (the broker's) only marks itself ``dirty`` on a change
+and is written by :meth:`TopicTable.flush`, which the broker calls at most every 50 ms however many
+topics changed (``topic_commits``; each rewrite is the whole file plus an fsync, so one per change
+made a flood of new topics quadratic). A crash between a change and its flush loses only changes no
+client has been answered for.
 """
 from __future__ import annotations
 
@@ -50,8 +56,10 @@ def is_not_allowed_send_topic(topic: str) -> bool:
 class TopicTable:
     """The topics of one broker, loaded from (and, for the owner, saved to) ``topics.json``."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, autosave: bool = True) -> None:
         self.path = path
+        self.autosave = autosave          # False: changes wait for flush()
+        self.dirty = False
         self.topics: dict[str, TopicConfig] = {}
         self.data_version = 0
         self._registration: tuple[int, dict] | None = None
@@ -88,6 +96,14 @@ class TopicTable:
     def save(self) -> None:
         write_json(self.path, {"data_version": self.data_version,
                                "topics": {n: _body(t) for n, t in self.topics.items()}})   # keys sorted there
+        self.dirty = False
+
+    def flush(self) -> bool:
+        """Write the file if a change since the last write is not in it; True if it wrote."""
+        if not self.dirty:
+            return False
+        self.save()
+        return True
 
     # -- reading ----------------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
@@ -141,7 +157,9 @@ class TopicTable:
     def _changed(self) -> None:
         # A time-based version never goes backwards across broker restarts (RocketMQ DataVersion).
         self.data_version = max(self.data_version + 1, time.time_ns() // 1000)
-        self.save()
+        self.dirty = True
+        if self.autosave:
+            self.save()
 
 
 _BODY_FIELDS = tuple(f.name for f in dataclasses.fields(TopicConfig) if f.name != "topic_name")

@@ -81,7 +81,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="directory to write the unit files to (e.g. /etc/systemd/system)")
     p.add_argument("--user", default=None, help="user the servers run as (default: the root's owner, else you)")
     p.add_argument("--group", default=None, help="group that may use the bus (default: the user's group)")
-    p.add_argument("--metrics-listen", default="127.0.0.1:9464", help="the exporter unit's HOST:PORT")
+    p.add_argument("--metrics-listen", default="127.0.0.1:9464", help="the exporter unit's HOST:PORT, or 'unix' "
+                   "for ROOT/exporter.sock (docs/trust-control.md)")
     p.set_defaults(func=main)
 
 
@@ -114,11 +115,15 @@ def render_units(root: str, command: list[str], user: str, group: str,
                  metrics_listen: str = "127.0.0.1:9464") -> dict[str, str]:
     """The unit files (name → text) for ``root``; pure."""
     from ..metrics import parse_listen
+    from ..metrics_http import unix_path
     if not os.path.isabs(root):
         raise ConfigError(f"the root must be an absolute path in a unit, got {root!r}")
     _check_name("user", user)
     _check_name("group", group)
-    parse_listen(metrics_listen)
+    unix = unix_path(metrics_listen, root)
+    if unix is None:
+        parse_listen(metrics_listen)
+    where = f"unix:{unix}:/metrics (owner and group only)" if unix else f"http://{metrics_listen}/metrics"
     exe = " ".join(_quote(a) for a in command)
     r = _quote(root)
     identity = f"""\
@@ -142,7 +147,7 @@ LimitNOFILE=65536
     broker_sandbox = server + "LimitMEMLOCK=infinity\n" + SANDBOX.format(rw=f"{r} /dev/shm",
                                                                          families="AF_UNIX AF_INET AF_INET6")
     exporter = f"""\
-# Rendered by `hostmq systemd` for the root {root}: Prometheus metrics at http://{metrics_listen}/metrics
+# Rendered by `hostmq systemd` for the root {root}: Prometheus metrics at {where}
 # (needs the metrics extra: pip install 'hostmq[metrics]').
 [Unit]
 Description=hostmq metrics exporter ({root})

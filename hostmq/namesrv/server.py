@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..access import control_policy
 from ..config import NamesrvConfig
 from ..jsonfile import read_json, write_json
 from ..errors import FencedError, NoRouteError, StoreLockedError, ValidationError
@@ -213,7 +214,8 @@ def run(config: NamesrvProcessConfig, stop: threading.Event) -> int:
     lock_fd = _lock(base + ".lock")
     try:
         service = NamesrvService(config.namesrv, kv_path=base + ".kv.json")
-        server = Server(ipc_address(sock), service.handlers(), name=os.path.basename(base))
+        server = Server(ipc_address(sock), service.handlers(), name=os.path.basename(base),
+                        policy=control_policy(paths.root))        # registration and admin: owners only
         try:
             server.bind()
             server.add_timer(config.namesrv.scan_interval_s, service.scan)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import enum
 
 from ..errors import (BrokerBusyError, FencedError, HostMQError, MessageNotFoundError, NoRouteError,
-                      NotMasterError, PromotionRefusedError, ProtocolError, RemoteError, ValidationError)
+                      NotMasterError, PermissionDeniedError, PromotionRefusedError, ProtocolError, RemoteError,
+                      ValidationError)
 
 
 class RequestCode(enum.IntEnum):
@@ -82,6 +83,10 @@ class ResponseCode(enum.IntEnum):
     BAD_REQUEST = 400          # hostmq only: malformed frame or bad request fields
     PROMOTION_REFUSED = 401    # hostmq only: the slave is not caught up, or its master still runs
     EPOCH_FENCED = 409         # hostmq only: an epoch older than the newest known for that broker name and id
+    # hostmq only: the peer's uid (from the kernel) may not make this request — administration is the
+    # root owner's, or a cap on what clients create was reached. Not RocketMQ's NO_PERMISSION (16),
+    # which hostmq's clients read as "a slave: go to the master".
+    PERMISSION_DENIED = 403
 
 
 def code_name(code: int, kind: type[enum.IntEnum] = RequestCode) -> str:
@@ -97,6 +102,7 @@ _ERROR_CODES: tuple[tuple[type[HostMQError], ResponseCode], ...] = (
     (ProtocolError, ResponseCode.BAD_REQUEST),
     (PromotionRefusedError, ResponseCode.PROMOTION_REFUSED),
     (FencedError, ResponseCode.EPOCH_FENCED),
+    (PermissionDeniedError, ResponseCode.PERMISSION_DENIED),
     (ValidationError, ResponseCode.MESSAGE_ILLEGAL),
     (NotMasterError, ResponseCode.NO_PERMISSION),
     (NoRouteError, ResponseCode.TOPIC_NOT_EXIST),
@@ -112,6 +118,7 @@ _CODE_ERRORS: dict[int, type[HostMQError]] = {
     ResponseCode.QUERY_NOT_FOUND: MessageNotFoundError,
     ResponseCode.PROMOTION_REFUSED: PromotionRefusedError,
     ResponseCode.EPOCH_FENCED: FencedError,
+    ResponseCode.PERMISSION_DENIED: PermissionDeniedError,
 }
 
 

@@ -123,7 +123,8 @@ def _check(root: str, *args, config=None) -> tuple[int, str]:
 
 
 def test_status_check_exits_one_with_one_line_saying_why(cluster):
-    c = cluster(broker={"heartbeat_stale_s": 1.0})
+    # A killed broker stays registered (and so "down", not gone) for the two checks that see it.
+    c = cluster(broker={"heartbeat_stale_s": 1.0}, namesrv={"broker_expiry_s": 30.0})
     root = c.root
     code, out = _check(root, config=c.config_file)
     assert (code, out.startswith("ok: 1 broker(s) up")) == (0, True), out
