@@ -12,6 +12,13 @@ Kinds (target ``attack``, ``ha`` configuration — a SYNC_MASTER and its slave o
 * ``attack:squat`` — an outsider holds 16 connections to the master's replication port, each
   trickling a HELLO a byte at a time (``attacks_ha.SlotSquatter``), while the slave's replica is
   SIGKILLed and must connect again. Breach: it could not within :data:`RECONNECT_TIMEOUT_S`.
+* ``attack:member-admin`` (every configuration) — a process of another uid in the root's group
+  (``as_user``) runs ``attacks_control``: every administration code on every control socket (delete
+  the load's topic, reset the consumer's offsets, promote, unregister, KV config …), re-registers the
+  broker name at a socket of its own, and floods heartbeats naming new groups and first sends naming
+  new topics. Breach: any administration not refused, or the topic's route changed. Needs root,
+  ``setpriv`` and ``unshare``; elsewhere the trial notes that it was skipped (the load and checks
+  run as usual).
 * ``attack:promote-recovering`` — the master's process group is SIGKILLed and started again; once it
   holds ``broker.lock`` and is recovering, it is frozen (SIGSTOP) and the slave is promoted, as an
   operator (or systemd racing one) would, then it is thawed (``attacks_roles``). The promote is
@@ -26,15 +33,21 @@ the slave to dial the attacker: ``tests/e2e/test_ha_trust.py`` runs them with a 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 from dataclasses import dataclass, field
 
+import orjson
+
+from ..client.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError
 from ..jsonfile import read_json
 from ..broker.group import live_state
 from ..broker.replica import MASTER_FILE
 from ..root import RootPaths
+from . import as_user
 from .attacks_ha import ForgedMaster, SlotSquatter
 from .attacks_roles import promote_during_recovery
 from .failover import Failover, caught_up, wait_for, wait_group_gone
@@ -42,6 +55,14 @@ from .plan import ATTACKS
 FORGER_WAIT_S = 15.0            # the slave dials the forged master within this (it retries every second)
 RECONNECT_TIMEOUT_S = 30.0      # the slave connects past the squatters within this
 STOP_TIMEOUT_S = 30.0
+MEMBER_GID, MEMBER_UID = 54340, 54341   # the hostile member (ids no passwd entry uses); the harness's roots'
+#                                         group when it runs as root (harness.ClusterUnderTest)
+MEMBER_GROUPS, MEMBER_TOPICS = 200, 20  # its flood: heartbeats naming new groups, first sends of new topics
+MEMBER_CODE = """
+import sys
+from hostmq.faults.attacks_control import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 @dataclass
@@ -73,16 +94,20 @@ def _word(root: str, instance: str, name: str) -> int | None:
         st.close()
 
 
-def run_attack(action: str, cluster: LocalCluster, master: str, slave: str, group_pids) -> AttackOutcome:
+def run_attack(action: str, cluster: LocalCluster, master: str, slave: str, group_pids, topic: str = "",
+               group: str = "") -> AttackOutcome:
     """Carry out ``attack:ACTION`` against ``cluster`` (its master instance ``master``, slave
-    ``slave``) under the trial's load; ``group_pids()`` lists the master's process group now. On
-    return the cluster serves again (a promotion's roles are given back by the harness later)."""
+    ``slave``) under the trial's load; ``group_pids()`` lists the master's process group now; ``topic``
+    and ``group`` are the load's (a member's victims). On return the cluster serves again (a
+    promotion's roles are given back by the harness later)."""
     if action == "forged-master":
         return _forged_master(cluster, master, slave, group_pids())
     if action == "squat":
         return _squat(cluster, master, slave)
     if action == "promote-recovering":
         return _promote_recovering(cluster, master, slave, group_pids())
+    if action == "member-admin":
+        return _member_admin(cluster, master, topic, group)
     raise FaultHarnessError(f"unknown attack {action!r}; known: {', '.join(ATTACKS)}")
 
 
@@ -150,4 +175,41 @@ def _promote_recovering(cluster: LocalCluster, master: str, slave: str, pids: li
         out.failover = over
     elif attack.outcome not in ("refused", "lock-timeout"):
         out.breaches.append(f"promote ended with {attack.error_type}: {attack.error}")
+    return out
+
+
+def _member_admin(cluster: LocalCluster, master: str, topic: str, group: str) -> AttackOutcome:
+    out = AttackOutcome()
+    why = as_user.available()
+    if why:
+        out.notes.append(f"member-admin skipped: {why}")
+        return out
+    with Admin(cluster.root) as admin:
+        before = admin.route(topic)
+    scratch = tempfile.mkdtemp(prefix="hmq-member-", dir="/tmp")
+    os.chmod(scratch, 0o777)
+    try:
+        run = as_user.run_as(MEMBER_UID, MEMBER_UID, [MEMBER_GID], MEMBER_CODE, cluster.root, "--victim-topic", topic,
+                             "--victim-group", group, "--broker", master.split(".")[0], "--groups",
+                             str(MEMBER_GROUPS), "--auto-topics", str(MEMBER_TOPICS), scratch=scratch,
+                             reach=(cluster.root,))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        report = orjson.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, orjson.JSONDecodeError):
+        raise FaultHarnessError(f"the member's attack printed no report (exit {run.returncode}):\n"
+                                f"{run.stderr[-2000:]}") from None
+    tried = {**report["admin"], **report["reregister"]}
+    got = sorted(f"{what}: {how}" for what, how in tried.items() if how not in ("refused", "not supported"))
+    out.breaches += [f"a group member's administration was not refused: {g}" for g in got]
+    out.notes.append(f"member uid {report['uid']}: {sum(h == 'refused' for h in tried.values())} of {len(tried)} "
+                     f"admin attempts refused; heartbeats {report['heartbeats_accepted']} accepted / "
+                     f"{report['heartbeats_refused']} refused; auto topics {report['auto_topics_accepted']} / "
+                     f"{report['auto_topics_refused']}" + (f"; errors: {report['other_errors'][:3]}"
+                                                           if report["other_errors"] else ""))
+    with Admin(cluster.root) as admin:
+        after = admin.route(topic)
+    if after != before:
+        out.breaches.append(f"the route of {topic} changed under a member: {before} → {after}")
     return out

@@ -42,7 +42,8 @@ from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
-from .attack_kinds import AttackOutcome, run_attack
+from . import as_user
+from .attack_kinds import MEMBER_GID, AttackOutcome, run_attack
 from .failover import Failover, first_difference, wait_for, wait_group_gone
 from .masters import MasterWatch
 from .plan import CHILDREN, SLAVES, FaultKind, RunOptions, cluster_config
@@ -50,7 +51,7 @@ from .report import TrialRow
 from .verify import (EXPECTED, REAL, Ledger, TrialVerdict, check_public, check_reachable, queue_mismatches,
                      recheck, scan_commitlog)
 from .workers import WorkerHandle
-from .workload import DEFAULT_PRODUCERS, read_events
+from .workload import CONSUMER_GROUP, DEFAULT_PRODUCERS, read_events
 
 TOPIC = "hmqf"
 QUEUES = 4
@@ -83,7 +84,10 @@ class ClusterUnderTest:
         self.log_dir = os.path.join(base_dir, "logs")
         os.makedirs(self.root)
         os.makedirs(self.log_dir)
-        self.cluster = LocalCluster(self.root, config=cluster_config(config), slaves=SLAVES.get(config, 0))
+        cfg = cluster_config(config)
+        if not as_user.available():     # a hostile member of the root's group (attack:member-admin)
+            cfg["access"] = {"group": str(MEMBER_GID)}
+        self.cluster = LocalCluster(self.root, config=cfg, slaves=SLAVES.get(config, 0))
         self.store_dir = RootPaths(self.cluster.root).store_dir(BROKER)
         self.has_slave = bool(SLAVES.get(config, 0))
         self.state: BrokerState | None = None
@@ -215,7 +219,8 @@ class ClusterUnderTest:
         time.sleep(rng.uniform(*self.opts.load_s))
         if kind.target == "attack":
             fault = Fault(kind, [])
-            fault.attack = run_attack(kind.action, self.cluster, BROKER, SLAVE, self._group_pids)
+            fault.attack = run_attack(kind.action, self.cluster, BROKER, SLAVE, self._group_pids, TOPIC,
+                                      CONSUMER_GROUP)
             fault.pids, fault.failover = fault.attack.killed, fault.attack.failover
             return fault
         pids, handle = self._target(kind.target)

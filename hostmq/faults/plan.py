@@ -38,7 +38,8 @@ TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", 
            "slave", "replica", "ha", "master", "attack")
 CHILDREN = ("writer", "dispatcher", "flusher", "scheduler", "ha")   # the master's, restarted by its supervisor
 HA_TARGETS = ("slave", "replica", "ha", "master", "attack")
-ATTACKS = ("forged-master", "squat", "promote-recovering")      # attack_kinds.py
+ATTACKS = ("forged-master", "squat", "promote-recovering", "member-admin")      # attack_kinds.py
+EVERY_CONFIG_ATTACKS = ("member-admin",)                        # the others need the ha configuration
 ACTIONS = {"master": ("promote",), "attack": ATTACKS}   # the actions of a target, when not kill and stop
 AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),
         "dispatcher": ("mid-dispatch",), "flusher": ("mid-flush",),
@@ -81,7 +82,7 @@ class FaultKind:
         """mid-commit exists only with the transient store pool, and mid-patch only without it (the
         pool's writer copies into its buffer, not the file the harness looks at)."""
         if self.target in HA_TARGETS:
-            return config == "ha"
+            return config == "ha" or (self.target == "attack" and self.action in EVERY_CONFIG_ATTACKS)
         if self.window == "mid-commit":
             return config == "pool"
         return self.window != "mid-patch" or config != "pool"

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 
 import pytest
 
 import hostmq
+from hostmq.faults.as_user import run_as
 from hostmq.root import RootPaths, shm_name
 from hostmq.shm.segment import list_segments
 from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
@@ -55,43 +54,6 @@ for path in (store_file, segment):
     except PermissionError:
         print("DENIED", path, flush=True)
 """
-
-
-def _blocked_ancestors(paths: list[str]) -> dict[str, set[str]]:
-    """Directories others cannot enter on the way to ``paths`` → the entries beneath them we need."""
-    out: dict[str, set[str]] = {}
-    for p in paths:
-        parts = os.path.realpath(p).split(os.sep)
-        for i in range(1, len(parts) - 1):
-            d = os.sep.join(parts[:i]) or os.sep
-            if not os.stat(d).st_mode & stat.S_IXOTH:
-                out.setdefault(d, set()).add(parts[i])
-                break
-    return out
-
-
-def run_as(uid: int, gid: int, groups: list[int], code: str, *args: str, scratch: str) -> subprocess.CompletedProcess:
-    """Run ``code`` with this Python as ``uid:gid`` (supplementary ``groups``). The interpreter may sit
-    under a directory others cannot enter (``/root``): then, in a private mount namespace only,
-    that directory is covered with an empty enterable one and the entries we need are bound back."""
-    import hostmq as pkg
-    needed = [sys.executable, os.path.realpath(sys.executable), sys.prefix, os.path.dirname(pkg.__file__)]
-    script = []
-    for n, (d, entries) in enumerate(sorted(_blocked_ancestors(needed).items())):
-        for e in sorted(entries):
-            keep = os.path.join(scratch, f"keep{n}-{e}")
-            os.makedirs(keep, exist_ok=True)
-            script.append(f"mount --bind '{os.path.join(d, e)}' '{keep}'")
-        script.append(f"mount -t tmpfs -o mode=0755 tmpfs '{d}'")
-        for e in sorted(entries):
-            keep = os.path.join(scratch, f"keep{n}-{e}")
-            script.append(f"mkdir -p '{os.path.join(d, e)}' && mount --bind '{keep}' '{os.path.join(d, e)}'")
-    ids = [f"--reuid={uid}", f"--regid={gid}"] + ([f"--groups={','.join(map(str, groups))}"] if groups
-                                                    else ["--clear-groups"])
-    script.append('exec setpriv ' + " ".join(ids) + ' "$@"')
-    env = {"PATH": "/usr/bin:/bin", "HOME": scratch, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", " && ".join(script), "sh",
-                           sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=180, env=env)
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from hostmq.client.remoting import RemotingClient
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths, ipc_address
 from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
-from tests.e2e.test_access import run_as, shared_root  # noqa: F401  (fixture)
+from hostmq.faults.as_user import run_as
+from tests.e2e.test_access import shared_root  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("setpriv"),

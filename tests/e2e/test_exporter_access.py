@@ -14,7 +14,8 @@ import pytest
 
 import hostmq
 from tests.e2e.conftest import TEST_CONFIG, merge
-from tests.e2e.test_access import run_as, shared_root  # noqa: F401  (fixture)
+from hostmq.faults.as_user import run_as
+from tests.e2e.test_access import shared_root  # noqa: F401  (fixture)
 from tests.e2e.test_metrics import HOSTMQ, _stop
 
 pytestmark = pytest.mark.timeout(240)

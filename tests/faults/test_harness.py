@@ -28,7 +28,8 @@ ASYNC_KINDS = ("writer:kill,dispatcher:kill,flusher:kill,scheduler:kill,broker:k
                "consumer:kill,"
                "writer:stop,broker:stop,producer:stop,consumer:stop,"
                "broker@mid-patch,broker@mid-journal,broker@mid-roll,writer@mid-append,writer@mid-journal,"
-               "flusher@mid-flush,dispatcher@mid-dispatch")
+               "flusher@mid-flush,dispatcher@mid-dispatch,"
+               "attack:member-admin")          # a hostile member of the root's group (issue 27)
 OTHER_KINDS = "broker:kill,broker@mid-commit"          # pool: both; SYNC_FLUSH: the whole-broker kill
 
 

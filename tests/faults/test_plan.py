@@ -61,6 +61,19 @@ def test_the_failover_kind_exists_only_with_a_slave():
     assert set(ha) == {"master:promote", "broker:kill", "slave:kill"} and sorted(ha.values()) == [1, 1, 2]
 
 
+def test_attack_kinds_apply_where_their_target_exists():
+    """Replication attacks need the ha configuration's slave; a hostile group member works against
+    every configuration."""
+    kinds = {k.action: k for k in parse_kinds("attack")}
+    assert set(kinds) == {"forged-master", "squat", "promote-recovering", "member-admin"}
+    assert all(k.name == f"attack:{a}" for a, k in kinds.items())
+    for action in ("forged-master", "squat", "promote-recovering"):
+        assert kinds[action].applies("ha") and not any(kinds[action].applies(c) for c in ("async", "sync", "pool"))
+    assert all(kinds["member-admin"].applies(c) for c in ("async", "sync", "pool", "ha"))
+    with pytest.raises(FaultHarnessError, match="unknown fault kind"):
+        parse_kinds("attack:kill")
+
+
 def test_windows_only_where_they_exist():
     assert not FaultKind("broker", "kill", "mid-commit").applies("async")
     assert FaultKind("broker", "kill", "mid-commit").applies("pool")
