@@ -35,6 +35,7 @@ import psutil
 
 from ..errors import RoleLockTimeoutError
 from ..fsutil import ensure_dir, open_file
+from ..locks import describe_pid, lock_holders
 from ..root import RootPaths
 
 ROLE_LOCK_DIR = "roles"
@@ -46,35 +47,6 @@ _POLL_MIN_S, _POLL_MAX_S = 0.002, 0.05
 
 def lock_path(root: str, name: str) -> str:
     return os.path.join(root, ROLE_LOCK_DIR, f"{name}.lock")
-
-
-def lock_holders(path: str) -> list[int]:
-    """The pids the kernel says hold a flock or POSIX lock on ``path`` (``/proc/locks``, matched by
-    device and inode); [] when none or unknown."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", "rb") as f:
-            lines = f.read().decode("ascii", "replace").splitlines()
-    except OSError:
-        return []
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 6 and parts[1] != "->" and parts[5] == want and parts[4].lstrip("-").isdigit():
-            pids.append(int(parts[4]))
-    return [p for p in pids if p > 0]
-
-
-def describe_pid(pid: int) -> str:
-    """A few words about a process for an error message (its command line, or why not)."""
-    try:
-        p = psutil.Process(pid)
-        state = p.status()
-        cmd = " ".join(p.cmdline()[:8]) or p.name()
-    except psutil.Error:
-        return "no longer running"
-    return f"{cmd}, {state}" if state == psutil.STATUS_STOPPED else cmd
 
 
 class RoleLock:

@@ -34,6 +34,7 @@ from .. import records as R
 from ..broker.state import BrokerState
 from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, NotMasterError, ProtocolError,
                       SendTimeout, StoreFullError, ValidationError)
+from ..locks import whereabouts
 from ..message import MessageQueue, SendResult, SendStatus
 from ..protocol import session as P
 from ..root import RootPaths
@@ -143,9 +144,11 @@ class ProducerSession:
             socket.send_fds(sock, [P.OpenSession(self.name).encode()], [self.ring.segment.fd])
             msg, fds, _, _ = socket.recv_fds(sock, P.MAX_MESSAGE_BYTES, 1)
         except (FileNotFoundError, ConnectionRefusedError) as e:
-            raise ConnectError(f"broker {self.broker} does not listen at {path}: {e.strerror}") from None
+            raise ConnectError(f"broker {self.broker} does not listen at {path} ({e.strerror}); "
+                               f"{whereabouts(self.instance.root, self.broker)}") from None
         except socket.timeout:
-            raise ConnectError(f"broker {self.broker} did not answer the session request") from None
+            raise ConnectError(f"broker {self.broker} did not answer the session request within {OPEN_TIMEOUT_S:.0f} s; "
+                               f"{whereabouts(self.instance.root, self.broker)}") from None
         except OSError as e:
             raise ConnectError(f"session with broker {self.broker}: {e}") from None
         try:
