@@ -203,8 +203,9 @@ def _member_admin(cluster: LocalCluster, master: str, topic: str, group: str) ->
     tried = {**report["admin"], **report["reregister"]}
     got = sorted(f"{what}: {how}" for what, how in tried.items() if how not in ("refused", "not supported"))
     out.breaches += [f"a group member's administration was not refused: {g}" for g in got]
-    out.notes.append(f"member uid {report['uid']}: {sum(h == 'refused' for h in tried.values())} of {len(tried)} "
-                     f"admin attempts refused; heartbeats {report['heartbeats_accepted']} accepted / "
+    refused, unserved = (sum(h == how for h in tried.values()) for how in ("refused", "not supported"))
+    out.notes.append(f"member uid {report['uid']}: {len(tried)} admin attempts, {refused} refused, {unserved} "
+                     f"codes the socket does not serve; heartbeats {report['heartbeats_accepted']} accepted / "
                      f"{report['heartbeats_refused']} refused; auto topics {report['auto_topics_accepted']} / "
                      f"{report['auto_topics_refused']}" + (f"; errors: {report['other_errors'][:3]}"
                                                            if report["other_errors"] else ""))
