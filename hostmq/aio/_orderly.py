@@ -28,12 +28,7 @@ class AsyncOrderly(OrderlyService):
 
     def _kick(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Start the queue's task on the loop unless one runs (pull thread or loop)."""
-        c = self.c
-        with c._lock:
-            if mq in self.running or not self.pending.get(mq) or mq not in self.locked or pq.dropped:
-                return
-            self.running.add(mq)
-        if not self.front.call_soon(self.front._start_orderly, self, mq, pq):
+        if self._claim(mq, pq) and not self.front.call_soon(self.front._start_orderly, self, mq, pq):
             self.stopped(mq)
 
     def stopped(self, mq: MessageQueue) -> None:

@@ -180,17 +180,7 @@ class PushConsumer:
             if pq.dropped or eng._stop.is_set():
                 return                  # another member owns the queue now; it re-reads from the commit
             ok = await self._call_listener(batch) == ConsumeResult.SUCCESS
-        if ok:
-            with eng._lock:
-                pq.remove([m.queue_offset for m in batch])
-            return
-        if eng.model == MessageModel.CLUSTERING and attempt == 0:
-            eng._failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
-            return
-        if attempt + 1 >= eng.max_reconsume_times:
-            log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
-                      eng.group, len(batch), attempt + 1, eng.retry_delay_s)
-        self._later(pq, batch, attempt + 1)
+        eng._settle(pq, batch, attempt, ok, self._later)
 
     async def _consume_one(self, batch: list[MessageExt]) -> ConsumeResult:
         """The listener's verdict on ``batch``, within the ``concurrency`` limit (orderly tasks)."""

@@ -174,16 +174,22 @@ class OrderlyService:
     # -- listener pool --------------------------------------------------------------------------------
     def _kick(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Start the queue's task unless one runs (one task per queue keeps the order)."""
-        c = self.c
-        with c._lock:
-            if mq in self.running or not self.pending.get(mq) or mq not in self.locked or pq.dropped:
-                return
-            self.running.add(mq)
+        if not self._claim(mq, pq):
+            return
         try:
-            c._pool.submit(self._consume, mq, pq)
+            self.c._pool.submit(self._consume, mq, pq)
         except RuntimeError:                # shutting down
-            with c._lock:
+            with self.c._lock:
                 self.running.discard(mq)
+
+    def _claim(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Whether ``mq``'s task starts now — messages pending, the queue locked and still this
+        consumer's, no task of it running — and if so, marked running."""
+        with self.c._lock:
+            if mq in self.running or not self.pending.get(mq) or mq not in self.locked or pq.dropped:
+                return False
+            self.running.add(mq)
+        return True
 
     def _consume(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         c = self.c

@@ -282,7 +282,14 @@ class PushConsumer:
     def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         if pq.dropped or self._stop.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
-        if self._call_listener(batch) == ConsumeResult.SUCCESS:
+        self._settle(pq, batch, attempt, self._call_listener(batch) == ConsumeResult.SUCCESS, self._retry_later)
+
+    def _settle(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int, ok: bool, later) -> None:
+        """What the listener's verdict on ``batch`` (``ok``) means: done (its offsets released); to the
+        retry topic (or the DLQ) by the pull thread, on a clustering consumer's first failure; else the
+        batch again after ``retry_delay_s`` through ``later(pq, batch, attempt)`` (hostmq.aio passes
+        its event loop's own)."""
+        if ok:
             with self._lock:
                 pq.remove([m.queue_offset for m in batch])
             return
@@ -292,7 +299,7 @@ class PushConsumer:
         if attempt + 1 >= self.max_reconsume_times:
             log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
                       self.group, len(batch), attempt + 1, self.retry_delay_s)
-        self._retry_later(pq, batch, attempt + 1)
+        later(pq, batch, attempt + 1)
 
     def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
         """The listener's verdict on a batch; an exception or a wrong return value counts as
