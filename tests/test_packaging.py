@@ -14,7 +14,6 @@ import importlib.util
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -24,7 +23,7 @@ import zipfile
 import pytest
 
 import hostmq
-from tests.docs.examples import SHARED_ROOT, TOP, all_blocks
+from tests.docs.examples import SHARED_ROOT, TOP, all_blocks, interrupt
 from tests.e2e.conftest import leftovers, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -116,13 +115,7 @@ def test_the_wheel_installs_and_runs_the_quickstart(wheel, tmp_path):
         q = run(py, "quickstart.py")
         assert q.returncode == 0 and "100 messages" in q.stdout, q.stdout + q.stderr[-3000:]
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGINT)
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(up.pid, signal.SIGKILL)
-                up.wait(10)
+        interrupt(up)
     assert up.returncode == 0, up.stdout.read()[-3000:]
     assert not leftovers(root, ["broker-a"])
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
+import subprocess
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RUN_LANGS = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
@@ -90,3 +92,15 @@ def localise(code: str, shared_root: str, scratch: str) -> str:
     """The block's paths on this run's directories: ``/tmp/mq`` → the shared root, ``/tmp/X`` → scratch/X."""
     code = re.sub(r"/tmp/(?!mq(?![\w.-]))([\w.-]+)", lambda m: os.path.join(scratch, m.group(1)), code)
     return re.sub(r"/tmp/mq(?![\w.-])", shared_root, code)
+
+
+def interrupt(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Stop a process group a test started as a user would (Ctrl-C: SIGINT), SIGKILL it if it is still
+    there after ``timeout_s``."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

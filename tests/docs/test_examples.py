@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import sys
 import psutil
 import pytest
 
-from tests.docs.examples import SHARED_ROOT, TOP, Block, all_blocks, localise
+from tests.docs.examples import SHARED_ROOT, TOP, Block, all_blocks, interrupt, localise
 from tests.e2e.conftest import leftovers, wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,13 +75,7 @@ def served(tmp_path_factory):
         assert up.poll() is None, f"hostmq up exited: {up.stdout.read()}"
         yield root, scratch, env
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGINT)
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(up.pid, signal.SIGKILL)
-                up.wait(10)
+        interrupt(up)
     assert up.returncode == 0, f"hostmq up did not stop cleanly ({up.returncode}): {up.stdout.read()[-3000:]}"
     assert not leftovers(root, ["broker-a"])
 
