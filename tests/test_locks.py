@@ -58,3 +58,16 @@ def test_a_producer_names_the_broker_that_does_not_listen(tmp_path):
     address = f"ipc://{paths.broker_socket('broker-a')}"      # what a NameServer would answer
     with pytest.raises(ConnectError, match=r"broker broker-a does not listen at .*it is not running: start the cluster"):
         ProducerSession(Instance(), "broker-a", address, data_bytes=1 << 16, completion_entries=64, spin_s=0.0)
+
+
+def test_a_control_client_names_the_broker_or_namesrv_that_does_not_listen(tmp_path):
+    """What ``RemotingClient`` raises for a broker's or a NameServer's socket that nothing serves."""
+    from hostmq.client.remoting import _check_listening
+    paths = RootPaths(str(tmp_path))
+    os.makedirs(paths.broker_dir("broker-b"))
+    with pytest.raises(ConnectError, match=r"nothing listening at .*broker\.sock; broker broker-b: it is not running"):
+        _check_listening(f"ipc://{paths.broker_socket('broker-b')}")
+    with pytest.raises(ConnectError, match=rf"no NameServer runs under {tmp_path}: start the cluster"):
+        _check_listening(f"ipc://{paths.namesrv_socket(0)}")
+    with pytest.raises(ConnectError, match=r"nothing listening at /nonexistent/x\.sock$"):
+        _check_listening("ipc:///nonexistent/x.sock")

@@ -49,6 +49,7 @@ from typing import Sequence
 import zmq
 
 from ..errors import ConnectError, ProtocolError, SendTimeout
+from ..locks import whereabouts
 from ..protocol.codes import ResponseCode, code_name, error_for_response
 from ..protocol.frames import (MAX_RESPONSE_HEADER_BYTES, Frame, decode, encode_request, encode_response,
                                peek_request_id)
@@ -409,7 +410,7 @@ def _timeout_message(address: str, req: _Request) -> str:
 def _timeout_text(address: str, code: int, timeout_s: float) -> str:
     text = f"no answer from {address} to {code_name(code)} within {timeout_s:g} s"
     if address.startswith(_IPC) and not os.path.exists(address[len(_IPC):]):
-        text += f" (nothing listening at {address[len(_IPC):]})"
+        text += f" (nothing listening at {address[len(_IPC):]}{_hint(address[len(_IPC):])})"
     return text
 
 
@@ -422,6 +423,19 @@ def listening(address: str) -> bool:
     return True
 
 
+def _hint(path: str) -> str:
+    """What to do about a server socket of a root that nothing listens at: for a broker's
+    (``ROOT/brokers/INSTANCE/broker.sock``) where that broker is — the pid holding its lock, or how to
+    start it (``locks.whereabouts``); for a NameServer's (``ROOT/namesrv*.sock``) how to start the
+    cluster; "" for any other path."""
+    d, name = os.path.split(path)
+    if name == "broker.sock" and os.path.basename(os.path.dirname(d)) == "brokers":
+        return f"; broker {os.path.basename(d)}: {whereabouts(os.path.dirname(os.path.dirname(d)), os.path.basename(d))}"
+    if name.startswith("namesrv") and name.endswith(".sock"):
+        return f"; no NameServer runs under {d}: start the cluster (`hostmq up {d}`)"
+    return ""
+
+
 def _check_listening(address: str) -> None:
     """ConnectError now if ``address`` is an ipc path with no listener (missing or stale socket file).
 
@@ -431,15 +445,16 @@ def _check_listening(address: str) -> None:
         return
     path = address[len(_IPC):]
     if not os.path.exists(path):
-        raise ConnectError(f"nothing listening at {path}")
+        raise ConnectError(f"nothing listening at {path}{_hint(path)}")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
         probe.connect(path)
     except ConnectionRefusedError:
-        raise ConnectError(f"nothing listening at {path} (stale socket file: its server is gone)") from None
+        raise ConnectError(f"nothing listening at {path} (stale socket file: its server is gone){_hint(path)}") \
+            from None
     except FileNotFoundError:
-        raise ConnectError(f"nothing listening at {path}") from None
+        raise ConnectError(f"nothing listening at {path}{_hint(path)}") from None
     except PermissionError:
         raise ConnectError(f"no permission to connect to {path} (is this user in the root's group?)") from None
     except socket.timeout:
