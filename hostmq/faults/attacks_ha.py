@@ -16,6 +16,7 @@ become ``hostmq faults`` kinds (each has ``start()``, ``stop() -> report`` and n
 """
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
@@ -44,6 +45,20 @@ def forged_records(start: int, count: int = 5, topic: bytes = b"forged") -> byte
         out += rec
         pos += len(rec)
     return bytes(out)
+
+
+def bind_when_free(address: str, within_s: float = 30.0) -> socket.socket:
+    """A listener at ``address`` once the crashed owner's sockets are gone: a SIGKILLed process group
+    releases its ports only as the kernel tears each member down, so EADDRINUSE is retried until
+    ``within_s`` has passed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return socket.create_server(parse_tcp(address), reuse_port=False)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+        time.sleep(POLL_S)
 
 
 class _Thread:
@@ -77,7 +92,7 @@ class ForgedMaster(_Thread):
     """Answers slaves at ``address`` (``tcp://HOST:PORT``) as the master they expect, without the secret."""
 
     def __init__(self, address: str, truncate_to: int = 0, epoch: int = 1 << 20) -> None:
-        self.listener = socket.create_server(parse_tcp(address), reuse_port=False)
+        self.listener = bind_when_free(address)
         self.listener.settimeout(POLL_S)
         self.truncate_to, self.epoch = truncate_to, epoch
         self.report = ForgedMasterReport()
