@@ -415,6 +415,9 @@ class HAMaster:
         if acked != st.get("replicated_pos"):
             st.set("replicated_pos", acked)
             notify_if_waiting(st.writer_waiting, self.doorbell)     # a SYNC_MASTER writer may answer sends now
+            if st.reads_replicated:         # its consumers read up to replicated_pos: wake those waiting
+                st.bump("replicated_wake")
+                st.replicated_wake_word.wake()
 
     def close(self) -> None:
         self._stop.set()

@@ -3,7 +3,8 @@ a socket).
 
 The view maps the broker's commitlog and the consume queues it needs read-only
 (``store.readonly.StoreReader``) and reads no further than the broker says is safe: its state
-segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH). With the broker down, the
+segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH; on a SYNC_MASTER with a slave
+connected, also acknowledged by a slave — ``BrokerState.consumer_readable_pos``). With the broker down, the
 store is still readable up to what crash recovery would keep. A broker restart (a new state
 segment) is noticed by :meth:`stale`; the owner then builds a new view.
 
@@ -76,9 +77,10 @@ class BrokerView:
         self.config = cfg
         self.reader = StoreReader(self.store_dir, cfg, broker=broker, scan_queues=False,
                                   limit_phys=None if self.state is None else
-                                  (self.state.stored_pos if by_id else self.state.readable_pos),
+                                  (self.state.stored_pos if by_id else self.state.consumer_readable_pos),
                                   consumed_below=None if self.state is None else self.state.consumed_below,
-                                  tail_limit=self.state.stored_pos if tail and self.state is not None else None,
+                                  tail_limit=self.state.consumer_stored_pos if tail and self.state is not None
+                                  else None,
                                   alive=None if self.state is None else self.state.owner_alive,
                                   corrects=not self.on_slave)
         self.tailing = self.reader.tail is not None
@@ -110,7 +112,7 @@ class BrokerView:
         of this broker has new messages (None for a view of a stopped broker, which is static)."""
         if self.state is None:
             return None
-        return self.state.stored_pos() if self.tailing else self.state.readable_pos()
+        return self.state.consumer_stored_pos() if self.tailing else self.state.consumer_readable_pos()
 
     def follows_dispatcher(self) -> bool:
         """Whether news may come from the dispatcher (or flusher) rather than the writer's queue wake
@@ -137,6 +139,8 @@ class BrokerView:
             words.append(st.dispatch_seq_word)
             if st.sync_flush:
                 words.append(st.flush_count_word)
+        if st.reads_replicated:        # a SYNC_MASTER's consumers read what a slave acknowledged
+            words.append(st.replicated_wake_word)
         if self.tailing and not dispatch_only:
             for b in sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues}):
                 words.append(st.queue_wake_words[b])

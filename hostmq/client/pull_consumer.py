@@ -347,9 +347,10 @@ class PullConsumer:
         self.slave_reads.drop_stale()
         for name, v in list(self.views.items()):
             if v.stale():
-                v.close()
                 del self.views[name]
                 nv = self._view(name)
+                nv.reader.carry_shown(v.reader)     # positions read through the old run stay reachable
+                v.close()
                 log.info("broker %s started or stopped; reading %s now%s", name, nv.instance,
                          "" if nv.live else " (stopped: what its recovery keeps)")
 

@@ -84,6 +84,7 @@ class StoreReader:
         self._corrects = corrects
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         self._shown: dict[tuple[str, int], int] = {}    # per queue, the highest max offset shown (see _uncorrected)
+        self._earlier: dict[tuple[str, int], int] = {}  # the same, shown by views this one replaced (carry_shown)
         self._warned: set[tuple[str, int, int]] = set()
         if scan_queues:
             self.refresh()
@@ -202,7 +203,17 @@ class StoreReader:
             self._shown[(topic, queue_id)] = max_offset
         return max_offset
 
-    def _uncorrected(self, result, topic: str, queue_id: int, queue_offset: int):
+    def carry_shown(self, earlier: "StoreReader") -> None:
+        """This view replaces ``earlier``, a view of the same broker name whose run ended (a restart,
+        or a failover to a slave): positions it showed readable were reached by reading, so one past
+        this store's end is not a stale or foreign position but records the new run does not hold
+        (see ``_uncorrected``)."""
+        for src in (earlier._earlier, earlier._shown):
+            for key, off in src.items():
+                if off > self._earlier.get(key, 0):
+                    self._earlier[key] = off
+
+    def _uncorrected(self, result, queue, topic: str, queue_id: int, queue_offset: int):
         """OFFSET_OVERFLOW_BADLY moves the position (RocketMQ's correction) only when this view knows
         the queue's end and never showed the queue reaching ``queue_offset``. A live store's consume
         queue never shrinks: an end below one this view showed is the view's own mistake (a race of
@@ -220,6 +231,23 @@ class StoreReader:
                             "(up to %d); the position stays", self.broker or self.path, topic, queue_id,
                             queue_offset, shown)
             result.next_offset = queue_offset
+        elif queue_offset <= self._earlier.get((topic, queue_id), 0):
+            # Read through an earlier run of this broker name: the records from this store's end up to
+            # the position were cut (an ASYNC_MASTER's unreplicated tail a failover gave up, or a slave
+            # that lagged). Continue from the end, where the new run writes new messages — not from
+            # the queue's first offset, which would deliver the whole queue again.
+            if self.knows_end():
+                end = queue.max_offset() if queue is not None else 0
+                if (topic, queue_id, -queue_offset) not in self._warned:
+                    if len(self._warned) >= MAX_WARNED:
+                        self._warned.clear()
+                    self._warned.add((topic, queue_id, -queue_offset))
+                    log.warning("store view of %s: queue %s/%d ends at %d, before offset %d an earlier run of "
+                                "it showed readable; continuing from its end", self.broker or self.path, topic,
+                                queue_id, end, queue_offset)
+                result.next_offset = end
+            else:
+                result.next_offset = queue_offset
         elif not self.knows_end():
             result.next_offset = queue_offset
         return result
@@ -351,16 +379,17 @@ class StoreReader:
             expression: str | None = "*") -> GetResult:
         from .message_store import _check_read, _tag_filter
         _check_read(queue_offset, max_count)
-        return self._uncorrected(get_messages(self._tailed(topic, queue_id), self.commitlog, queue_offset,
-                                              max_count, _tag_filter(expression), self.config.max_transfer_bytes,
-                                              self.broker), topic, queue_id, queue_offset)
+        q = self._tailed(topic, queue_id)
+        return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, _tag_filter(expression),
+                                              self.config.max_transfer_bytes, self.broker),
+                                 q, topic, queue_id, queue_offset)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
         from .message_store import _check_read
         _check_read(queue_offset, max_count)
-        return self._uncorrected(get_batch(self._tailed(topic, queue_id), self.commitlog,
-                                           MessageQueue(topic, self.broker, queue_id), queue_offset, max_count),
-                                 topic, queue_id, queue_offset)
+        q = self._tailed(topic, queue_id)
+        return self._uncorrected(get_batch(q, self.commitlog, MessageQueue(topic, self.broker, queue_id),
+                                           queue_offset, max_count), q, topic, queue_id, queue_offset)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         cq = self.queues.get((topic, queue_id))

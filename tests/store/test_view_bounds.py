@@ -199,3 +199,37 @@ def test_an_entry_being_dropped_at_a_dispatcher_start_is_not_counted(tmp_path, m
             assert torn.stored and cq.max_offset() == 10
     finally:
         live.close()
+
+
+def test_a_view_that_replaced_an_earlier_run_continues_a_cut_queue_from_its_end(tmp_path, caplog):
+    """Fault run 599c713, trial 485: a consumer read a SYNC_MASTER's queue to offset 12006, the master
+    was killed and its slave — which held the queue to 12005 — promoted. The consumer's new view knew
+    the end (12005), had never shown 12006 itself, and RocketMQ's OFFSET_OVERFLOW_BADLY correction sent
+    the position to the queue's first offset: 12,005 messages again. A view that replaced the view
+    which showed the position (``carry_shown``) continues from the new end, where the new master
+    writes its next message; one that did not still corrects as RocketMQ does."""
+    earlier = Live(str(tmp_path / "old"))
+    cut = Live(str(tmp_path / "new"))
+    try:
+        earlier.put(12)
+        earlier.dispatch(12)
+        pos = earlier.read_all(0)
+        assert pos == 12
+        cut.put(9)                                  # the promoted slave held 9 of them
+        cut.dispatch(9)
+        r = cut.reader
+        assert r.refresh_queue(*KEY) == 9 and r.knows_end()
+        assert r.get(*KEY, pos, 5).next_offset == 0         # no earlier run: RocketMQ's correction
+        r.carry_shown(earlier.reader)
+        g, b = r.get(*KEY, pos, 5), r.get_batch(*KEY, pos, 5)
+        assert (g.status, g.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 9)
+        assert (b.status, b.next_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 9)
+        assert "ends at 9, before offset 12 an earlier run of it showed readable" in caplog.text
+        assert r.get(*KEY, pos + 1, 5).next_offset == 0     # never shown by any run: corrected
+        cut.put(2)                                  # the new master's next messages, at 9 and 10
+        cut.dispatch(11)
+        assert r.refresh_queue(*KEY) == 11
+        assert [m.body for m in r.get(*KEY, 9, 5).messages] == [b"m0000", b"m0001"]
+    finally:
+        earlier.close()
+        cut.close()
