@@ -312,15 +312,16 @@ class LocalCluster:
         p.send_signal(sig)
         return p.wait(30)
 
-    def start_broker(self, name: str, wait: bool = True) -> None:
+    def start_broker(self, name: str, wait: bool = True, master: str | None = None) -> None:
         """(Re)start one broker under the same root and wait until it is ready (``wait=False``:
-        return once it is spawned, then :meth:`await_broker`)."""
+        return once it is spawned, then :meth:`await_broker`). ``master``: a slave's replication
+        link for this run (``hostmq broker --master``) instead of the address its NameServers give."""
         if name in self.processes and self.processes[name].poll() is None:
             raise ConfigError(f"{name} is running")
         old = self._logs.pop(name, None)
         if old is not None:
             old.close()
-        self._spawn(name, broker_args(self.root, name))
+        self._spawn(name, broker_args(self.root, name) + (["--master", master] if master else []))
         if wait:
             self.await_broker(name)
 

@@ -169,10 +169,10 @@ COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's 
 #                 slave — RAM × access_message_in_memory_max_ratio; 0 = never); (broker) fenced_epoch
 #                 (a master that saw a newer epoch's master of its name: that epoch; its writer refuses
 #                 every send with COMPLETION_NOT_MASTER until the run ends — broker/fencing.py; 0 = serving) |
-#                 (broker, once) reads_replicated (1: a SYNC_MASTER — while a slave is connected, consumers
-#                 read only what a slave acknowledged, ``BrokerState.consumer_readable_pos``) |
-#                 (ha) replicated_wake (futex word: the ha process adds one whenever replicated_pos moves;
-#                 consumers of a reads_replicated broker sleep on it too)
+#                 (ha) confirmed_pos (a SYNC_MASTER's replication process: how far consumers may read —
+#                 what an in-sync slave acknowledged, or the master's end while none is in sync; it never
+#                 goes back; -1 while no replication process confirms: consumers read to the end) |
+#                 confirm_wake (futex word: the ha process adds one whenever confirmed_pos moves)
 #     +576                      session table: session_slots × STATE_SLOT (broker control)
 #     +576 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +576 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
@@ -200,8 +200,8 @@ BROKER_STATE_VERSION = 13         # 2: consumers_version, 3: offsets_reset_versi
                                   # 10: role line (promotion), BROKER_STOPPED
                                   # 11: slave_read_lag_bytes (broker.slave_read_enable)
                                   # 12: fenced_epoch (a master stepping down, issue 27)
-                                  # 13: reads_replicated, replicated_wake (consumers of a SYNC_MASTER
-                                  #     read what a slave holds: a failover cuts nothing they saw)
+                                  # 13: confirmed_pos, confirm_wake (consumers of a SYNC_MASTER read
+                                  #     what a slave holds: a failover cuts nothing they saw)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -222,7 +222,7 @@ _STATE_FIELDS = [
     (448, ["scheduler_pid", "scheduler_heartbeat_ms", "delayed_delivered", "delayed_skipped",
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
     (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes",
-           "fenced_epoch", "reads_replicated", "replicated_wake"]),
+           "fenced_epoch", "confirmed_pos", "confirm_wake"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.

@@ -29,7 +29,8 @@ broker registers ``tcp://HOST:PORT`` with the NameServers as its HA address). Pe
    connection. The highest ack of a connected slave is published as ``replicated_pos`` (a SYNC_MASTER
    writer answers sends below it; one ack covers every send below it) and the writer is woken.
 
-The writer posts ``ha_wake`` after each batch while a slave is connected; a thread here sleeps on
+The writer posts ``ha_wake`` after each batch while a slave is connected (on a SYNC_MASTER, always:
+this process confirms how far consumers may read, ``confirmed_pos``); a thread here sleeps on
 that futex word and wakes the selector through a pipe, so a new batch is on its way to the slaves
 at once. BEAT frames keep an idle connection alive; one silent for ``broker.ha_housekeeping_s`` is
 closed (the slave reconnects and says again where it is).
@@ -136,6 +137,13 @@ class HAMaster:
         self._waiter.start()
         self.state.set("ha_port", self.port)
         self.state.set("ha_pid", os.getpid())
+        self.max_gap_bytes = cfg.ha_max_gap_bytes
+        if self.sync:
+            # From now on consumers read what this process confirms, and the writer wakes it after every
+            # batch. Confirmed twice: a batch published between the first read of the end and the word
+            # turning on was readable to consumers that still saw none confirming.
+            self._confirm(self.end())
+            self._confirm(self.end())
 
     # -- the readable end of the commitlog ------------------------------------------------------------
     def end(self) -> int:
@@ -415,9 +423,21 @@ class HAMaster:
         if acked != st.get("replicated_pos"):
             st.set("replicated_pos", acked)
             notify_if_waiting(st.writer_waiting, self.doorbell)     # a SYNC_MASTER writer may answer sends now
-            if st.reads_replicated:         # its consumers read up to replicated_pos: wake those waiting
-                st.bump("replicated_wake")
-                st.replicated_wake_word.wake()
+        if self.sync:
+            end = self.end()
+            in_sync = [s.acked for s in live if end - s.acked <= self.max_gap_bytes]
+            self._confirm(max(in_sync) if in_sync else end)
+
+    def _confirm(self, pos: int) -> None:
+        """A SYNC_MASTER: consumers may read to ``pos`` (``confirmed_pos`` only grows): what an
+        in-sync slave — connected, no more than ``broker.ha_max_gap_bytes`` behind, as the writer
+        counts one for SEND_OK — acknowledged, or the master's end while none is (RocketMQ 5's in-sync
+        set shrinking to the master). Consumers sleeping on ``confirm_wake`` are woken."""
+        st = self.state
+        if pos > st.get("confirmed_pos"):
+            st.set("confirmed_pos", pos)
+            st.bump("confirm_wake")
+            st.confirm_wake_word.wake()
 
     def close(self) -> None:
         self._stop.set()
@@ -429,6 +449,10 @@ class HAMaster:
         os.close(self._wake_r)
         os.close(self._wake_w)
         self.state.set("ha_slaves", 0)
+        if self.sync:               # nothing confirms any more: consumers read to the end
+            self.state.set("confirmed_pos", -1)
+            self.state.bump("confirm_wake")
+            self.state.confirm_wake_word.wake()
         self.cl.close()
         self.doorbell_segment.close()
         self.state.close()

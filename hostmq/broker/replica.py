@@ -56,6 +56,8 @@ FENCED_RETRY_S = 5.0                # a refused master (older epoch, refused cut
 ADDRESS_POLL_S = 0.1                # how often master.json is looked for before the first registration answer
 TORN_TAIL_BYTES = 8 << 20          # what one append may have left past the end (a receive and a record)
 CHECKPOINT_FILES = 8                # HELLO names the first record of this many last files (and the last record)
+CHECKPOINT_STEP_BYTES = 64 << 10    # … and a record per this many bytes of its walk to the last record
+CHECKPOINT_WALKED = 48              # … the last this many of those (8 + 48 + 3 ≤ protocol.ha.MAX_CHECKPOINTS)
 _HEADER = struct.Struct(">iI")      # TOTALSIZE, MAGICCODE
 STREAM_KINDS = frozenset((P.DATA, P.BEAT, P.META))   # what a master sends after its WELCOME
 
@@ -109,26 +111,40 @@ class Replica:
         return d.get("ha_address") if isinstance(d, dict) and d.get("ha_address") else None
 
     def checkpoints(self) -> tuple[tuple[int, int, int], ...]:
-        """The last record and the first of each of the last files: where this log can be compared."""
+        """Where this log can be compared (the master keeps it up to the highest one it holds alike):
+        the first record of each of the last files; the records the walk to the last record passes,
+        one per ``CHECKPOINT_STEP_BYTES`` (a slave that was ahead — an old master rejoining — is cut
+        near where the logs part, not at its last file's first record); the record at the end this
+        slave acknowledged to a SYNC_MASTER (``sync_acked``: what that master held, so a newer master
+        that holds it too is not asked to cut below it); and the last record."""
         out = []
         files = self.cl.mfq.files
         for mf in files[-CHECKPOINT_FILES:]:
             cp = self._checkpoint(mf.file_from_offset)
             if cp is not None:
                 out.append(cp)
+        acked = self._checkpoint(self.mark.sync_acked) if self.mark.sync_acked else None
+        if acked is not None:
+            out.append(acked)
         if files:       # the last record: walk the last file (records have no back links) — from
             phys, last = files[-1].file_from_offset, None    # the last one appended, if it still is
             known = self.mark.last_record()
             if known is not None and phys <= known[0] < self.end and self._checkpoint(known[0]) == known:
                 last, phys = known, known[0] + known[1]
+                out.append(known)
+            passed, step_end = [], phys + CHECKPOINT_STEP_BYTES
             while phys < self.end:
                 cp = self._checkpoint(phys)
                 if cp is None:
                     break
+                if phys >= step_end:
+                    passed.append(cp)
+                    step_end = phys + CHECKPOINT_STEP_BYTES
                 last, phys = cp, phys + cp[1]
+            out += passed[-CHECKPOINT_WALKED:]
             if last is not None and last[0] + last[1] == self.end:
                 out.append(last)
-        return tuple(dict.fromkeys(out))[-P.MAX_CHECKPOINTS:]
+        return tuple(sorted(dict.fromkeys(out)))[-P.MAX_CHECKPOINTS:]
 
     def _checkpoint(self, phys: int) -> tuple[int, int, int] | None:
         mf = self.cl.mfq.find(phys)

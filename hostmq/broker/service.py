@@ -56,7 +56,7 @@ from .queue_locks import QueueLocks
 from .quotas import MemberLedger
 from .client_handlers import ClientHandlers
 from .retry import retry_topic
-from .state import W_DISPATCH_SEQ, W_REPLICATED_WAKE, BrokerState
+from .state import W_DISPATCH_SEQ, BrokerState
 from .topic_commits import TopicCommits
 from .topics import TopicTable, is_system_topic
 from .transaction import HALF_TOPIC, OP_TOPIC
@@ -104,7 +104,7 @@ class BrokerService(ClientHandlers):
         self.transactions = TransactionCheck(rt.config_file("transaction.json"), b.transaction_timeout_s,
                                              b.transaction_check_max, b.transaction_resolve_lease_s)
         self.offsets = OffsetTable(rt.config_file(OFFSETS_FILE), slave=rt.is_slave)
-        self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.consumer_readable_pos) \
+        self.reader = StoreReader(rt.store_dir, rt.config.store, broker=rt.name, limit_phys=state.readable_pos) \
             if os.path.isdir(os.path.join(rt.store_dir, "commitlog")) else None
         self.on_topics_changed = on_topics_changed
         self.server: Server | None = None
@@ -246,7 +246,7 @@ class BrokerService(ClientHandlers):
             if not os.path.isdir(os.path.join(self.rt.store_dir, "commitlog")):
                 raise MessageNotFoundError(f"broker {self.rt.name} has stored nothing yet")
             self.reader = StoreReader(self.rt.store_dir, self.rt.config.store, broker=self.rt.name,
-                                      limit_phys=self.state.consumer_readable_pos)
+                                      limit_phys=self.state.readable_pos)
         return self.reader
 
     def check_consumed(self) -> None:
@@ -312,8 +312,7 @@ class BrokerService(ClientHandlers):
         for h in self.held.expired(time.monotonic(), budget):
             self._answer_held(h)
             budget -= 1
-        # Both only grow: the sum moves when either does (a SYNC_MASTER reads up to what a slave acked).
-        seq = self.state.w[W_DISPATCH_SEQ] + self.state.w[W_REPLICATED_WAKE]
+        seq = self.state.w[W_DISPATCH_SEQ]
         if seq != self._held_seq:
             self._held_seq = seq
             self._held_again = True

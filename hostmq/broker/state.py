@@ -33,7 +33,7 @@ W_BROKER_STATE = _W["broker_state"]
 W_SESSIONS_VERSION = _W["sessions_version"]
 W_TOPICS_VERSION = _W["topics_version"]
 W_DISPATCH_SEQ = _W["dispatch_seq"]
-W_HA_SLAVES, W_REPLICATED_POS, W_REPLICATED_WAKE = _W["ha_slaves"], _W["replicated_pos"], _W["replicated_wake"]
+W_CONFIRMED_POS = _W["confirmed_pos"]
 W_FLUSH_REQUEST_POS = _W["flush_request_pos"]
 
 
@@ -57,7 +57,6 @@ class BrokerState:
         self.is_slave = int(hdr["role"]) == R.ROLE_SLAVE       # broker/role.py: what it plays in its group
         self.role_epoch = int(hdr["role_epoch"])
         self.slave_read_lag_bytes = int(hdr["slave_read_lag_bytes"])   # 0: consumers never sent to a slave
-        self.reads_replicated = bool(hdr["reads_replicated"])   # a SYNC_MASTER: consumer_readable_pos
         self._shown_end = 0         # the highest consumer bound this mapping returned (it never goes back)
         sess, attach, histogram, wake, total = R.broker_state_bytes(self.session_slots)
         if total > segment.size or self.session_slots < 1:
@@ -78,15 +77,14 @@ class BrokerState:
         self.ha_wake = FutexWord(words, _W["ha_wake"])             # the writer → the ha process
         self.dispatch_seq_word = FutexWord(words, W_DISPATCH_SEQ)
         self.flush_count_word = FutexWord(words, _W["flush_count"])    # the flusher wakes it per flush
-        self.replicated_wake_word = FutexWord(words, _W["replicated_wake"])   # the ha process, per ack
+        self.confirm_wake_word = FutexWord(words, _W["confirm_wake"])   # the ha process, as confirmed_pos moves
 
     @classmethod
     def create(cls, name: str, *, store_host: bytes, commitlog_file_bytes: int, consume_queue_file_entries: int,
                index_slots: int, index_entries: int, sync_flush: bool, start_pos: int, last_store_ts_ms: int,
                session_slots: int = R.DEFAULT_SESSION_SLOTS, doorbell_fd: int = -1,
                queue_wakes: bool = False, slave: bool = False, role_epoch: int = 0,
-               registered_id: int = 0, slave_read_lag_bytes: int = 0,
-               reads_replicated: bool = False) -> "BrokerState":
+               registered_id: int = 0, slave_read_lag_bytes: int = 0) -> "BrokerState":
         """Create the segment (this process owns it) with every position at ``start_pos``."""
         *_, total = R.broker_state_bytes(session_slots)
 
@@ -104,7 +102,7 @@ class BrokerState:
             h[0]["role"] = R.ROLE_SLAVE if slave else R.ROLE_MASTER
             h[0]["role_epoch"], h[0]["registered_id"] = role_epoch, registered_id
             h[0]["slave_read_lag_bytes"] = slave_read_lag_bytes
-            h[0]["reads_replicated"] = int(reads_replicated and not slave)
+            h[0]["confirmed_pos"] = -1                    # no replication process confirms yet
             h[0]["started_ms"] = int(time.time() * 1000)
             for pos in ("write_pos", "dispatched_pos", "flushed_pos", "cq_flushed_pos", "flush_request_pos",
                         "committed_pos"):
@@ -186,25 +184,28 @@ class BrokerState:
         return min(d, w[W_FLUSHED_POS]) if self.sync_flush else d
 
     def consumer_readable_pos(self) -> int:
-        """How far consumers may read (``readable_pos``), and on a SYNC_MASTER with a slave connected no
-        further than a slave acknowledged (RocketMQ 5's confirm offset): what a consumer saw is on two
-        stores, so a failover to that slave cuts nothing it read — otherwise its position would lie past
-        the new master's end, where RocketMQ's correction sends it back to the queue's first offset.
-        With no slave connected the bound is the master's own (the in-sync set shrank to it)."""
+        """How far consumers may read (``readable_pos``), and on a SYNC_MASTER no further than its
+        replication process confirmed (``confirmed_pos``: what an in-sync slave acknowledged — RocketMQ
+        5's confirm offset): what a consumer saw is on two stores, so a failover to that slave cuts
+        nothing it read — otherwise its position would lie past the new master's end, where RocketMQ's
+        correction sends it back to the queue's first offset. With no slave in sync the replication
+        process confirms the master's own end (the in-sync set shrank to it)."""
         return self._consumer_bound(self.readable_pos())
 
     def consumer_stored_pos(self) -> int:
         """``stored_pos`` under the same bound: how far a tailing consumer reads past the dispatcher."""
         return self._consumer_bound(self.stored_pos())
 
+    def confirms(self) -> bool:
+        """Whether a replication process bounds what consumers read (``confirmed_pos``)."""
+        return self.w[W_CONFIRMED_POS] >= 0
+
     def _consumer_bound(self, end: int) -> int:
-        if not self.reads_replicated:
-            return end
-        w = self.w
-        if w[W_HA_SLAVES]:
-            # Never below what this mapping showed before: a slave that connects again starts with a
-            # lower ack than the end readers already saw while none was connected.
-            end = min(end, max(w[W_REPLICATED_POS], self._shown_end))
+        confirmed = self.w[W_CONFIRMED_POS]
+        if confirmed >= 0:
+            # Never below what this mapping showed before: a replication process that starts again
+            # confirms from the end it reads, which readers may have passed meanwhile.
+            end = min(end, max(confirmed, self._shown_end))
         if end > self._shown_end:
             self._shown_end = end
         return end

@@ -191,8 +191,7 @@ class Broker:
                                         queue_wakes=writer_wakes_queues(rt.config.store) and not rt.is_slave,
                                         slave=rt.is_slave, role_epoch=rt.epoch, registered_id=rt.registered_id,
                                         slave_read_lag_bytes=roles.slave_read_lag_bytes(
-                                            rt, psutil.virtual_memory().total),
-                                        reads_replicated=rt.config.broker.role == "SYNC_MASTER")
+                                            rt, psutil.virtual_memory().total))
         self._create_pool()
         self.service = BrokerService(rt, self.state, on_topics_changed=self.register, doorbell=doorbell_word)
         self.sessions = SessionServer(rt, self.state, doorbell_word, self.doorbell.fd, self.service.session_fields)

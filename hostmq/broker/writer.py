@@ -61,7 +61,7 @@ I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_gener
 I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
 W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
-W_HA_SLAVES, W_REPLICATED = _W["ha_slaves"], _W["replicated_pos"]
+W_HA_SLAVES, W_REPLICATED, W_CONFIRMED = _W["ha_slaves"], _W["replicated_pos"], _W["confirmed_pos"]
 W_FLUSH_ERROR = _W["flush_error"]
 W_FENCED_EPOCH = _W["fenced_epoch"]
 DISK_CHECK_INTERVAL_S = 10.0
@@ -191,7 +191,7 @@ class Writer(RingSessions):
         """The commit step moved appended bytes to the file: readers may have them."""
         self.state.w[W_COMMITTED_POS] = phys_end
         notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
-        if self.state.w[W_HA_SLAVES]:
+        if self.state.w[W_HA_SLAVES] or self.state.w[W_CONFIRMED] >= 0:
             self.state.ha_wake.post()           # the ha process streams committed bytes to the slaves
 
     def commit_due(self, now_s: float) -> None:
@@ -259,8 +259,8 @@ class Writer(RingSessions):
         w[W_WRITE_POS] = end                                  # publish the whole batch at once
         if self.pool is None:
             w[W_COMMITTED_POS] = end
-            if appended and w[W_HA_SLAVES]:
-                self.state.ha_wake.post()                     # a slave is connected: stream it the batch
+            if appended and (w[W_HA_SLAVES] or w[W_CONFIRMED] >= 0):
+                self.state.ha_wake.post()   # a slave is connected: stream it the batch (or confirm it to consumers)
         elif appended:
             cl.commit(self.commit_least_pages)                # publishes committed_pos if it moved
         w[W_LAST_TS] = cl.last_store_ts_ms

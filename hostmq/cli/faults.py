@@ -38,8 +38,8 @@ def add_parser(sub) -> None:
                         "namesrv, producer, consumer, and with --configs ha: slave, replica, ha, master, attack: every "
                         "kind of that target) or kinds such as writer:kill, writer:stop, broker@mid-append, "
                         "master:promote (kill the master, promote its slave, the old master rejoins), "
-                        "attack:forged-master, attack:squat, attack:promote-recovering (ha), attack:member-admin "
-                        "(a hostile member of the root's group; needs root) (default: all)")
+                        "attack:forged-master, attack:squat, attack:promote-recovering, attack:relay (ha), "
+                        "attack:member-admin (a hostile member of the root's group; needs root) (default: all)")
     p.add_argument("--configs", default="async,pool,sync",
                    help="cluster configurations, comma-separated: async (the default store), pool (transient store "
                         "pool), sync (SYNC_FLUSH), ha (a SYNC_MASTER and its slave: replication faults, the slave "

@@ -3,8 +3,8 @@ a socket).
 
 The view maps the broker's commitlog and the consume queues it needs read-only
 (``store.readonly.StoreReader``) and reads no further than the broker says is safe: its state
-segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH; on a SYNC_MASTER with a slave
-connected, also acknowledged by a slave — ``BrokerState.consumer_readable_pos``). With the broker down, the
+segment's ``readable_pos`` (dispatched, and flushed under SYNC_FLUSH; on a SYNC_MASTER also confirmed by its
+replication process — ``BrokerState.consumer_readable_pos``). With the broker down, the
 store is still readable up to what crash recovery would keep. A broker restart (a new state
 segment) is noticed by :meth:`stale`; the owner then builds a new view.
 
@@ -139,8 +139,8 @@ class BrokerView:
             words.append(st.dispatch_seq_word)
             if st.sync_flush:
                 words.append(st.flush_count_word)
-        if st.reads_replicated:        # a SYNC_MASTER's consumers read what a slave acknowledged
-            words.append(st.replicated_wake_word)
+        if st.confirms():               # a SYNC_MASTER's consumers read what a slave acknowledged
+            words.append(st.confirm_wake_word)
         if self.tailing and not dispatch_only:
             for b in sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues}):
                 words.append(st.queue_wake_words[b])

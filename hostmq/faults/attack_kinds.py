@@ -26,19 +26,25 @@ Kinds (target ``attack``, ``ha`` configuration — a SYNC_MASTER and its slave o
   old master joins as a slave and the roles are given back after the load, as for
   ``master:promote``). Breach: any other outcome; two masters show in ``split_brain``.
 
-The relay (a man in the middle between the real master and the real slave) and injected frames need
-the slave to dial the attacker: ``tests/e2e/test_ha_trust.py`` runs them with a configured
-``ha_master``; a harness cluster keeps its slave dialing the master.
+* ``attack:relay`` — a man in the middle on the replication path: the slave's process group is
+  SIGKILLed and started again with its master link (``--master``, as an operator configures a link
+  between hosts) pointing at a relay (``attacks_ha.Relay``) that passes every byte to and from the real
+  master and, once the stream runs, injects a REPORT of everything the master streamed — the forgery
+  that made a SYNC_MASTER answer SEND_OK for bytes no slave held. Breach: the master welcomed a relayed
+  slave, or counted one (``ha_slaves``) while only the relay could reach it. Then the slave starts
+  again on its direct link and must catch up.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from dataclasses import dataclass, field
 
 import orjson
+import psutil
 
 from ..client.admin import Admin
 from ..cluster import LocalCluster
@@ -48,7 +54,7 @@ from ..broker.group import live_state
 from ..broker.replica import MASTER_FILE
 from ..root import RootPaths
 from . import as_user
-from .attacks_ha import ForgedMaster, SlotSquatter
+from .attacks_ha import ForgedMaster, Relay, SlotSquatter
 from .attacks_roles import promote_during_recovery
 from .failover import Failover, caught_up, wait_for, wait_group_gone
 from .plan import ATTACKS
@@ -108,6 +114,8 @@ def run_attack(action: str, cluster: LocalCluster, master: str, slave: str, grou
         return _promote_recovering(cluster, master, slave, group_pids())
     if action == "member-admin":
         return _member_admin(cluster, master, topic, group)
+    if action == "relay":
+        return _relay(cluster, master, slave, group_pids(slave))
     raise FaultHarnessError(f"unknown attack {action!r}; known: {', '.join(ATTACKS)}")
 
 
@@ -156,6 +164,52 @@ def _squat(cluster: LocalCluster, master: str, slave: str) -> AttackOutcome:
         report = squatter.stop()
     out.notes.append(f"squatter: {report.opened} connections opened, {report.closed_by_master} closed by the "
                      f"master, longest held {report.longest_held_s:.1f} s")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _relay(cluster: LocalCluster, master: str, slave: str, pids: list[int]) -> AttackOutcome:
+    out = AttackOutcome(killed=list(pids))
+    real = master_ha_address(cluster.root, slave)
+    listen = f"tcp://127.0.0.1:{_free_port()}"
+    cluster.signal_group(slave, signal.SIGKILL)
+    wait_group_gone(cluster, slave, pids, STOP_TIMEOUT_S)
+    relay = Relay(listen, real, inject="report").start()
+    counted = 0
+    try:
+        cluster.start_broker(slave, master=listen)      # its link to the master runs through the relay
+        try:
+            def dialed_twice() -> bool:
+                nonlocal counted
+                counted = max(counted, _word(cluster.root, master, "ha_slaves") or 0)
+                return relay.report.connections >= 2
+            wait_for(dialed_twice, FORGER_WAIT_S, "the slave to dial through the relay twice")
+        except FaultHarnessError as e:
+            out.notes.append(f"relay at {listen}: {e}")
+    finally:
+        report = relay.stop()
+    out.notes.append(f"relay {listen} → {real}: {report.connections} connections, {report.frames['to_master']} "
+                     f"frames to the master, {report.frames['to_slave']} to the slave, {report.injected} injected, "
+                     f"{report.welcomes_passed} WELCOMEs passed")
+    if report.welcomes_passed:
+        out.breaches.append(f"the master welcomed a slave through the relay {report.welcomes_passed} times")
+    if counted:
+        out.breaches.append(f"the master counted {counted} connected slaves while the only one dialed the relay")
+    again = [cluster.pid(slave)]
+    try:
+        again += [p.pid for p in psutil.Process(again[0]).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        pass
+    out.killed += again
+    cluster.signal_group(slave, signal.SIGKILL)
+    wait_group_gone(cluster, slave, again, STOP_TIMEOUT_S)
+    cluster.start_broker(slave)                         # the direct link again
+    caught_up(cluster.root, slave, master, f"{slave} to catch up on its direct link", everything=False)
     return out
 
 

@@ -38,7 +38,7 @@ TARGETS = ("writer", "dispatcher", "flusher", "scheduler", "broker", "namesrv", 
            "slave", "replica", "ha", "master", "attack")
 CHILDREN = ("writer", "dispatcher", "flusher", "scheduler", "ha")   # the master's, restarted by its supervisor
 HA_TARGETS = ("slave", "replica", "ha", "master", "attack")
-ATTACKS = ("forged-master", "squat", "promote-recovering", "member-admin")      # attack_kinds.py
+ATTACKS = ("forged-master", "squat", "promote-recovering", "member-admin", "relay")      # attack_kinds.py
 EVERY_CONFIG_ATTACKS = ("member-admin",)                        # the others need the ha configuration
 ACTIONS = {"master": ("promote",), "attack": ATTACKS}   # the actions of a target, when not kill and stop
 AIMS = {"writer": ("mid-append", "mid-patch", "mid-journal", "mid-roll", "mid-commit"),

@@ -5,6 +5,8 @@ replica is driven without spawning, on a real store and a real state segment."""
 from __future__ import annotations
 
 import contextlib
+import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,7 +70,9 @@ def test_the_walk_to_the_last_record_starts_at_the_mark_when_it_still_matches(tm
         back = next(c for c in reversed(seen) if c < last - 50 * rec[1])     # a record 50 back
         r.mark.set_last_record(*r._checkpoint(back))
         seen.clear()
-        assert r.checkpoints() == walked and len(seen) < 60
+        from_mark = r.checkpoints()
+        assert from_mark[-1] == walked[-1] and len(seen) < 60       # the same last record, 50 steps
+        assert set(from_mark) <= set(walked) | {r.mark.last_record()}
         for stale in ((back, rec[1], rec[2] ^ 1), (back + 1, rec[1], rec[2]), (end + 100, 10, 0)):
             r.mark.set_last_record(*stale)          # torn, not a record start, past the end: walk it all
             seen.clear()
@@ -125,3 +129,48 @@ def test_a_version_0_mark_is_upgraded_and_the_fence_survives_a_restart(tmp_path)
         mark.close()
     with pytest.raises(ConfigError, match="version"):
         ReplicaMark(str(tmp_path))
+
+
+def test_an_old_master_rejoining_is_cut_where_the_logs_part_not_below_what_it_acknowledged(tmp_path):
+    """Fault replay of master:promote (seed 485, trial 8): an old master restarted with 547 bytes the
+    promoted slave never got, and had acknowledged up to 5438142 to a SYNC_MASTER earlier; its HELLO
+    named only its last record and its files' first records, so the new master agreed at the last
+    file's first record and asked for a cut of 338,674 bytes — below what it had acknowledged, which
+    the slave rightly refuses, and it could never rejoin. The HELLO now also names the record at
+    ``sync_acked`` and a record per 64 KiB of the walk: the cut lands where the logs part."""
+    master_dir = str(tmp_path / "master")
+    _, master_end = _fill(master_dir, 3000)
+    with open(f"{master_dir}/commitlog/{0:020d}", "rb") as f:
+        log = f.read(master_end)
+    rt = BrokerRuntime(str(tmp_path / "root"), "broker-a", 1, CFG)
+    sizes = []                                      # record ends, from the records' own sizes
+    phys = 0
+    while phys < master_end:
+        size = int.from_bytes(log[phys:phys + 4], "big")
+        phys += size
+        sizes.append(phys)
+    parted = sizes[1999]                            # both hold records 0..1999 alike
+    os.makedirs(f"{rt.store_dir}/commitlog", exist_ok=True)
+    with open(f"{rt.store_dir}/commitlog/{0:020d}", "wb") as f:
+        f.write(log[:parted])
+        f.truncate(FILE_BYTES)
+    with MessageStore(rt.store_dir, config={"commitlog_file_bytes": FILE_BYTES}) as s:
+        for i in range(800):                        # its own tail, never replicated
+            s.put(Message("marked", b"own-%05d" % i + b"-" * 91))
+        end = s.commitlog.max_offset()
+    acked = sizes[1500]
+
+    def record_at(phys: int, size: int):
+        return log[phys:phys + size] if phys + size <= master_end else None
+
+    with _replica(rt, end) as r:
+        r.mark.sync_acked = acked
+        cps = r.checkpoints()
+        assert len(cps) <= P.MAX_CHECKPOINTS and cps == tuple(sorted(cps))
+        start, cut = P.agreed_start(SimpleNamespace(end=end, checkpoints=cps), master_end, 0, record_at)
+        assert cut is not None and acked < cut == start <= parted
+        assert parted - cut <= (64 << 10) + 4096    # within one step of where the logs part
+        r.mark.sync_acked = 0                       # without the acked record: the walk's samples
+        start, cut = P.agreed_start(SimpleNamespace(end=end, checkpoints=r.checkpoints()), master_end, 0,
+                                    record_at)
+        assert acked < cut <= parted

@@ -1,7 +1,8 @@
-"""Consumers of a SYNC_MASTER read only what a slave acknowledged while one is connected (fault run
+"""Consumers of a SYNC_MASTER read only what an in-sync slave acknowledged (fault run
 599c713, trial 485): a consumer had read records the slave did not hold yet, the master was killed,
 the slave promoted, and the consumer's position lay past the new master's end — RocketMQ's offset
-correction sent it back to the queue's first offset. ``BrokerState.consumer_readable_pos``."""
+correction sent it back to the queue's first offset. With no slave connected they read what the master
+stored. ``BrokerState.consumer_readable_pos``, ``confirmed_pos``."""
 from __future__ import annotations
 
 import signal
@@ -54,3 +55,10 @@ def test_a_sync_master_shows_consumers_only_what_its_slave_holds(cluster):
             wait_until(lambda: got.extend(m.body for m in con.poll(0.2)) or b"on-one" in got, 30,
                        "the record once the slave holds it")
             assert got.count(b"on-one") == 1
+            c.signal_group("broker-a.1", signal.SIGKILL)        # no slave left: the master confirms alone
+            c.processes["broker-a.1"].wait(30)
+            wait_until(lambda: _words(c.root, "broker-a", "ha_slaves") == (0,), 30, "the master to see it gone")
+            assert p.send(Message("confirmed", b"alone"), timeout=5.0).status == \
+                hostmq.SendStatus.SLAVE_NOT_AVAILABLE
+            wait_until(lambda: got.extend(m.body for m in con.poll(0.2)) or b"alone" in got, 30,
+                       "a record stored while no slave is connected")

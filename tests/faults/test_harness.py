@@ -116,14 +116,14 @@ def test_the_command_line_refuses_a_used_root_and_bad_kinds(tmp_path):
 
 
 HA_KINDS = ("slave:kill,replica:kill,ha:kill,slave:stop,broker:kill,master:promote,"
-            "attack:forged-master,attack:squat,attack:promote-recovering")
+            "attack:forged-master,attack:squat,attack:promote-recovering,attack:relay")
 
 
 def test_short_run_with_a_slave(short_tmp, older_children):
     """A SYNC_MASTER and its slave: kill the slave, either end of the replication connection, stop the
     slave, kill the master — and kill the master, promote the slave, let the old master rejoin as its
-    slave under load, then give the roles back; a forged master, replication-slot squatters and a
-    promote racing a recovering master (issue 27) — every acknowledged message is on the master, one
+    slave under load, then give the roles back; a forged master, replication-slot squatters, a
+    promote racing a recovering master and a relay on the slave's link (issue 27) — every acknowledged message is on the master, one
     master at every sampled instant, no attack got through, and after every trial the slave caught
     up and holds the master's commitlog byte for byte."""
     every_kind_once(HA_KINDS, "ha", short_tmp, older_children)

@@ -65,9 +65,9 @@ def test_attack_kinds_apply_where_their_target_exists():
     """Replication attacks need the ha configuration's slave; a hostile group member works against
     every configuration."""
     kinds = {k.action: k for k in parse_kinds("attack")}
-    assert set(kinds) == {"forged-master", "squat", "promote-recovering", "member-admin"}
+    assert set(kinds) == {"forged-master", "squat", "promote-recovering", "member-admin", "relay"}
     assert all(k.name == f"attack:{a}" for a, k in kinds.items())
-    for action in ("forged-master", "squat", "promote-recovering"):
+    for action in ("forged-master", "squat", "promote-recovering", "relay"):
         assert kinds[action].applies("ha") and not any(kinds[action].applies(c) for c in ("async", "sync", "pool"))
     assert all(kinds["member-admin"].applies(c) for c in ("async", "sync", "pool", "ha"))
     with pytest.raises(FaultHarnessError, match="unknown fault kind"):
