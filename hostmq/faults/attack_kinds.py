@@ -179,6 +179,8 @@ def _relay(cluster: LocalCluster, master: str, slave: str, pids: list[int]) -> A
     listen = f"tcp://127.0.0.1:{_free_port()}"
     cluster.signal_group(slave, signal.SIGKILL)
     wait_group_gone(cluster, slave, pids, STOP_TIMEOUT_S)
+    wait_for(lambda: not _word(cluster.root, master, "ha_slaves"), STOP_TIMEOUT_S,
+             f"{master} to see its slave's connection closed")
     relay = Relay(listen, real, inject="report").start()
     counted = 0
     try:
