@@ -196,8 +196,9 @@ def test_a_pull_that_finds_nothing_is_held_and_answered_on_arrival(cluster):
             answer["s"] = time.monotonic() - t
         th = threading.Thread(target=pull)
         th.start()
-        time.sleep(0.3)                                   # the pull is held by now (nothing to answer)
-        assert th.is_alive()
+        wait_until(lambda: inst.broker_request(addr, RequestCode.GET_BROKER_RUNTIME_INFO, {}, raw=True, timeout_s=10)
+                   .fields["control"]["held_pulls"] == 1, 15, "the broker to hold the pull")
+        assert th.is_alive() and "frame" not in answer      # held: nothing to answer yet
         send(c.root, "lp", [7])
         th.join(15)
         f = answer["frame"]

@@ -132,7 +132,7 @@ def test_async_flush_acknowledges_before_the_flush(cluster):
                 assert a.view_message(r.msg_id).body == b"m%d" % i      # found at once, dispatched or not
                 results.append(r)
             assert all(r.status == hostmq.SendStatus.SEND_OK for r in results)
-            assert st.flushed() == flushed_at_start <= phys_of(results[-1])      # acked, none of it flushed
+            assert st.flushed() == flushed_at_start <= phys_of(results[0])       # acked, none of it flushed
             assert st.flush_count() == flushes_at_start
     finally:
         st.close()
