@@ -10,6 +10,7 @@ therefore begins by unlinking hostmq segments whose owner process is dead
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -24,3 +25,16 @@ def reclaim_segments_of_killed_runs():
     if gone:
         log.warning("unlinked %d shared-memory names left by a killed run: %s", len(gone), gone)
     yield
+
+
+def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: float = 0.02):
+    """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout_s`` — the
+    one way tests wait for a condition (never a bare sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(step_s)

@@ -24,7 +24,8 @@ import pytest
 
 import hostmq
 from tests.docs.examples import SHARED_ROOT, TOP, all_blocks, interrupt
-from tests.e2e.conftest import leftovers, wait_until
+from tests.e2e.conftest import leftovers
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

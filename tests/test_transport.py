@@ -27,6 +27,7 @@ from hostmq.protocol import (MAX_HEADER_BYTES, MAX_REQUEST_FRAMES, RequestCode, 
 from hostmq.root import ipc_address
 from hostmq.protocol.permissions import ControlPolicy, PeerCred
 from hostmq.transport import DEFER, Reply, ReplyToken, Server, ServerLimits
+from tests.conftest import wait_until
 from zmq.utils.garbage import GarbageCollectorThread
 
 pytestmark = pytest.mark.timeout(60)
@@ -177,13 +178,6 @@ def spawn_server():
         if p.is_alive():
             p.kill()
         p.join(WAIT_S)
-
-
-def wait_until(cond, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def recv_within(sock: zmq.Socket, timeout_s: float = WAIT_S) -> list[bytes]:
@@ -377,7 +371,7 @@ def test_a_peer_that_never_reads_holds_bounded_reply_bytes_and_others_are_served
     try:
         for i in range(1, 401):
             lazy.send_multipart(encode_request(PING, i))
-        wait_until(lambda: len(handled) >= 400, "400 requests handled")
+        wait_until(lambda: len(handled) >= 400, WAIT_S, "400 requests handled")
         server = running.server
         assert server.busy_replies > 0 and server.dropped_replies > 0
         assert server.unsent_reply_bytes <= limits.peer_unsent_bytes
@@ -390,7 +384,7 @@ def test_a_peer_that_never_reads_holds_bounded_reply_bytes_and_others_are_served
         assert len(got) + server.dropped_replies == 400
     finally:
         lazy.close(0)
-    wait_until(lambda: running.server.unsent_reply_bytes == 0, "written replies to be forgotten")
+    wait_until(lambda: running.server.unsent_reply_bytes == 0, WAIT_S, "written replies to be forgotten")
 
 
 # --- deferred replies (long polling) -----------------------------------------------------------------
@@ -508,7 +502,7 @@ def test_a_waiting_caller_uses_its_own_socket_unless_async_requests_are_in_fligh
     answered = []
     t = threading.Thread(target=lambda: answered.append(c.request(PING)))
     t.start()
-    wait_until(lambda: len(seen) == 4, "the PING behind the held pull")
+    wait_until(lambda: len(seen) == 4, WAIT_S, "the PING behind the held pull")
     assert seen[3][1] == seen[2][1] != seen[0][1], "the PING did not go the async request's way"
     running.server.call_soon_threadsafe(lambda: running.server.reply(held[0], Reply(fields={})))
     assert future.result(WAIT_S).code == ResponseCode.SUCCESS
@@ -739,5 +733,5 @@ def test_batch_hooks_run_after_each_batch_and_a_failing_one_is_kept(serve, conne
     c = connect(r.address)
     for _ in range(3):
         assert c.request(PING).code == ResponseCode.SUCCESS
-        wait_until(lambda: order[-1:] == ["hook"], "the batch hook")
+        wait_until(lambda: order[-1:] == ["hook"], WAIT_S, "the batch hook")
     assert order == ["handler", "hook"] * 3

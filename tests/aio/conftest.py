@@ -18,7 +18,8 @@ import pytest
 
 from hostmq import LocalCluster
 from hostmq.shm import unlink_semaphore, unlink_segment
-from tests.e2e.conftest import TEST_CONFIG, leftovers, merge, wait_until
+from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
+from tests.conftest import wait_until
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 CONFIG = {"broker": {"message_delay_level": "1s 1s 1s 1s 1s"}}      # the push example's retry: 1 s

@@ -13,7 +13,7 @@ import hostmq
 from hostmq import ConsumeFrom, Message, MessageQueue, SendStatus
 from hostmq import aio
 from tests.aio.conftest import client_threads, eventually, run
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ from hostmq.broker.topic_commits import TopicCommits
 from hostmq.broker.topics import TopicTable
 from hostmq.namesrv.route_data import TopicConfig
 from hostmq.transport import DEFER, Reply
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from tests.docs.examples import SHARED_ROOT, TOP, Block, all_blocks, interrupt, localise
-from tests.e2e.conftest import leftovers, wait_until
+from tests.e2e.conftest import leftovers
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,6 +16,7 @@ import pytest
 from hostmq import LocalCluster
 from hostmq.root import shm_name
 from hostmq.shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
+from tests.conftest import wait_until
 
 # Small files so tests roll commitlog, consume-queue and index files; fast expiry and registration.
 TEST_CONFIG = {
@@ -24,18 +25,6 @@ TEST_CONFIG = {
     "store": {"commitlog_file_bytes": 4 << 20, "consume_queue_file_entries": 4000, "index_slots": 1000,
               "index_entries": 8000},
 }
-
-
-def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: float = 0.02):
-    """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(step_s)
 
 
 def sessions_settled(admin) -> int:

@@ -15,7 +15,7 @@ from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address
 from hostmq.client.session import ProducerSession
 from hostmq.shm import notify_if_waiting
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

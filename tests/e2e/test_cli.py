@@ -12,7 +12,8 @@ import time
 import psutil
 import pytest
 
-from tests.e2e.conftest import leftovers, wait_until
+from tests.e2e.conftest import leftovers
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

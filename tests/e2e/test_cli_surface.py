@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import hostmq
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 from tests.e2e.test_cli import SMALL, Up, assert_nothing_left, hostmq as cli
 
 pytestmark = pytest.mark.timeout(240)

@@ -13,7 +13,7 @@ import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq.broker.state import BrokerState
 from hostmq.root import shm_name
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 SEQ = struct.Struct(">q")

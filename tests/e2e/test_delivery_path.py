@@ -12,7 +12,8 @@ import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq.broker.state import BrokerState
 from hostmq.root import shm_name
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

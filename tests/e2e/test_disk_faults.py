@@ -17,7 +17,8 @@ import hostmq
 from hostmq import Message, SendStatus
 from hostmq.errors import BrokerBusyError, StoreFullError
 from hostmq.root import RootPaths
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 MiB = 1 << 20

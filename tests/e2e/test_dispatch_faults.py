@@ -14,7 +14,7 @@ import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq import records as R
 from hostmq.root import RootPaths
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 FAST_RETRY = {"dispatch_retry_interval_ms": 100}

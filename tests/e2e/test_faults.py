@@ -14,7 +14,7 @@ import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq.errors import HostMQError, NoRouteError
 from hostmq.protocol.codes import RequestCode
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 SEQ = struct.Struct(">q")

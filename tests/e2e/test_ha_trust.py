@@ -18,7 +18,8 @@ from hostmq import Message
 from hostmq.broker.group import live_state
 from hostmq.faults.attacks_ha import ForgedMaster, Relay, SlotSquatter
 from hostmq.root import RootPaths
-from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies, wait_until
+from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SYNC = {"role": "SYNC_MASTER", "ha_sync_timeout_ms": 700}

@@ -29,7 +29,8 @@ from hostmq.broker.state import BrokerState
 from hostmq.root import RootPaths, shm_name
 from hostmq.shm import FutexWord, IngressRing, Segment, notify_if_waiting
 from hostmq.store import MessageStore
-from tests.e2e.conftest import sessions_settled, wait_until
+from tests.e2e.conftest import sessions_settled
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

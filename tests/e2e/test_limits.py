@@ -19,7 +19,7 @@ from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address
 
-from .conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 MiB = 1 << 20

@@ -15,25 +15,17 @@ from hostmq.errors import HostMQError, NoRouteError, ValidationError
 from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 C = RequestCode
-
-
-def wait_for(cond, timeout_s=10.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_namesrv(root, index=0):
     proc = subprocess.Popen([sys.executable, "-m", "hostmq.cli.main", "namesrv", str(root), "--index", str(index)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sock = RootPaths(str(root)).namesrv_socket(index)
-    wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, what="namesrv socket")
+    wait_until(lambda: os.path.exists(sock) or proc.poll() is not None, what="namesrv socket")
     return proc, sock
 
 
@@ -90,7 +82,7 @@ def test_register_route_expire_and_reregister(namesrv):
     names = [q["broker_name"] for q in client.request(C.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"}).fields["queue_datas"]]
     assert names == ["broker-a", "broker-b"]
     # Everyone silent: every route goes.
-    wait_for(lambda: _no_route(client, "orders"), what="all brokers to expire")
+    wait_until(lambda: _no_route(client, "orders"), what="all brokers to expire")
 
 
 def _no_route(client, topic) -> bool:

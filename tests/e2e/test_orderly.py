@@ -12,7 +12,7 @@ import pytest
 
 import hostmq
 from hostmq import ConsumeFrom, ConsumeResult, Message
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 from tests.e2e.test_push import FAST
 
 pytestmark = pytest.mark.timeout(300)

@@ -14,7 +14,8 @@ import pytest
 import hostmq
 from hostmq import Message
 from hostmq.root import RootPaths
-from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies, wait_until
+from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

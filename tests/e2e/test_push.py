@@ -13,7 +13,7 @@ import pytest
 
 import hostmq
 from hostmq import ConsumeFrom, ConsumeResult, Message, MessageModel
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SEQ = struct.Struct(">q")

@@ -13,7 +13,8 @@ from hostmq import Message
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths
 from hostmq.store import MessageStore
-from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies, wait_until
+from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,7 +12,7 @@ import pytest
 import hostmq
 from hostmq import ConsumeFrom, Message
 from hostmq.client.offset_store import BrokerOffsets
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 from tests.e2e.test_push import FAST, Sink, push
 
 pytestmark = pytest.mark.timeout(240)

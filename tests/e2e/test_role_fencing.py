@@ -26,7 +26,8 @@ from hostmq.broker.runtime import BrokerRuntime
 from hostmq.broker.state import BrokerState
 from hostmq.faults.attacks_roles import promote_during_recovery
 from hostmq.root import RootPaths
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 NAME = "broker-a"

@@ -9,7 +9,7 @@ import pytest
 
 import hostmq
 from hostmq import ConsumeFrom, Message, MessageQueue, SendStatus
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 SEQ = struct.Struct(">q")

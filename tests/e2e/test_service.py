@@ -19,7 +19,8 @@ from hostmq import Message
 from hostmq.cli.systemd import (BROKER_UNIT, EXPORTER_UNIT, NAMESRV_UNIT, hostmq_command, missing_prerequisites,
                                 render_units)
 from hostmq.root import RootPaths
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

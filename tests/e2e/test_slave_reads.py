@@ -12,7 +12,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,7 +16,8 @@ import hostmq
 from hostmq import Message, SendStatus
 from hostmq.root import RootPaths, shm_name
 from hostmq.shm import list_segments
-from tests.e2e.conftest import consume_bodies, wait_until
+from tests.e2e.conftest import consume_bodies
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,7 +18,7 @@ from hostmq import TransactionState as TS
 from hostmq import records as R
 from hostmq.errors import RemoteError, ValidationError
 from hostmq.protocol.codes import RequestCode
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 FAST = {"broker": {"transaction_check_interval_s": 0.3, "transaction_timeout_s": 0.5}}

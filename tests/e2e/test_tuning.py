@@ -9,7 +9,7 @@ import pytest
 import hostmq
 from hostmq import Message
 from hostmq.root import RootPaths
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 from tests.store.test_madvise import vm_flags
 
 pytestmark = pytest.mark.timeout(120)

@@ -30,8 +30,9 @@ from hostmq.config import Config
 from hostmq.root import RootPaths
 from hostmq.sdnotify import environment_without_notify
 from hostmq.shm import unlink_semaphore, unlink_segment
+from tests.conftest import wait_until
 from tests.e2e.conftest import (TEST_CONFIG, SendsUntilStopped, commitlogs_identical, consume_bodies, leftovers,
-                                merge, wait_until)
+                                merge)
 
 pytestmark = pytest.mark.timeout(180)
 

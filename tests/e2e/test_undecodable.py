@@ -22,7 +22,7 @@ from hostmq import ConsumeFrom, ConsumeResult, Message
 from hostmq import records as R
 from hostmq.root import RootPaths
 from hostmq.store.message_store import MessageStore
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SEQ = struct.Struct(">q")

@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from hostmq import LocalCluster
-from tests.e2e.conftest import TEST_CONFIG, leftovers, merge, wait_until
+from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
+from tests.conftest import wait_until
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e .[spark])")
 if shutil.which("java") is None:

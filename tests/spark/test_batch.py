@@ -12,7 +12,7 @@ import pytest
 import hostmq
 from hostmq import Message
 from hostmq.spark.scan import StoreScan
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 SMALL = {"store": {"commitlog_file_bytes": 64 << 10, "consume_queue_file_entries": 500}}

@@ -11,7 +11,7 @@ from hostmq.message import Message
 from hostmq.observe import process_stats, residency
 from hostmq.store import MessageStore
 from hostmq.store.readonly import StoreReader
-from tests.e2e.conftest import wait_until
+from tests.conftest import wait_until
 
 from .conftest import crash_copy
 
