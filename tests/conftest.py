@@ -17,6 +17,21 @@ import pytest
 from hostmq.shm import reclaim_stale
 
 log = logging.getLogger(__name__)
+SLOW_DIRS = ("e2e", "faults", "spark", "docs", "aio")   # whole clusters, fault runs, a SparkSession
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything under ``SLOW_DIRS`` (real clusters, Spark, fault runs) is ``slow``: ``pytest -m "not
+    slow"`` is the fast lane — the in-process tests of stores, segments, codecs and loop bodies.
+    ``tools/test.sh`` runs both lanes."""
+    root = config.rootpath / "tests"
+    for item in items:
+        try:
+            top = item.path.relative_to(root).parts[0]
+        except ValueError:
+            continue
+        if top in SLOW_DIRS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,7 +22,7 @@ from hostmq.broker.retry import dlq_topic, retry_topic
 from hostmq.broker.topics import (NOT_ALLOWED_SEND_TOPICS, ROCKETMQ_SYSTEM_TOPIC_PREFIX, ROCKETMQ_SYSTEM_TOPICS,
                                   is_not_allowed_send_topic, is_system_topic)
 from hostmq.client import rebalance
-from hostmq.client.filter import parse_tag_expression
+from hostmq.store.filter import parse_tag_expression
 from hostmq.errors import CorruptRecordError, FilterSyntaxError, ReservedPropertyError, ValidationError
 from hostmq.message import MessageExt
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import records as R
-from ..client.filter import parse_tag_expression
+from ..store.filter import parse_tag_expression
 from ..client.pull_consumer import PullConsumer as _SyncPullConsumer
 from ..client.sql92 import SQL
 from ..errors import ValidationError

@@ -34,7 +34,7 @@ from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
 from .broker_view import BrokerView
 from .slave_reads import SlaveReads
-from .filter import parse_tag_expression
+from ..store.filter import parse_tag_expression
 from .offset_store import BrokerOffsets
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S, GroupMember
 from .rebalance import Strategy

@@ -50,7 +50,7 @@ from .pull_consumer import PullConsumer
 from .rebalance import Strategy
 from .session import ProducerSession, Waiter
 from .sql92 import SQL
-from .filter import parse_tag_expression
+from ..store.filter import parse_tag_expression
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from .. import records as R
-from ..client.filter import parse_tag_expression
+from ..store.filter import parse_tag_expression
 from ..client.sql92 import SQL
 from ..errors import ConfigError, FilterSyntaxError, ValidationError
 

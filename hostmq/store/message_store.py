@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import records as R
 from ..config import ASYNC_FLUSH, Config, StoreConfig, store_config
-from ..client.filter import parse_tag_expression
+from .filter import parse_tag_expression
 from ..errors import (CorruptRecordError, MessageNotFoundError, StoreFullError, StoreLockedError,
                       ValidationError)
 from ..fsutil import ensure_dir, fsync_dir, open_file

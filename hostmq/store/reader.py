@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import records as R
-from ..client.filter import TagFilter
+from .filter import TagFilter
 from ..message import MessageExt, MessageQueue
 from . import read_check
 from .read_check import check_one, check_rows, why_not

@@ -1,0 +1,141 @@
+"""The import contract (issue 28): hostmq's packages form layers, each importing only from below —
+
+* L0 the ground: ``errors``, ``config``, ``root``, ``records`` (and its native codec), ``message`` and
+  the small modules beside them (files, locks, logging, processes, the shared-memory layouts);
+* L1 ``protocol/`` (the control schema), ``shm/`` (segments, rings, futex words), ``transport``;
+* L2 ``store/`` (commitlog, consume queues, index, readers, the tag filter);
+* L4 ``namesrv/``, ``broker/``, ``client/`` — siblings that never import each other;
+* L5 what assembles them: ``cluster``, ``cli/``, ``aio/``, ``spark/``, ``bench/``, ``faults/``, the
+  exporter and ``hostmq`` itself (the public facade).
+
+L3 (``semantics/``, ``ingress/``, ``live/``) is where the re-cut puts what L4 packages now take from
+each other. Until then the imports that break the contract are listed in ``KNOWN`` — a ratchet: a new
+one fails this test, and so does one that is gone but still listed (take it off the list). Imports
+inside ``if TYPE_CHECKING:`` are annotations only and do not count.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hostmq"
+LAYERS = {
+    0: {"errors", "config", "root", "records", "record_fields", "message", "fsutil", "jsonfile", "locks",
+        "logsetup", "shm_layouts", "process", "sdnotify", "access", "_codec"},
+    1: {"protocol", "shm", "transport", "transport_outbox"},
+    2: {"store"},
+    3: set(),
+    4: {"namesrv", "broker", "client"},
+    5: {"aio", "cluster", "cli", "spark", "bench", "faults", "observe", "metrics", "metrics_http", "reference",
+        "__main__", "hostmq"},
+}
+LAYER = {u: n for n, us in LAYERS.items() for u in us}
+SIBLINGS_APART = 4          # the layer whose packages never import each other
+
+# (importing module, imported unit): what the re-cut removes. Only ever shorter.
+KNOWN = {
+    ("hostmq.access", "protocol"), ("hostmq.access", "shm"),
+    ("hostmq.broker.client_handlers", "namesrv"), ("hostmq.broker.promotion", "client"),
+    ("hostmq.broker.registration", "client"), ("hostmq.broker.scheduler", "client"),
+    ("hostmq.broker.service", "namesrv"), ("hostmq.broker.topics", "namesrv"),
+    ("hostmq.client.admin", "broker"), ("hostmq.client.admin", "namesrv"),
+    ("hostmq.client.broker_view", "broker"), ("hostmq.client.instance", "namesrv"),
+    ("hostmq.client.producer", "broker"), ("hostmq.client.push_consumer", "broker"),
+    ("hostmq.client.session", "broker"), ("hostmq.client.transaction_producer", "broker"),
+}
+
+
+def unit(module: str) -> str:
+    """``hostmq.broker.writer`` → ``broker``; ``hostmq.records`` → ``records``; ``hostmq`` → ``hostmq``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    skip = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and getattr(n.test, "id", getattr(n.test, "attr", None)) == "TYPE_CHECKING":
+            skip |= {id(m) for b in n.body for m in ast.walk(b)}
+    return skip
+
+
+def _is_module(package_dir: pathlib.Path, dotted: list[str]) -> bool:
+    path = package_dir.parent.joinpath(*dotted)
+    return (path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+            or path.with_suffix(".c").exists())         # a native module: its source is beside it
+
+
+def imports(package_dir: pathlib.Path = PACKAGE) -> list[tuple[str, str]]:
+    """(module, imported hostmq module) for every import in the package, function-level ones included."""
+    out = []
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = module if parts[-1] == "__init__" else module.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_only(tree)
+        for n in ast.walk(tree):
+            if id(n) in skip:
+                continue
+            if isinstance(n, ast.Import):
+                targets = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                if n.level:
+                    base = package.split(".")[:len(package.split(".")) - (n.level - 1)]
+                    targets = [".".join(base + [n.module])] if n.module else \
+                        [".".join(base + [a.name]) if _is_module(package_dir, base + [a.name]) else ".".join(base)
+                         for a in n.names]     # ``from .. import __version__`` imports the package
+                else:
+                    targets = [n.module] if n.module else []
+            else:
+                continue
+            out += [(module, t) for t in targets if t == "hostmq" or t.startswith("hostmq.")]
+    return out
+
+
+def violations(package_dir: pathlib.Path = PACKAGE) -> set[tuple[str, str]]:
+    edges = imports(package_dir)
+    units = {(unit(a), unit(b)) for a, b in edges}
+    out = set()
+    for a, b in edges:
+        ua, ub = unit(a), unit(b)
+        if ua == ub:
+            continue
+        la, lb = LAYER[ua], LAYER[ub]
+        if lb > la or (lb == la == SIBLINGS_APART) or ((ub, ua) in units and lb == la):
+            out.add((a, ub))
+    return out
+
+
+def test_every_package_and_module_has_a_layer():
+    found = {unit(m) for m, _ in imports()} | {unit(t) for _, t in imports()}
+    found |= {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+              if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem != "__init__"}
+    assert not found - set(LAYER), f"place these in LAYERS: {sorted(found - set(LAYER))}"
+
+
+def test_imports_only_go_down_but_for_the_known_ones():
+    got = violations()
+    new, fixed = sorted(got - KNOWN), sorted(KNOWN - got)
+    assert not new, f"imports against the layers (a lower layer, or a sibling of {SIBLINGS_APART}): {new}"
+    assert not fixed, f"no longer imported — take them off KNOWN: {fixed}"
+
+
+def test_the_walker_sees_relative_function_level_and_guarded_imports(tmp_path):
+    """The contract is only as good as its walker: a relative import inside a function counts, one
+    under ``if TYPE_CHECKING:`` does not, ``from .. import NAME`` of a non-module is the package."""
+    pkg = tmp_path / "hostmq"
+    (pkg / "store").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0'\n")
+    (pkg / "store" / "__init__.py").write_text("")
+    (pkg / "store" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom .. import __version__\nif TYPE_CHECKING:\n    from ..client import y\n"
+        "def f():\n    from ..broker.state import BrokerState\n    return BrokerState\n")
+    got = imports(pkg)
+    assert ("hostmq.store.x", "hostmq.broker.state") in got and ("hostmq.store.x", "hostmq") in got
+    assert not any(t.startswith("hostmq.client") for _, t in got)
+    assert violations(pkg) == {("hostmq.store.x", "broker"), ("hostmq.store.x", "hostmq")}
