@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import hostmq  # noqa: E402
 from hostmq import ConsumeFrom, Message  # noqa: E402
 from hostmq import records as R  # noqa: E402
-from hostmq.broker.state import BrokerState  # noqa: E402
+from hostmq.live.state import BrokerState  # noqa: E402
 from hostmq.root import shm_name  # noqa: E402
 
 BODY = b"x" * 100

@@ -34,7 +34,7 @@ class PromotionRefusedError(HostMQError):
 
 class RoleLockTimeoutError(HostMQError, TimeoutError):
     """A role decision of a broker name (a starting instance reading its role, ``hostmq ha promote``
-    or ``demote``) waited its whole timeout for the name's role lock (``broker/role_lock.py``);
+    or ``demote``) waited its whole timeout for the name's role lock (``live/role_lock.py``);
     ``holder_pid`` is the process the kernel says holds it (0: it could not tell)."""
 
     def __init__(self, name: str, path: str, holder_pid: int, holder: str, timeout_s: float) -> None:

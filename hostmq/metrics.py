@@ -62,8 +62,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def snapshot(root: str, admin=None) -> dict:
     """Everything the metrics say, read at one moment: ``{"brokers": {name: {...}}, "lag": [rows]}``."""
-    from .broker.runtime import check_broker_name
-    from .broker.group import live_state
+    from .live.runtime import check_broker_name
+    from .live.group import live_state
     paths = RootPaths.of(root)
     brokers = {}
     for name in paths.instances():      # masters (NAME) and slaves (NAME.ID): labelled by instance

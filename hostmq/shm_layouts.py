@@ -161,7 +161,7 @@ COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's 
 #                 (ha: a master's replication process) ha_pid | ha_heartbeat_ms | ha_port (the bound TCP port, registered with the NameServers)
 #                 | replicated_pos (the highest commitlog end a connected slave acknowledged)
 #     line 8 +512 (broker, once, before the magic) role (ROLE_MASTER | ROLE_SLAVE: what this instance
-#                 plays now, broker/role.py — clients find a group's master by it, not by its directory) |
+#                 plays now, live/role.py — clients find a group's master by it, not by its directory) |
 #                 role_epoch | registered_id (the id the NameServers know it by); (replica: a slave's
 #                 writer) replica_connected (1 while it streams from a master past the handshake);
 #                 (broker, once) slave_read_lag_bytes (a master with broker.slave_read_enable: a

@@ -125,7 +125,7 @@ def _writer_faults(root: str) -> tuple[int, int]:
 
 
 def _flush_histogram(root: str) -> np.ndarray:
-    from ..broker.state import BrokerState
+    from ..live.state import BrokerState
     from ..root import shm_name
     st = BrokerState.attach(shm_name(root, "broker-a", "state"), readonly=True)
     try:

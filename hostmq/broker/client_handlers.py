@@ -19,7 +19,7 @@ from ..protocol.frames import Frame
 from ..protocol.messages import HeartbeatRequest, LockRequest, SendBackRequest
 from ..transport import Reply
 from .retry import retry_topic, send_back_target
-from .state import pid_alive
+from ..live.state import pid_alive
 
 log = logging.getLogger(__name__)
 

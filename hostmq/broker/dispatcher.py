@@ -32,8 +32,8 @@ from ..shm.signal import wait_for
 from ..store.commitlog import CommitLog
 from ..store.consume_queue_store import ConsumeQueueStore
 from ..store.message_store import delay_levels_ms
-from .runtime import BrokerRuntime
-from .state import W_COMMITTED_POS, W_DISPATCHED_POS, W_WRITE_POS, BrokerState
+from ..live.runtime import BrokerRuntime
+from ..live.state import W_COMMITTED_POS, W_DISPATCHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
 

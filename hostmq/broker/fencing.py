@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 
 from ..root import broker_instance
-from . import group, role
-from .role_lock import START_LOCK_TIMEOUT_S, RoleLock, publish_starting
-from .runtime import BrokerRuntime
+from ..live import group, role
+from ..live.role_lock import START_LOCK_TIMEOUT_S, RoleLock, publish_starting
+from ..live.runtime import BrokerRuntime
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from ..shm.signal import notify_if_waiting, wait_for
 from ..store.checkpoint import StoreCheckpoint
 from ..store.flush import AsyncFlushState, async_flush_pages
 from ..store.mapped_file import PAGE_BYTES, file_name
-from .runtime import BrokerRuntime
-from .state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, open_doorbell
+from ..live.runtime import BrokerRuntime
+from ..live.state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, open_doorbell
 
 W_FLUSH_ERROR = R.STATE_WORD["flush_error"]
 

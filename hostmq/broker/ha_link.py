@@ -14,8 +14,8 @@ import ssl
 
 from ..errors import ConfigError
 from ..fsutil import fsync_dir
-from . import group
-from .runtime import BrokerRuntime
+from ..live import group
+from ..live.runtime import BrokerRuntime
 
 SECRET_BYTES = 32
 SECRET_MODE = 0o600

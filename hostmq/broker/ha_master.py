@@ -56,8 +56,8 @@ from ..shm.signal import notify_if_waiting
 from ..store.commitlog import CommitLog
 from .ha_link import link_endpoint, listen_address, parse_tcp, replication_secret, tls_context
 from .offsets import OFFSETS_FILE, parse_offset_table, table_dict
-from .runtime import BrokerRuntime
-from .state import BrokerState, open_doorbell
+from ..live.runtime import BrokerRuntime
+from ..live.state import BrokerState, open_doorbell
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..jsonfile import write_json
 from ..root import RootPaths, broker_instance, ipc_address
-from . import group, role
-from .role_lock import PROMOTE_LOCK_TIMEOUT_S, RoleLock, starting
-from .runtime import BrokerRuntime
-from .state import pid_alive
+from ..live import group, role
+from ..live.role_lock import PROMOTE_LOCK_TIMEOUT_S, RoleLock, starting
+from ..live.runtime import BrokerRuntime
+from ..live.state import pid_alive
 
 log = logging.getLogger(__name__)
 

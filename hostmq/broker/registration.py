@@ -27,7 +27,7 @@ from ..client.remoting import RemotingClient
 from ..protocol.codes import RequestCode
 from ..protocol.frames import MAX_HEADER_BYTES
 from ..root import ipc_address
-from .runtime import BrokerRuntime
+from ..live.runtime import BrokerRuntime
 
 log = logging.getLogger(__name__)
 

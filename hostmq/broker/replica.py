@@ -38,8 +38,8 @@ from ..store.commitlog import CommitLog
 from .ha_link import link_endpoint, parse_tcp, replication_secret, tls_context
 from .replica_mark import ReplicaMark
 from .offsets import OFFSETS_FILE, SLAVE_COMMITS, parse_offset_table, table_dict
-from .runtime import BrokerRuntime
-from .state import BrokerState
+from ..live.runtime import BrokerRuntime
+from ..live.state import BrokerState
 
 log = logging.getLogger(__name__)
 

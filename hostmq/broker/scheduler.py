@@ -24,9 +24,9 @@ from ..store.commitlog import SCHEDULE_TOPIC
 from ..store.index import IndexReader
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import StoreReader
-from .runtime import BrokerRuntime
+from ..live.runtime import BrokerRuntime
 from .schedule import DelayOffsets, corrected_due_ms, timeup_record
-from .state import W_DISPATCHED_POS, W_WRITE_POS, BrokerState
+from ..live.state import W_DISPATCHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)
 

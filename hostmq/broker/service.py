@@ -48,7 +48,7 @@ from ..store.reader import GetStatus
 from ..store.readonly import StoreReader
 from ..transport import DEFER, Reply, ReplyToken, Server
 from .offsets import OFFSETS_FILE, OffsetTable
-from .runtime import BrokerRuntime
+from ..live.runtime import BrokerRuntime
 from . import consumed
 from .consumers import ConsumerTable
 from .long_poll import HeldPull, HeldPulls
@@ -56,7 +56,7 @@ from .queue_locks import QueueLocks
 from .quotas import MemberLedger
 from .client_handlers import ClientHandlers
 from .retry import retry_topic
-from .state import W_DISPATCH_SEQ, BrokerState
+from ..live.state import W_DISPATCH_SEQ, BrokerState
 from .topic_commits import TopicCommits
 from .topics import TopicTable, is_system_topic
 from .transaction import HALF_TOPIC, OP_TOPIC

@@ -32,8 +32,8 @@ from ..errors import BrokerBusyError, HostMQError, ProtocolError
 from ..protocol import session as P
 from ..shm.futex import FutexWord
 from ..shm.ring import IngressRing
-from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
-from .state import BrokerState
+from ..live.runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from ..live.state import BrokerState
 
 log = logging.getLogger(__name__)
 

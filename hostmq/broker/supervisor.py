@@ -59,17 +59,17 @@ from ..protocol.frames import Frame
 from ..transport import Reply, Server
 from ..jsonfile import read_json, write_json
 from . import fencing, promotion
-from . import role as roles
+from ..live import role as roles
 from .ha_link import listen_address
 from .ha_master import SLAVE_OFFSETS_FILE, ha_address
 from .registration import NamesrvLink
 from .replica import EXIT_TRUNCATE, MASTER_FILE, META_FILE, TRUNCATE_MARKER
 from .truncation import apply_truncate_marker
-from .role_lock import clear_starting
-from .runtime import BrokerRuntime
+from ..live.role_lock import clear_starting
+from ..live.runtime import BrokerRuntime
 from .service import BrokerService
 from .session_server import SessionServer
-from .state import BrokerState
+from ..live.state import BrokerState
 from .writer import writer_wakes_queues
 
 log = logging.getLogger(__name__)
@@ -500,7 +500,7 @@ def run(rt: BrokerRuntime, stop: threading.Event) -> int:
     lock_fd = take_lock(rt.lock_path, f"another broker named {rt.instance}")
     try:
         while True:
-            # Its role record (broker/role.py) says what this instance plays: decided again each run
+            # Its role record (live/role.py) says what this instance plays: decided again each run
             # under the name's role lock (fencing.py), since a promotion, a demotion or a step-down
             # ends a run to start the next in the new role.
             broker = Broker(fencing.decide(rt))

@@ -15,7 +15,7 @@ from ..jsonfile import read_json
 from ..store.mapped_file_queue import MappedFileQueue
 from ..store.meta import effective_config
 from .replica import TRUNCATE_MARKER
-from .runtime import BrokerRuntime
+from ..live.runtime import BrokerRuntime
 
 log = logging.getLogger(__name__)
 

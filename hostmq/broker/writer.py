@@ -47,8 +47,8 @@ from ..store.message_store import delay_levels_ms
 from ..store.readonly import queue_offsets_table
 from ..store.transient_pool import TransientStorePool, salvage
 from .refusals import WriteRefusals
-from .runtime import MAX_RING_DATA_BYTES, BrokerRuntime
-from .state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
+from ..live.runtime import MAX_RING_DATA_BYTES, BrokerRuntime
+from ..live.state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
                     BrokerState, open_doorbell)
 from .topics import TopicTable, topics_path
 from .validate import frame_records, single_record

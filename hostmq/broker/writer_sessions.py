@@ -20,8 +20,8 @@ import numpy as np
 from .. import records as R
 from ..errors import RingCorruptError, SegmentError
 from ..shm.ring import IngressRing
-from .runtime import MAX_RING_DATA_BYTES
-from .state import W_SESSIONS_VERSION, W_WRITE_POS, open_broker_fd
+from ..live.runtime import MAX_RING_DATA_BYTES
+from ..live.state import W_SESSIONS_VERSION, W_WRITE_POS, open_broker_fd
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..broker import group, supervisor
-from ..broker.runtime import BrokerRuntime
+from ..broker import supervisor
+from ..live import group
+from ..live.runtime import BrokerRuntime
 from ..root import broker_instance, resolve_root
 from .common import add_root_and_config, load_config, run_foreground
 
@@ -29,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
             print("hostmq: error: --master is for a slave: give it an id ≥ 1 (--id 1), or demote this master "
                   "first (hostmq ha demote)")
             return 2
-        # Instance 0 plays a slave only by its role record (broker/role.py), which sets the role itself.
+        # Instance 0 plays a slave only by its role record (live/role.py), which sets the role itself.
         cfg = cfg.with_overrides({"broker": {**({"role": "SLAVE"} if args.id != 0 else {}),
                                              **({"ha_master": args.master} if args.master else {})}})
     rt = BrokerRuntime(root, args.name, args.id, cfg)

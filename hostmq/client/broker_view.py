@@ -20,8 +20,8 @@ it runs (:func:`slave_view`, ``PullConsumer``).
 from __future__ import annotations
 
 from .. import records as R
-from ..broker.group import recorded_master, running_master, running_slave
-from ..broker.state import W_DISPATCH_SEQ, BrokerState
+from ..live.group import recorded_master, running_master, running_slave
+from ..live.state import W_DISPATCH_SEQ, BrokerState
 from ..config import StoreConfig
 from ..root import RootPaths
 from ..store.readonly import StoreReader, infer_store_config
@@ -49,7 +49,7 @@ class BrokerView:
         self.broker = broker
         self.slaves = slaves
         self.lag_reads = _slave is not None     # a slave read beside a running master (slave_view)
-        # The process group read: the master (whichever instance plays it, broker/group.py), or a
+        # The process group read: the master (whichever instance plays it, live/group.py), or a
         # slave; with none running, the stopped master's store (None: read what recovery would keep).
         self.state: BrokerState | None = None
         found = _slave or running_master(root, broker)

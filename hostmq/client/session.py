@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from .. import records as R
-from ..broker.state import BrokerState
+from ..live.state import BrokerState
 from ..errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, NotMasterError, ProtocolError,
                       SendTimeout, StoreFullError, ValidationError)
 from ..locks import whereabouts

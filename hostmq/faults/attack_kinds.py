@@ -50,7 +50,7 @@ from ..client.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError
 from ..jsonfile import read_json
-from ..broker.group import live_state
+from ..live.group import live_state
 from ..broker.replica import MASTER_FILE
 from ..root import RootPaths
 from . import as_user

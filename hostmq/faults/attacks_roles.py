@@ -20,8 +20,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from ..broker import group, promotion
-from ..broker.role_lock import lock_holders, lock_path, starting
+from ..broker import promotion
+from ..live import group
+from ..live.role_lock import lock_holders, lock_path, starting
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths

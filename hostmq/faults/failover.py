@@ -43,7 +43,7 @@ import time
 
 import psutil
 
-from ..broker.group import live_state
+from ..live.group import live_state
 from ..client.admin import Admin
 from ..cluster import LocalCluster, split_instance
 from ..errors import FaultHarnessError, PromotionRefusedError

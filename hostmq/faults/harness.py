@@ -35,7 +35,7 @@ import numpy as np
 import orjson
 import psutil
 
-from ..broker.state import BrokerState
+from ..live.state import BrokerState
 from ..client.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError

@@ -1,7 +1,7 @@
 """One master per broker name, sampled all through a fault run (``harness``; issue "Trust the cluster").
 
 A broker name's instances on the run's root say in their state segments whether they serve as master
-or slave (``broker/group.py``). A thread of the harness process reads them every ``interval_s`` for
+or slave (``live/group.py``). A thread of the harness process reads them every ``interval_s`` for
 the whole life of a configuration's cluster and counts the samples in which more than one *running*
 instance said master: a split brain, whatever caused it (a promote racing a restart, an old master
 resumed after a SIGSTOP). The harness takes the count per trial (:meth:`MasterWatch.take`) into the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..broker.group import running
+from ..live.group import running
 from ..errors import HostMQError
 
 DEFAULT_INTERVAL_S = 0.02

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from hostmq.broker.ha_link import endpoint, listen_address, replication_secret
-from hostmq.broker.runtime import BrokerRuntime
+from hostmq.live.runtime import BrokerRuntime
 from hostmq.config import Config
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,8 +13,8 @@ import pytest
 from hostmq import Message
 from hostmq.broker.replica import Replica
 from hostmq.broker.replica_mark import ReplicaMark
-from hostmq.broker.runtime import BrokerRuntime
-from hostmq.broker.state import BrokerState
+from hostmq.live.runtime import BrokerRuntime
+from hostmq.live.state import BrokerState
 from hostmq.config import Config
 from hostmq.protocol import ha as P
 from hostmq.store import MessageStore

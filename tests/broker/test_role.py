@@ -1,13 +1,14 @@
-"""Role records, the group's master on a root and when a promotion is refused (``broker/role.py``,
-``broker/group.py``, ``broker/promotion.py``): pure rules and real files, no processes."""
+"""Role records, the group's master on a root and when a promotion is refused (``live/role.py``,
+``live/group.py``, ``broker/promotion.py``): pure rules and real files, no processes."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from hostmq.broker import group, promotion, role
-from hostmq.broker.runtime import BrokerRuntime
+from hostmq.broker import promotion
+from hostmq.live import group, role
+from hostmq.live.runtime import BrokerRuntime
 from hostmq.config import Config
 from hostmq.errors import ConfigError, PromotionRefusedError
 from hostmq.jsonfile import write_json

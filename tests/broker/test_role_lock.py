@@ -1,4 +1,4 @@
-"""One role decision at a time per broker name (issue 27, attack 2; ``broker/role_lock.py``,
+"""One role decision at a time per broker name (issue 27, attack 2; ``live/role_lock.py``,
 ``broker/fencing.py``, ``role.effective``): the role lock against a real holder process (alive,
 stopped, killed), the starting marker, and the rule that a master of an old epoch starts as a slave —
 real files and locks, no broker spawned."""
@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from hostmq.broker import fencing, group, promotion, role, role_lock
-from hostmq.broker.runtime import BrokerRuntime
+from hostmq.broker import fencing, promotion
+from hostmq.live import group, role, role_lock
+from hostmq.live.runtime import BrokerRuntime
 from hostmq.broker.supervisor import take_lock
 from hostmq.config import Config
 from hostmq.errors import PromotionRefusedError, RoleLockTimeoutError

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from hostmq import records as R
-from hostmq.broker.state import W_COMMITTED_POS, W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
+from hostmq.live.state import W_COMMITTED_POS, W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
 from hostmq.errors import BrokerBusyError, SegmentError, SegmentExistsError, SegmentNotFoundError
 from hostmq.shm.segment import Segment
 from tests.shm import shm  # noqa: F401 - the fixture (unique names, leak check)

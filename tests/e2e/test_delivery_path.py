@@ -10,7 +10,7 @@ import pytest
 
 import hostmq
 from hostmq import ConsumeFrom, Message
-from hostmq.broker.state import BrokerState
+from hostmq.live.state import BrokerState
 from hostmq.root import shm_name
 from tests.e2e.conftest import consume_bodies
 from tests.conftest import wait_until

@@ -15,7 +15,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
-from hostmq.broker.group import live_state
+from hostmq.live.group import live_state
 from hostmq.faults.attacks_ha import ForgedMaster, Relay, SlotSquatter
 from hostmq.root import RootPaths
 from tests.e2e.conftest import SendsUntilStopped, commitlogs_identical, consume_bodies

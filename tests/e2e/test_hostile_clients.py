@@ -25,7 +25,7 @@ from hostmq import records as R
 from hostmq.client.session import ProducerSession
 from hostmq.errors import BrokerBusyError, ConnectError, ValidationError
 from hostmq.protocol import session as P
-from hostmq.broker.state import BrokerState
+from hostmq.live.state import BrokerState
 from hostmq.root import RootPaths, shm_name
 from hostmq.shm import FutexWord, IngressRing, Segment, notify_if_waiting
 from hostmq.store import MessageStore

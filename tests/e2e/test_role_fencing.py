@@ -20,10 +20,10 @@ import threading
 import pytest
 
 import hostmq
-from hostmq.broker import group, role
+from hostmq.live import group, role
 from hostmq.broker.fencing import ALERT
-from hostmq.broker.runtime import BrokerRuntime
-from hostmq.broker.state import BrokerState
+from hostmq.live.runtime import BrokerRuntime
+from hostmq.live.state import BrokerState
 from hostmq.faults.attacks_roles import promote_during_recovery
 from hostmq.root import RootPaths
 from tests.e2e.conftest import consume_bodies

@@ -116,7 +116,7 @@ def test_without_slave_read_enable_a_lagging_consumer_stays_on_the_master(cluste
 
 def _published_bound(root: str) -> int:
     """The bound the running master published in its state."""
-    from hostmq.broker.group import running_master
+    from hostmq.live.group import running_master
     found = running_master(root, "broker-a")
     assert found is not None
     try:

@@ -11,7 +11,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
-from hostmq.broker.state import W_FLUSHED_POS, BrokerState
+from hostmq.live.state import W_FLUSHED_POS, BrokerState
 from hostmq.root import shm_name
 from tests.conftest import wait_until
 from tests.e2e.test_faults import Load, check_exactly_once, stored

@@ -11,7 +11,7 @@ import pytest
 
 import hostmq
 from hostmq import Message
-from hostmq.broker.group import live_state
+from hostmq.live.group import live_state
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(180)

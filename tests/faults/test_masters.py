@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hostmq.broker.state import BrokerState
+from hostmq.live.state import BrokerState
 from hostmq.faults.masters import MasterWatch
 from hostmq.root import shm_name
 from hostmq.shm import unlink_segment

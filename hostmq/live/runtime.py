@@ -39,7 +39,7 @@ class BrokerRuntime:
     name: str = "broker-a"
     broker_id: int = 0                  # the instance's id: its directory and IPC names (never changes)
     config: Config = field(default_factory=Config)
-    epoch: int = 0                      # promotions of the group this instance knows of (broker/role.py)
+    epoch: int = 0                      # promotions of the group this instance knows of (live/role.py)
     slave_id: int = 0                   # a demoted instance of id 0: the id it registers under as a slave
 
     def __post_init__(self) -> None:
@@ -47,7 +47,7 @@ class BrokerRuntime:
         check_broker_name(self.name)
         if not isinstance(self.broker_id, int) or not 0 <= self.broker_id <= 1024:
             raise ConfigError(f"broker id must be 0 (master) .. 1024, got {self.broker_id!r}")
-        # Only a promotion (a role record, broker/role.py) makes a slave's instance a master or the
+        # Only a promotion (a role record, live/role.py) makes a slave's instance a master or the
         # master's instance a slave; the configuration alone cannot.
         if self.broker_id == 0 and self.is_slave and not 1 <= self.slave_id <= 1024:
             raise ConfigError(f"broker {self.name} id 0 is the master: a slave needs an id ≥ 1 (broker.role is "

@@ -54,7 +54,7 @@ class BrokerState:
         self.index_slots, self.index_entries = int(hdr["index_slots"]), int(hdr["index_entries"])
         self.sync_flush = int(hdr["flush_disk_type"]) == R.FLUSH_SYNC
         self.queue_wakes = bool(hdr["queue_wakes"])     # the writer wakes queue words (writer.wake_queues)
-        self.is_slave = int(hdr["role"]) == R.ROLE_SLAVE       # broker/role.py: what it plays in its group
+        self.is_slave = int(hdr["role"]) == R.ROLE_SLAVE       # live/role.py: what it plays in its group
         self.role_epoch = int(hdr["role_epoch"])
         self.slave_read_lag_bytes = int(hdr["slave_read_lag_bytes"])   # 0: consumers never sent to a slave
         self._shown_end = 0         # the highest consumer bound this mapping returned (it never goes back)

@@ -1,7 +1,7 @@
 """The process groups of one broker name on one root, and which of them is the master now.
 
 A broker name's instances are ``ROOT/brokers/NAME`` (started with id 0) and ``NAME.ID`` (ids ≥ 1).
-Which one is the master is not its directory but its role (``broker/role.py``): a running instance
+Which one is the master is not its directory but its role (``live/role.py``): a running instance
 says it in its state segment (``role``, ``role_epoch``), a stopped one in its ``config/role.json``
 (no record: id 0 is the master). Readers of the root — consumers' views, the promote command —
 find the master here; when two running instances both say master (an old master that has not yet

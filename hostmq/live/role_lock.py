@@ -1,7 +1,7 @@
 """One role decision at a time per broker name on a root (issue 27, attack 2: two masters on one root).
 
 A *role decision* is reading or writing the role records of a broker name's instances
-(``broker/role.py``): an instance starting reads its own and decides what it plays; ``hostmq ha
+(``live/role.py``): an instance starting reads its own and decides what it plays; ``hostmq ha
 promote`` and ``demote`` decide for others. Each holds the name's **role lock** for the whole
 decision::
 
