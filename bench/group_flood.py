@@ -27,7 +27,7 @@ import orjson
 import psutil
 
 import hostmq
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths, ipc_address
 

@@ -23,11 +23,11 @@ from typing import Any, Mapping
 
 from . import records as R
 from .client.instance import ClientInstance
-from .client.remoting import RemotingClient
+from .remoting import RemotingClient
 from .config import Config
 from .errors import ConfigError, ConnectError, HostMQError
 from .fsutil import ensure_dir, open_file
-from .namesrv.route_data import cluster_info_from_dict
+from .protocol.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
 from .process import describe_exit
 from .sdnotify import environment_without_notify

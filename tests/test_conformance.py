@@ -18,8 +18,8 @@ import pytest
 
 import hostmq
 from hostmq import records as R
-from hostmq.broker.retry import dlq_topic, retry_topic
-from hostmq.broker.topics import (NOT_ALLOWED_SEND_TOPICS, ROCKETMQ_SYSTEM_TOPIC_PREFIX, ROCKETMQ_SYSTEM_TOPICS,
+from hostmq.semantics.retry import dlq_topic, retry_topic
+from hostmq.semantics.system_topics import (NOT_ALLOWED_SEND_TOPICS, ROCKETMQ_SYSTEM_TOPIC_PREFIX, ROCKETMQ_SYSTEM_TOPICS,
                                   is_not_allowed_send_topic, is_system_topic)
 from hostmq.client import rebalance
 from hostmq.store.filter import parse_tag_expression

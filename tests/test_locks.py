@@ -62,7 +62,7 @@ def test_a_producer_names_the_broker_that_does_not_listen(tmp_path):
 
 def test_a_control_client_names_the_broker_or_namesrv_that_does_not_listen(tmp_path):
     """What ``RemotingClient`` raises for a broker's or a NameServer's socket that nothing serves."""
-    from hostmq.client.remoting import _check_listening
+    from hostmq.remoting import _check_listening
     paths = RootPaths(str(tmp_path))
     os.makedirs(paths.broker_dir("broker-b"))
     with pytest.raises(ConnectError, match=r"nothing listening at .*broker\.sock; broker broker-b: it is not running"):

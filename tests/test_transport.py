@@ -1,4 +1,4 @@
-"""Control path over real sockets: hostmq.transport.Server ⇄ hostmq.client.remoting.RemotingClient.
+"""Control path over real sockets: hostmq.transport.Server ⇄ hostmq.remoting.RemotingClient.
 
 Every server, client, raw socket, context and process is made by a fixture factory that closes it;
 ``no_leaks`` fails a test that leaves a thread or child process behind. Waits are on conditions with
@@ -19,7 +19,7 @@ import orjson
 import pytest
 import zmq
 
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.errors import (BrokerBusyError, ConnectError, HostMQError, NoRouteError, ProtocolError, RemoteError,
                            PermissionDeniedError, SendTimeout, StoreFullError, ValidationError)
 from hostmq.protocol import (MAX_HEADER_BYTES, MAX_REQUEST_FRAMES, RequestCode, ResponseCode, decode,

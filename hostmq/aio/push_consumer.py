@@ -25,7 +25,7 @@ import logging
 import threading
 from typing import Any, Awaitable, Callable, cast
 
-from ..broker.retry import RETRY_PREFIX
+from ..semantics.retry import RETRY_PREFIX
 from .. import records as R
 from ..client.process_queue import ProcessQueue
 from ..client.push_consumer import PushConsumer as _SyncPushConsumer

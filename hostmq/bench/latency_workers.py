@@ -374,7 +374,7 @@ def hostmq_send_worker(conn, cfg: dict) -> None:
     """Sync sends, batches of 100, async sends into ``cfg["topic"]`` (which the consume test then
     drains), and PINGs of the broker and the NameServer over the control socket."""
     import hostmq
-    from ..client.remoting import RemotingClient
+    from ..remoting import RemotingClient
     from ..protocol.codes import RequestCode
     from ..root import RootPaths, ipc_address
     topic, body = cfg["topic"], make_body(0)

@@ -14,11 +14,11 @@ import time
 
 from .. import records as R
 from ..errors import ValidationError
-from ..namesrv.route_data import TopicConfig
+from ..protocol.route_data import TopicConfig
 from ..protocol.frames import Frame
 from ..protocol.messages import HeartbeatRequest, LockRequest, SendBackRequest
 from ..transport import Reply
-from .retry import retry_topic, send_back_target
+from ..semantics.retry import retry_topic, send_back_target
 from ..live.state import pid_alive
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..errors import ConnectError, HostMQError
-from ..client.remoting import RemotingClient
+from ..remoting import RemotingClient
 from ..protocol.codes import RequestCode
 from ..protocol.frames import MAX_HEADER_BYTES
 from ..root import ipc_address

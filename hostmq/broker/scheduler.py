@@ -25,7 +25,7 @@ from ..store.index import IndexReader
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import StoreReader
 from ..live.runtime import BrokerRuntime
-from .schedule import DelayOffsets, corrected_due_ms, timeup_record
+from ..semantics.schedule import DelayOffsets, corrected_due_ms, timeup_record
 from ..live.state import W_DISPATCHED_POS, W_WRITE_POS, BrokerState
 
 log = logging.getLogger(__name__)

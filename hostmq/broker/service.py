@@ -35,7 +35,7 @@ from collections import deque
 from .. import records as R
 from ..errors import HostMQError, MessageNotFoundError, NoRouteError, NotMasterError, ValidationError
 from ..jsonfile import write_json
-from ..namesrv.route_data import TopicConfig
+from ..protocol.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode, code_name, response_code_for
 from ..protocol.frames import Frame
 from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
@@ -55,11 +55,12 @@ from .long_poll import HeldPull, HeldPulls
 from .queue_locks import QueueLocks
 from .quotas import MemberLedger
 from .client_handlers import ClientHandlers
-from .retry import retry_topic
+from ..semantics.retry import retry_topic
 from ..live.state import W_DISPATCH_SEQ, BrokerState
 from .topic_commits import TopicCommits
-from .topics import TopicTable, is_system_topic
-from .transaction import HALF_TOPIC, OP_TOPIC
+from ..semantics.system_topics import is_system_topic
+from .topics import TopicTable
+from ..semantics.transaction import HALF_TOPIC, OP_TOPIC
 from .transaction_check import TransactionCheck
 
 log = logging.getLogger(__name__)

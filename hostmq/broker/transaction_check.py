@@ -19,7 +19,7 @@ import time
 from .. import records as R
 from ..errors import ValidationError
 from ..store.readonly import StoreReader
-from .transaction import (HALF_TOPIC, OP_TOPIC, PROP_CHECK_IMMUNITY_S, STATES, Half, TransactionProgress,
+from ..semantics.transaction import (HALF_TOPIC, OP_TOPIC, PROP_CHECK_IMMUNITY_S, STATES, Half, TransactionProgress,
                           op_half_offset, plan_checks)
 
 log = logging.getLogger(__name__)

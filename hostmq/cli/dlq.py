@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from .. import records as R
-from ..broker.retry import dlq_topic
+from ..semantics.retry import dlq_topic
 from ..client.admin import Admin
 from ..client.producer import Producer
 from ..client.pull_consumer import PullConsumer

@@ -15,8 +15,8 @@ import threading
 import time
 
 from .. import records as R
-from ..broker.retry import DLQ_PREFIX
-from ..broker.topics import is_system_topic
+from ..semantics.retry import DLQ_PREFIX
+from ..semantics.system_topics import is_system_topic
 from ..client.admin import Admin
 from ..errors import HostMQError
 from ..observe import broker_tuning

@@ -12,7 +12,7 @@ import time
 from .. import records as R
 from ..errors import ConnectError, HostMQError, MessageNotFoundError, NoRouteError, ValidationError
 from ..message import MessageExt, MessageQueue
-from ..namesrv.route_data import PERM_READ, PERM_WRITE
+from ..protocol.route_data import PERM_READ, PERM_WRITE
 from ..protocol.codes import RequestCode
 from ..root import ipc_address
 from ..store.index import IndexReader

@@ -13,11 +13,11 @@ import time
 
 from ..errors import ConnectError, HostMQError, NoRouteError, SendTimeout
 from ..message import MessageQueue
-from ..namesrv.route_data import PERM_READ, PERM_WRITE, BrokerData, TopicRouteData, cluster_info_from_dict
+from ..protocol.route_data import PERM_READ, PERM_WRITE, BrokerData, TopicRouteData, cluster_info_from_dict
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
-from .remoting import RemotingClient, listening
+from ..remoting import RemotingClient, listening
 
 ROUTE_MAX_AGE_S = 30.0
 

@@ -29,8 +29,8 @@ from ..protocol.codes import RequestCode
 from ..root import RootPaths
 from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
-from ..broker.schedule import schedule_parts
-from ..broker.topics import is_system_topic
+from ..semantics.schedule import schedule_parts
+from ..semantics.system_topics import is_system_topic
 from .accumulator import Accumulator, BatchConfig
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance

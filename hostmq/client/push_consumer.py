@@ -19,7 +19,7 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
   logged and the thread polls again after a pause.
 * ``RECONSUME_LATER`` or an exception from the listener (CLUSTERING): each message is sent back
   to the broker — ``%RETRY%<group>`` after a growing back-off, ``%DLQ%<group>`` after
-  ``max_reconsume_times`` retries (``broker.retry``); members subscribe to their retry topic and a
+  ``max_reconsume_times`` retries (``semantics.retry``); members subscribe to their retry topic and a
   retried message is shown under its original topic. If a send-back fails, or in BROADCASTING, the
   batch is consumed again here after ``retry_delay_s`` (RocketMQ's local fallback); its offset is not
   committed past it meanwhile.
@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from .. import records as R
-from ..broker.retry import RETRY_PREFIX, retry_record, retry_topic
+from ..semantics.retry import RETRY_PREFIX, retry_record, retry_topic
 from ..errors import HostMQError, ValidationError
 from ..protocol.codes import RequestCode
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue

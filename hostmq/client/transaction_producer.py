@@ -1,6 +1,6 @@
 """The transaction producer (docs/api.md "Producing"; RocketMQ ``TransactionMQProducer``).
 
-``send_in_transaction(msg, local, arg)`` stores ``msg`` as a half message (``broker.transaction``:
+``send_in_transaction(msg, local, arg)`` stores ``msg`` as a half message (``semantics.transaction``:
 consumers do not see it), runs ``local(msg, arg)`` — the local transaction — and ends the
 transaction with its answer: COMMIT stores the message under its topic, ROLLBACK drops it, UNKNOWN
 (or an exception, or no answer because this process died) leaves it to the broker, which checks
@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 from .. import records as R
-from ..broker.transaction import OP_TOPIC, check_view, commit_record, half_parts, op_record
+from ..semantics.transaction import OP_TOPIC, check_view, commit_record, half_parts, op_record
 from ..errors import HostMQError, ValidationError
 from ..message import Message, MessageExt, MessageQueue, SendResult, TransactionState
 from ..protocol.codes import RequestCode

@@ -102,7 +102,7 @@ def _broker_row(ns_client, name: str) -> dict:
 def attack(root: str, *, victim_topic: str, victim_group: str, broker_name: str = "broker-a",
            groups: int = 4000, auto_topics: int = 200, own_socket: str = "") -> AttackReport:
     """Run every attempt above against ``root``'s sockets; the report of what each got."""
-    from ..client.remoting import RemotingClient
+    from ..remoting import RemotingClient
     paths = RootPaths(root)
     report = AttackReport(os.geteuid())
     namesrvs, brokers = _sockets(paths)

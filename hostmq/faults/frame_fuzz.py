@@ -28,7 +28,7 @@ import time
 
 import zmq
 
-from ..client.remoting import RemotingClient
+from ..remoting import RemotingClient
 from ..cluster import LocalCluster
 from ..errors import HostMQError, ProtocolError
 from ..protocol.codes import RequestCode, ResponseCode

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import records as R
-from ..broker.transaction import HALF_TOPIC
+from ..semantics.transaction import HALF_TOPIC
 from ..errors import CorruptRecordError, HostMQError
 from ..store.commitlog import SCHEDULE_TOPIC
 from .workload import parse_body

@@ -1,1 +1,1 @@
-"""The NameServer: a pure route table (``routes``, records in ``route_data``) and, later, its process."""
+"""The NameServer: a pure route table (``routes``; its records are ``protocol.route_data``) and its process."""

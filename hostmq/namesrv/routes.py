@@ -54,7 +54,7 @@ from typing import Any, Mapping
 
 from ..config import NamesrvConfig
 from ..errors import BrokerBusyError, FencedError
-from .route_data import (MASTER_ID, PERM_WRITE, BrokerData, BrokerLive, QueueData, RegisterResult,
+from ..protocol.route_data import (MASTER_ID, PERM_WRITE, BrokerData, BrokerLive, QueueData, RegisterResult,
                          TopicConfig, TopicRouteData, check_int, check_optional_text, check_text,
                          check_topic, cluster_info_from_dict, cluster_info_to_dict, invalid)
 
@@ -254,7 +254,7 @@ class RouteTable:
         """``{"brokers": {name: BrokerData}, "clusters": {cluster: [names]}, "live": {address: ms}}``.
 
         Everything sorted by name; ``live`` maps each address to its ``last_update_ms``.
-        :func:`~hostmq.namesrv.route_data.cluster_info_to_dict` makes it JSON-able.
+        :func:`~hostmq.protocol.route_data.cluster_info_to_dict` makes it JSON-able.
         """
         return {"brokers": {n: self._brokers[n].data(n) for n in sorted(self._brokers)},
                 "clusters": {c: sorted(self._clusters[c]) for c in sorted(self._clusters)},

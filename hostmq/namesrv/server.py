@@ -30,7 +30,7 @@ from ..protocol.frames import Frame
 from ..root import RootPaths, ipc_address
 from ..transport import Reply, Server
 from .assembly import PagedRegistrations
-from .route_data import TopicConfig, check_topic, cluster_info_to_dict
+from ..protocol.route_data import TopicConfig, check_topic, cluster_info_to_dict
 from .routes import RouteTable
 
 log = logging.getLogger(__name__)

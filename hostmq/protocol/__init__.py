@@ -1,6 +1,6 @@
 """The control-path protocol: codes, pure frame encode/decode, typed messages (no I/O, no zmq).
 
-Only :mod:`hostmq.transport` (server) and :mod:`hostmq.client.remoting` (client) put these frames on
+Only :mod:`hostmq.transport` (server) and :mod:`hostmq.remoting` (client) put these frames on
 a socket.
 """
 from .codes import RequestCode, ResponseCode, code_name, error_for_response, response_code_for

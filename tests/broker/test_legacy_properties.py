@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from hostmq import records as R
-from hostmq.broker.retry import retry_record
-from hostmq.broker.schedule import timeup_record
-from hostmq.broker.transaction import HALF_TOPIC, commit_record
+from hostmq.semantics.retry import retry_record
+from hostmq.semantics.schedule import timeup_record
+from hostmq.semantics.transaction import HALF_TOPIC, commit_record
 from hostmq.broker.validate import single_record
 from hostmq.message import MessageExt
 from hostmq.store.message_store import MessageStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from hostmq import Message, records as R
-from hostmq.broker.retry import dlq_topic, retry_record, retry_topic, send_back_target
+from hostmq.semantics.retry import dlq_topic, retry_record, retry_topic, send_back_target
 from hostmq.store.encode import properties_bytes
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +40,7 @@ def test_a_retry_goes_under_the_schedule_topic_and_counts_one_more_attempt():
 def test_a_second_failure_keeps_the_first_origin_and_a_dead_letter_is_stored_at_once():
     first = retry_record(original(), "%RETRY%g", 0, 3, 18, STORE, "MSGID-1")
     # What the scheduler delivers to the retry topic, failing again:
-    from hostmq.broker.schedule import timeup_record
+    from hostmq.semantics.schedule import timeup_record
     _, _, delivered, _ = timeup_record(first, STORE)
     dead = retry_record(delivered, "%DLQ%g", 0, 0, 18, STORE, "MSGID-2")
     h, topic, _, props = R.decode_record(dead, 0)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from hostmq import Message, records as R
-from hostmq.broker.schedule import SCHEDULE_TOPIC_B, DelayOffsets, corrected_due_ms, schedule_parts, timeup_record
+from hostmq.semantics.schedule import SCHEDULE_TOPIC_B, DelayOffsets, corrected_due_ms, schedule_parts, timeup_record
 from hostmq.errors import ValidationError
 from hostmq.store.encode import properties_bytes
 

@@ -9,7 +9,7 @@ import pytest
 
 from hostmq.broker.topic_commits import TopicCommits
 from hostmq.broker.topics import TopicTable
-from hostmq.namesrv.route_data import TopicConfig
+from hostmq.protocol.route_data import TopicConfig
 from hostmq.transport import DEFER, Reply
 from tests.conftest import wait_until
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hostmq.broker.offsets import OffsetTable
 from hostmq.broker.topics import TopicTable, is_system_topic
 from hostmq.errors import ConfigError, NoRouteError, ValidationError
-from hostmq.namesrv.route_data import PERM_READ, PERM_WRITE, TopicConfig
+from hostmq.protocol.route_data import PERM_READ, PERM_WRITE, TopicConfig
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,7 @@ from hostmq.errors import ValidationError
 from hostmq.message import Message, MessageExt
 from hostmq.store import MessageStore
 from hostmq.store.readonly import StoreReader
-from hostmq.broker.transaction import (HALF_TOPIC, OP_TOPIC, Half, TransactionProgress, check_view, commit_record,
+from hostmq.semantics.transaction import (HALF_TOPIC, OP_TOPIC, Half, TransactionProgress, check_view, commit_record,
                                        half_parts, op_half_offset, op_record, plan_checks)
 from hostmq.broker.transaction_check import TransactionCheck
 

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import hostmq
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths, ipc_address
 from tests.e2e.conftest import TEST_CONFIG, leftovers, merge

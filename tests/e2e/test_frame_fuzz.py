@@ -17,7 +17,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.faults import FuzzResult, frame_fuzz
 from hostmq.faults.frame_cases import FIELD_NAMES, Known, Raw, dump, make_case
 from hostmq.protocol.codes import RequestCode, ResponseCode

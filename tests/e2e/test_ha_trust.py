@@ -170,7 +170,7 @@ def test_a_broker_without_a_slave_opens_no_tcp_port(cluster):
 
 
 def test_a_namesrv_refuses_a_registration_of_an_older_epoch(cluster):
-    from hostmq.client.remoting import RemotingClient
+    from hostmq.remoting import RemotingClient
     from hostmq.errors import FencedError
     from hostmq.protocol.codes import RequestCode
     from hostmq.root import ipc_address

@@ -14,7 +14,7 @@ import zmq
 
 import hostmq
 from hostmq import Message, MessageQueue
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address

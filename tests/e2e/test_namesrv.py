@@ -10,7 +10,7 @@ import time
 import pytest
 import zmq
 
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.errors import HostMQError, NoRouteError, ValidationError
 from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request

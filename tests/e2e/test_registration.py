@@ -11,9 +11,9 @@ import pytest
 
 import hostmq
 from hostmq.broker.topics import TopicTable
-from hostmq.client.remoting import RemotingClient
+from hostmq.remoting import RemotingClient
 from hostmq.errors import NoRouteError
-from hostmq.namesrv.route_data import TopicConfig
+from hostmq.protocol.route_data import TopicConfig
 from hostmq.protocol.codes import RequestCode
 from hostmq.root import RootPaths, ipc_address
 

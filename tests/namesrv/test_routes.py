@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostmq.errors import ValidationError
-from hostmq.namesrv.route_data import (MAX_QUEUES, PERM_READ, PERM_WRITE, cluster_info_from_dict,
+from hostmq.protocol.route_data import (MAX_QUEUES, PERM_READ, PERM_WRITE, cluster_info_from_dict,
                                        cluster_info_to_dict)
 from hostmq.namesrv.routes import (DEFAULT_BROKER_EXPIRY_MS, ORDER_TOPIC_CONFIG_NAMESPACE, BrokerData,
                                    QueueData, RegisterResult, RouteTable, TopicConfig, TopicRouteData)

@@ -48,10 +48,10 @@ from typing import Sequence
 
 import zmq
 
-from ..errors import ConnectError, ProtocolError, SendTimeout
-from ..locks import whereabouts
-from ..protocol.codes import ResponseCode, code_name, error_for_response
-from ..protocol.frames import (MAX_RESPONSE_HEADER_BYTES, Frame, decode, encode_request, encode_response,
+from .errors import ConnectError, ProtocolError, SendTimeout
+from .locks import whereabouts
+from .protocol.codes import ResponseCode, code_name, error_for_response
+from .protocol.frames import (MAX_RESPONSE_HEADER_BYTES, Frame, decode, encode_request, encode_response,
                                peek_request_id)
 
 log = logging.getLogger(__name__)
