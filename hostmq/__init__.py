@@ -25,7 +25,7 @@ from .store.reader import MessageBatch
 
 if TYPE_CHECKING:               # what the lazily loaded names are, for type checkers (py.typed)
     from .client.accumulator import BatchConfig
-    from .client.admin import Admin
+    from .admin.admin import Admin
     from .client.producer import Producer
     from .client.pull_consumer import PullConsumer
     from .client.push_consumer import PushConsumer
@@ -35,7 +35,7 @@ if TYPE_CHECKING:               # what the lazily loaded names are, for type che
 
 # The clients and LocalCluster pull in pyzmq; load them on first use so that ``import hostmq`` (and the
 # pure modules under it: protocol, store, records) stays free of zmq and threads.
-_LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".client.admin",
+_LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".admin.admin",
          "PushConsumer": ".client.push_consumer", "TransactionProducer": ".client.transaction_producer",
          "TransactionSendResult": ".client.transaction_producer", "BatchConfig": ".client.accumulator",
          "LocalCluster": ".cluster"}

@@ -13,7 +13,6 @@ behind; start the cluster from the main thread (the signal follows the starting 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from .remoting import RemotingClient
 from .config import Config
 from .errors import ConfigError, ConnectError, HostMQError
 from .fsutil import ensure_dir, open_file
+from .locks import lock_held, lock_if_stopped
 from .protocol.route_data import cluster_info_from_dict
 from .protocol.codes import RequestCode
 from .process import describe_exit
@@ -84,15 +84,8 @@ def clean_after_crash(root: str, broker: str) -> None:
     segments) is reclaimed by its next start; one that stops for good is cleaned here — only while
     nobody runs it (its ``broker.lock`` is free)."""
     paths = RootPaths(root)
-    lock = paths.broker_lock(broker)
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)      # nobody runs it: we may clean
-    except BlockingIOError:
-        os.close(fd)
+    fd = lock_if_stopped(paths.broker_lock(broker))     # nobody runs it: we may clean
+    if fd is None:
         return
     try:
         prefix = shm_name(root, broker, "x").rsplit(".", 2)[0] + "."
@@ -100,22 +93,6 @@ def clean_after_crash(root: str, broker: str) -> None:
         for sock in (paths.broker_socket(broker), paths.broker_session_socket(broker)):
             if os.path.exists(sock):
                 os.unlink(sock)
-    finally:
-        os.close(fd)
-
-
-def _lock_held(path: str) -> bool:
-    """Whether a process holds the ``flock`` on ``path`` (a server's lock file); False when it is missing."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
     finally:
         os.close(fd)
 
@@ -172,7 +149,7 @@ class LocalCluster:
         locks = [paths.namesrv_socket(i)[:-len(".sock")] + ".lock" for i in range(self.namesrvs)]
         locks += [paths.broker_lock(b) for b in self.brokers + self.slaves]
         for path in locks:
-            if _lock_held(path):
+            if lock_held(path):
                 raise ConfigError(f"root {self.root} is already served by a running cluster ({path} is locked): "
                                   f"stop that cluster first, or use it without starting one "
                                   f"(hostmq.Producer({self.root!r}), hostmq.Admin(…))")

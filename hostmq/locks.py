@@ -2,10 +2,12 @@
 
 ``/proc/locks`` lists every flock and POSIX lock with the holder's pid and the file's device and
 inode: a broker's ``broker.lock`` (held for its whole run) and a name's role lock name their holders
-here without asking them. Pure reads; nothing is locked.
+here without asking them. Those are pure reads; :func:`lock_if_stopped` and :func:`lock_held` ask the
+kernel by trying the lock itself (the one probe promotion, demotion and ``LocalCluster`` share).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 
 import psutil
@@ -55,3 +57,30 @@ def whereabouts(root: str, instance: str) -> str:
     name, _, bid = instance.partition(".")
     start = f"hostmq broker {paths.root} --name {name}" + (f" --id {bid}" if bid else "")
     return f"it is not running: start the cluster (`hostmq up {paths.root}`) or this broker (`{start}`); its log: {log}"
+
+
+def lock_if_stopped(path: str) -> int | None:
+    """An exclusive ``flock`` on a server's lock file that no running process holds: the open
+    descriptor, which keeps it (None: a process holds it, or the file is missing — it never ran).
+    The kernel answers, not ``/proc/locks``, whose pids are 0 across pid namespaces."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lock_held(path: str) -> bool:
+    """Whether a running process holds the ``flock`` on ``path``; False when the file is missing."""
+    if not os.path.exists(path):
+        return False
+    fd = lock_if_stopped(path)
+    if fd is None:
+        return os.path.exists(path)         # held (or removed between the two looks: not held)
+    os.close(fd)
+    return False

@@ -173,7 +173,7 @@ class Collector:
     def collect(self):
         with self._lock:
             if self._admin is None:
-                from .client.admin import Admin
+                from .admin.admin import Admin
                 try:
                     self._admin = Admin(self.root, timeout_s=2.0)
                 except HostMQError as e:

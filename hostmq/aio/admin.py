@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..client.admin import Admin as _SyncAdmin
+from ..admin.admin import Admin as _SyncAdmin
 from ..message import MessageExt, MessageQueue
 from ._bridge import Worker
 

@@ -117,7 +117,7 @@ def _tree_cpu_s(pid: int) -> float:
 
 
 def _writer_faults(root: str) -> tuple[int, int]:
-    from ..client.admin import Admin
+    from ..admin.admin import Admin
     with Admin(root) as a:
         pid = a.brokers()[0]["pids"].get("writer", 0)
     s = observe.process_stats(pid) if pid else None
@@ -150,7 +150,7 @@ def drop_page_cache(directory: str) -> None:
 def run_hostmq(cfg: TuningConfig, size_bytes: int, producers: int, sweep: Sweep, base_dir: str
                ) -> list[tuple[dict, np.ndarray, np.ndarray]]:
     """Both phases of one hostmq run: ``[(row, send latencies µs, e2e latencies µs), ...]``."""
-    from ..client.admin import Admin
+    from ..admin.admin import Admin
     from ..cluster import LocalCluster
     root = tempfile.mkdtemp(prefix="r-", dir=base_dir)
     config = {"store": cfg.store_config(sweep.commitlog_file_bytes)}

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..client.pull_consumer import PullConsumer
 from ..message import ConsumeFrom
 from .common import body_text, parse_time_ms

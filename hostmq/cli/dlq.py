@@ -11,7 +11,7 @@ import argparse
 
 from .. import records as R
 from ..semantics.retry import dlq_topic
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..client.producer import Producer
 from ..client.pull_consumer import PullConsumer
 from ..errors import NoRouteError, ValidationError

@@ -1,11 +1,11 @@
 """``hostmq ha promote [ROOT] --name NAME --id ID [--role SYNC_MASTER] [--force]``: make a slave the
 master of its group; ``hostmq ha demote [ROOT] --name NAME [--id 0] --epoch E``: record that a stopped
-master of this root is a slave now (docs/replication.md: promote and rejoin; ``broker/promotion.py``)."""
+master of this root is a slave now (docs/replication.md: promote and rejoin; ``admin/promotion.py``)."""
 from __future__ import annotations
 
 import argparse
 
-from ..broker import promotion
+from ..admin import promotion
 from ..broker.promotion import MASTER_ROLES
 from .common import print_json
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from .common import parse_time_ms, print_table
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..errors import ValidationError
 from .common import body_text, iso_ms, parse_time_ms
 

@@ -17,7 +17,7 @@ import time
 from .. import records as R
 from ..semantics.retry import DLQ_PREFIX
 from ..semantics.system_topics import is_system_topic
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..errors import HostMQError
 from ..observe import broker_tuning
 from ..root import RootPaths, resolve_root

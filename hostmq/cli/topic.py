@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from .common import print_json, print_table
 
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..client.producer import Producer
 from ..client.pull_consumer import PullConsumer
 from ..message import ConsumeFrom, Message

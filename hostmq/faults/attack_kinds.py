@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import orjson
 import psutil
 
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError
 from ..jsonfile import read_json

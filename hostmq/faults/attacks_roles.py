@@ -20,7 +20,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from ..broker import promotion
+from ..admin import promotion
 from ..live import group
 from ..live.role_lock import lock_holders, lock_path, starting
 from ..cluster import LocalCluster

@@ -44,7 +44,7 @@ import time
 import psutil
 
 from ..live.group import live_state
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..cluster import LocalCluster, split_instance
 from ..errors import FaultHarnessError, PromotionRefusedError
 from ..process import describe_exit

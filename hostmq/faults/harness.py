@@ -36,7 +36,7 @@ import orjson
 import psutil
 
 from ..live.state import BrokerState
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
 from ..root import RootPaths, shm_name

@@ -23,7 +23,7 @@ from collections import Counter
 
 from .. import records as R
 from ..client.producer import Producer
-from ..client.admin import Admin
+from ..admin.admin import Admin
 from ..client.session import ProducerSession
 from ..cluster import LocalCluster
 from ..errors import ConnectError, HostMQError

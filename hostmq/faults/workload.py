@@ -380,7 +380,7 @@ class ConsumerProcess:
         self.quit = threading.Event()
 
     def _queues(self):
-        from ..client.admin import Admin
+        from ..admin.admin import Admin
         from ..errors import HostMQError
         deadline = time.monotonic() + 60
         with Admin(self.root) as a:

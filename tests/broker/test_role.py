@@ -1,12 +1,13 @@
 """Role records, the group's master on a root and when a promotion is refused (``live/role.py``,
-``live/group.py``, ``broker/promotion.py``): pure rules and real files, no processes."""
+``live/group.py``, ``broker/promotion.py``, ``admin/promotion.py``): pure rules and real files, no processes."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from hostmq.broker import promotion
+from hostmq.admin import promotion
+from hostmq.broker import promotion as broker_promotion
 from hostmq.live import group, role
 from hostmq.live.runtime import BrokerRuntime
 from hostmq.config import Config
@@ -103,7 +104,7 @@ BASE = dict(is_slave=True, replica_connected=False, write_pos=1000, master_end_p
     ({"replica_connected": True, "force": True}, "connected to the master"),   # force never passes a live master
 ])
 def test_when_a_promotion_is_refused(change, why):
-    got = promotion.refusal(**{**BASE, **change})
+    got = broker_promotion.refusal(**{**BASE, **change})
     assert (got is None) if why is None else (why in got)
 
 

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from hostmq.broker import fencing, promotion
+from hostmq.admin import promotion
+from hostmq.broker import fencing
+from hostmq.broker import promotion as broker_promotion
 from hostmq.live import group, role, role_lock
 from hostmq.live.runtime import BrokerRuntime
 from hostmq.broker.supervisor import take_lock
@@ -158,10 +160,10 @@ def test_decide_and_promote_wait_for_the_lock_then_fail_typed(tmp_path, holder):
 
 
 def test_a_starting_master_makes_the_slave_refuse():
-    why = promotion.refusal(is_slave=True, replica_connected=False, write_pos=10, master_end_pos=10,
+    why = broker_promotion.refusal(is_slave=True, replica_connected=False, write_pos=10, master_end_pos=10,
                             master_running=None, force=True, master_starting="broker-a (pid 7)")
     assert "broker-a (pid 7) is starting" in why
-    assert promotion.refusal(is_slave=True, replica_connected=False, write_pos=10, master_end_pos=10,
+    assert broker_promotion.refusal(is_slave=True, replica_connected=False, write_pos=10, master_end_pos=10,
                              master_running=None, force=False) is None
     assert issubclass(RoleLockTimeoutError, TimeoutError) and not issubclass(RoleLockTimeoutError,
                                                                               PromotionRefusedError)

@@ -16,8 +16,8 @@ from ..protocol.route_data import PERM_READ, PERM_WRITE
 from ..protocol.codes import RequestCode
 from ..root import ipc_address
 from ..store.index import IndexReader
-from .broker_view import BrokerView
-from .instance import ClientInstance
+from ..client.broker_view import BrokerView
+from ..client.instance import ClientInstance
 
 ROUTE_WAIT_S = 10.0
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
@@ -136,10 +136,10 @@ class Admin:
     def promote(self, name: str, broker_id: int, role: str = "ASYNC_MASTER", force: bool = False,
                 timeout_s: float = 120.0) -> dict:
         """Make the slave ``name``.``broker_id`` of this root the master of its group (``hostmq ha
-        promote``; ``broker/promotion.py``): refused (PromotionRefusedError) while a master of the
+        promote``; ``admin/promotion.py``): refused (PromotionRefusedError) while a master of the
         group runs or when the slave lacks what its master said it held (``force`` accepts that).
         Returns once it runs as the master: ``{"instance", "epoch", "write_pos", "demoted"}``."""
-        from ..broker.promotion import promote
+        from .promotion import promote
         return promote(self.root, name, broker_id, role, force, timeout_s, instance_client=self.instance)
 
     def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
