@@ -49,7 +49,7 @@ def test_the_pid_holding_a_broker_lock_is_named(tmp_path):
 
 def test_a_producer_names_the_broker_that_does_not_listen(tmp_path):
     """The session's ConnectError says where the broker is (here: nowhere) and what to do."""
-    from hostmq.client.session import ProducerSession
+    from hostmq.ingress.session import ProducerSession
 
     class Instance:
         root = str(tmp_path)

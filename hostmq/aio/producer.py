@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from .. import records as R
 from ..client.producer import Producer as _SyncProducer
-from ..client.session import ProducerSession, Waiter
+from ..ingress.session import ProducerSession, Waiter
 from ..errors import BrokerBusyError, ConnectError, NoRouteError, SendTimeout, ValidationError
 from ..message import Message, MessageQueue, SendResult
 from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES

@@ -16,8 +16,7 @@ import os
 import time
 
 from .. import records as R
-from ..client.instance import ClientInstance
-from ..client.session import ProducerSession, Waiter
+from ..ingress.session import ProducerSession, Waiter
 from ..errors import ConnectError, HostMQError, NoRouteError, ValidationError
 from ..message import MessageQueue
 from ..store.commitlog import SCHEDULE_TOPIC
@@ -141,7 +140,7 @@ def run(rt: BrokerRuntime, stop) -> int:
     """The scheduler process's entry point (spawned by the broker)."""
     state = BrokerState.attach(rt.state_name)
     state.set("scheduler_pid", os.getpid())
-    instance = session = sched = None
+    session = sched = None
     try:
         if not _wait_running(state, stop):
             return 0
@@ -150,8 +149,7 @@ def run(rt: BrokerRuntime, stop) -> int:
         target = state.w[W_WRITE_POS]
         while state.w[W_DISPATCHED_POS] < target and not stop.is_set():
             stop.wait(0.01)
-        instance = ClientInstance(rt.root)
-        session = ProducerSession(instance, rt.name, rt.address, data_bytes=RING_BYTES, completion_entries=256,
+        session = ProducerSession(rt, rt.name, rt.address, data_bytes=RING_BYTES, completion_entries=256,
                                   spin_s=0.0)
         sched = Scheduler(rt, state, session)
         log.info("scheduler ready: %d levels, offsets %s", sched.levels, sched.offsets.offsets)
@@ -171,7 +169,5 @@ def run(rt: BrokerRuntime, stop) -> int:
                 # The broker is stopping and no longer answers requests: skip the goodbye.
                 session.broken = ConnectError("broker stopping")
             session.close(1.0)
-        if instance is not None:
-            instance.close()
         state.close()
     return 0

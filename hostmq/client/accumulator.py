@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..store.encode import encode_records
-from .session import Waiter
+from ..ingress.session import Waiter
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from ..semantics.system_topics import is_system_topic
 from .accumulator import Accumulator, BatchConfig
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance
-from .session import ProducerSession, Waiter
+from ..ingress.session import ProducerSession, Waiter
 
 log = logging.getLogger(__name__)
 

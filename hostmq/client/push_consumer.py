@@ -48,7 +48,7 @@ from .orderly import OrderlyService
 from .process_queue import ProcessQueue
 from .pull_consumer import PullConsumer
 from .rebalance import Strategy
-from .session import ProducerSession, Waiter
+from ..ingress.session import ProducerSession, Waiter
 from .sql92 import SQL
 from ..store.filter import parse_tag_expression
 

@@ -23,7 +23,7 @@ from ..message import Message, MessageExt, MessageQueue, SendResult, Transaction
 from ..protocol.codes import RequestCode
 from ..protocol.messages import CheckTransactionRequest, EndTransactionRequest
 from .producer import Producer
-from .session import Waiter
+from ..ingress.session import Waiter
 
 log = logging.getLogger(__name__)
 

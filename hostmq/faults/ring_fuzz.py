@@ -24,7 +24,7 @@ from collections import Counter
 from .. import records as R
 from ..client.producer import Producer
 from ..admin.admin import Admin
-from ..client.session import ProducerSession
+from ..ingress.session import ProducerSession
 from ..cluster import LocalCluster
 from ..errors import ConnectError, HostMQError
 from ..message import Message

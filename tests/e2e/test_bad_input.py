@@ -13,7 +13,7 @@ from hostmq.errors import ConnectError, NoRouteError, ValidationError
 from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import decode, encode_request
 from hostmq.root import RootPaths, ipc_address
-from hostmq.client.session import ProducerSession
+from hostmq.ingress.session import ProducerSession
 from hostmq.shm import notify_if_waiting
 from tests.conftest import wait_until
 

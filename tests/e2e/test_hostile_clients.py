@@ -22,7 +22,7 @@ import pytest
 import hostmq
 from hostmq import Message
 from hostmq import records as R
-from hostmq.client.session import ProducerSession
+from hostmq.ingress.session import ProducerSession
 from hostmq.errors import BrokerBusyError, ConnectError, ValidationError
 from hostmq.protocol import session as P
 from hostmq.live.state import BrokerState
@@ -232,7 +232,7 @@ with hostmq.Producer(sys.argv[1]) as p:
 
 _HOLD_SESSIONS = """
 import sys, time, hostmq
-from hostmq.client.session import ProducerSession
+from hostmq.ingress.session import ProducerSession
 p = hostmq.Producer(sys.argv[1]).start()
 inst = p.instance
 held = [ProducerSession(inst, "broker-a", inst.broker_address("broker-a"), data_bytes=1 << 16,

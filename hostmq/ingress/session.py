@@ -90,6 +90,9 @@ class Waiter:
 class ProducerSession:
     def __init__(self, instance, broker: str, address: str, *, data_bytes: int, completion_entries: int,
                  spin_s: float) -> None:
+        """A session with broker ``broker`` (its instance at ``address``). ``instance``: anything with
+        the root (``.root``) — a producer's ``ClientInstance``, or the broker's own runtime for its
+        scheduler."""
         self.broker = broker
         self.address = address
         self.instance = instance
