@@ -250,7 +250,7 @@ class BrokerState:
             return
         self.sessions = self.attached = self.flush_histogram = self.queue_wake = None
         self.dispatch_wake = self.flush_wake = self.dispatch_seq_word = self.flush_count_word = None
-        self.ha_wake = None
+        self.ha_wake = self.confirm_wake_word = None
         self.queue_wake_words = []
         for f in (self.writer_waiting, self.dispatcher_waiting, self.flusher_waiting):
             f.release()
