@@ -166,6 +166,19 @@ class Writer(RingSessions):
                                                         self.state.w[_W["dispatched_pos"]], write_pos)
         self._load_topics()
         self._sync_sessions()
+        if st.w[I_VALID] and write_pos > st.w[I_PHYS]:
+            # Its batch was published; the store time words after write_pos may not have been: the
+            # next store time must not go below the batch's (a wall clock stepped back meanwhile).
+            # ``appended_records`` (a metric) may miss that batch: adding it again could count it twice.
+            phys = st.w[I_PHYS]
+            while phys < write_pos:
+                reqs, nxt = self.cl.scan(phys, write_pos, 8192)
+                for r in reqs:
+                    self.cl.last_store_ts_ms = max(self.cl.last_store_ts_ms, r.store_ts_ms)
+                if nxt <= phys:
+                    break
+                phys = nxt
+            st.w[W_LAST_TS] = self.cl.last_store_ts_ms
         if st.w[I_VALID]:
             slot, gen = st.w[I_SLOT], st.w[I_GEN]
             a = self.rings.get(slot)
