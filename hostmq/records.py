@@ -63,7 +63,13 @@ MSG_HEADER_DTYPE = np.dtype([
     ("born_host", "S8"), ("store_ts_ms", ">i8"), ("store_host", "S8"), ("reconsume_times", ">i4"),
     ("prepared_tx_offset", ">i8"), ("body_length", ">i4"),
 ])
-assert MSG_HEADER.size == MSG_HEADER_DTYPE.itemsize == 88
+def _layout_check(ok: bool, what: str) -> None:
+    """A layout fact this module relies on (kept under ``python -O``, unlike ``assert``)."""
+    if not ok:
+        raise ImportError(f"hostmq.records: layout check failed: {what}")
+
+
+_layout_check(MSG_HEADER.size == MSG_HEADER_DTYPE.itemsize == 88, "MSG_HEADER is 88 bytes in both declarations")
 RecordHeader = namedtuple("RecordHeader", MSG_HEADER_DTYPE.names)
 # Byte offset of each header field inside a record, taken from the one declaration above.
 FIELD = {name: MSG_HEADER_DTYPE.fields[name][1] for name in MSG_HEADER_DTYPE.names}
@@ -259,8 +265,8 @@ _PATCH_COLS = np.concatenate([
 ])
 _PATCH_DTYPE = np.dtype([("queue_id", ">i4"), ("queue_offset", ">i8"), ("phys_offset", ">i8"),
                          ("store_ts_ms", ">i8")])
-assert len(_PATCH_COLS) == _PATCH_DTYPE.itemsize == 28
-assert FIELD["phys_offset"] == FIELD["queue_offset"] + 8
+_layout_check(len(_PATCH_COLS) == _PATCH_DTYPE.itemsize == 28, "len(_PATCH_COLS) == _PATCH_DTYPE.itemsize == 28")
+_layout_check(FIELD["phys_offset"] == FIELD["queue_offset"] + 8, "phys_offset follows queue_offset")
 
 
 def encode_batch(records_: list[bytes]) -> tuple[bytes, np.ndarray]:
@@ -318,7 +324,7 @@ _ARANGE = np.arange(4096, dtype=np.int64)
 # Message id, hosts, unique ids
 # ---------------------------------------------------------------------------------------------
 MSG_ID = struct.Struct(">8sq")     # STOREHOST, PHYSICALOFFSET
-assert MSG_ID.size == 16
+_layout_check(MSG_ID.size == 16, "MSG_ID.size == 16")
 
 
 def encode_msg_id(store_host: bytes, phys_offset: int) -> str:
@@ -440,9 +446,9 @@ def decompress_body(body: bytes) -> bytes:
 # Consume queue entry
 # ---------------------------------------------------------------------------------------------
 CQ_ENTRY = np.dtype([("phys_offset", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])
-assert CQ_ENTRY.itemsize == 20
+_layout_check(CQ_ENTRY.itemsize == 20, "CQ_ENTRY.itemsize == 20")
 CQ_ENTRY_STRUCT = struct.Struct(">qiq")
-assert CQ_ENTRY_STRUCT.size == CQ_ENTRY.itemsize
+_layout_check(CQ_ENTRY_STRUCT.size == CQ_ENTRY.itemsize, "CQ_ENTRY's struct and dtype agree")
 
 
 def py_cq_entries(phys_offsets, sizes, tag_codes) -> bytes:
@@ -472,11 +478,11 @@ def py_cq_entry(phys_offset: int, size: int, tag_code: int) -> bytes:
 INDEX_HEADER = struct.Struct(">qqqqii")   # begin_ts_ms, end_ts_ms, begin_phys, end_phys, slots used, count
 IndexHeader = namedtuple("IndexHeader", "begin_ts_ms end_ts_ms begin_phys_offset end_phys_offset "
                                         "hash_slot_count index_count")
-assert INDEX_HEADER.size == 40
+_layout_check(INDEX_HEADER.size == 40, "INDEX_HEADER.size == 40")
 INDEX_SLOT = np.dtype(">i4")              # number of the newest entry in the slot's chain; 0 = empty
 INDEX_ENTRY = np.dtype([("key_hash", ">i4"), ("phys_offset", ">i8"), ("time_diff_s", ">i4"),
                         ("prev_index", ">i4")])
-assert INDEX_ENTRY.itemsize == 20
+_layout_check(INDEX_ENTRY.itemsize == 20, "INDEX_ENTRY.itemsize == 20")
 INDEX_ENTRY_STRUCT = struct.Struct(">iqii")
 
 
@@ -496,7 +502,7 @@ def index_file_bytes(slots: int, entries: int) -> int:
 REPLICA_MARK = np.dtype([("master_end_pos", "i8"), ("last_phys", "i8"), ("last_size", "i8"), ("last_crc", "i8"),
                          ("version", "i8"), ("seen_epoch", "i8"), ("sync_acked", "i8")])
 REPLICA_MARK_VERSION = 1
-assert REPLICA_MARK.itemsize == 56
+_layout_check(REPLICA_MARK.itemsize == 56, "REPLICA_MARK.itemsize == 56")
 REPLICA_MARK_FILE = "replica.pos"
 REPLICA_MARK_FILE_BYTES = 4096
 
@@ -535,7 +541,8 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 # (``check_stored_record``); the dispatcher stops there. A topic read back is a name only if
 # ``validate_topic`` would accept it (``stored_topic``): the consume-queue directory is built from it.
 _STORED_IDS = struct.Struct(">i4xqq")       # QUEUEID, (FLAG), QUEUEOFFSET, PHYSICALOFFSET
-assert FIELD["queue_offset"] == FIELD["queue_id"] + 8 and FIELD["phys_offset"] == FIELD["queue_id"] + 16
+_layout_check(FIELD["queue_offset"] == FIELD["queue_id"] + 8 and FIELD["phys_offset"] == FIELD["queue_id"] + 16,
+              "queue_id, queue_offset, phys_offset are adjacent")
 _TOPIC_BYTES_RE = re.compile(f"[%|a-zA-Z0-9_-]{{1,{MAX_TOPIC_CHARS}}}".encode())   # _TOPIC_RE's rules
 
 
@@ -579,11 +586,15 @@ try:
 except ImportError:         # not built (no compiler at install time): the references serve
     NATIVE_CODEC = None
 NATIVE = NATIVE_CODEC is not None
+NATIVE_LAYOUT = {          # what hostmq/_codec.c must agree on (its LAYOUT), checked at import
+    "MSG_HEADER": MSG_HEADER.size, "MAGIC_CODE": MAGIC_CODE, "BLANK_MAGIC_CODE": BLANK_MAGIC_CODE,
+    "MIN_RECORD_BYTES": MIN_RECORD_BYTES, "MIN_BLANK_BYTES": MIN_BLANK_BYTES, "CQ_ENTRY": CQ_ENTRY.itemsize,
+    "HOST_BYTES": MSG_HEADER_DTYPE["born_host"].itemsize, "FIELD": FIELD}
 if NATIVE:
-    assert NATIVE_CODEC.LAYOUT == {
-        "MSG_HEADER": MSG_HEADER.size, "MAGIC_CODE": MAGIC_CODE, "BLANK_MAGIC_CODE": BLANK_MAGIC_CODE,
-        "MIN_RECORD_BYTES": MIN_RECORD_BYTES, "MIN_BLANK_BYTES": MIN_BLANK_BYTES, "CQ_ENTRY": CQ_ENTRY.itemsize,
-        "HOST_BYTES": MSG_HEADER_DTYPE["born_host"].itemsize, "FIELD": FIELD}, "hostmq/_codec.c's layout differs"
+    # Not an ``assert``: ``python -O`` drops those, and a codec that disagrees would write records
+    # every reader rejects.
+    _layout_check(NATIVE_CODEC.LAYOUT == NATIVE_LAYOUT, "hostmq/_codec.c's layout differs from records.py's "
+                  "(rebuild it: pip install -e . or tools/test.sh)")
     from .record_fields import _RESERVED_MARKS, check_properties  # noqa: E402
     # The C functions hand what they do not handle themselves (odd argument types, values out of
     # range) to these references, so both raise the same exceptions.

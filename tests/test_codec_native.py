@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import struct
+import subprocess
+import sys
 import warnings
 import zlib
 
@@ -400,3 +402,14 @@ def test_layout_is_the_one_declared_in_records():
     assert C.LAYOUT["FIELD"] == R.FIELD and C.LAYOUT["MSG_HEADER"] == R.MSG_HEADER.size
     rec = C.encode_record(b"T", b"x", b"", crc=None)
     assert struct.unpack_from(">I", rec, R.FIELD["body_crc"])[0] == zlib.crc32(b"x") & 0x7FFFFFFF
+
+
+def test_a_native_codec_whose_layout_differs_is_refused_even_under_python_O():
+    """The codec's layout check is not an ``assert`` (``python -O`` would drop it): a codec built
+    from another layout would write records every reader rejects."""
+    code = ("import sys, types\n"
+            "m = types.ModuleType('hostmq._codec'); m.LAYOUT = {'MSG_HEADER': 89}\n"
+            "sys.modules['hostmq._codec'] = m\n"
+            "import hostmq.records\n")
+    p = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "hostmq/_codec.c's layout differs" in p.stderr, p.stderr[-2000:]
