@@ -96,19 +96,6 @@ class GetRouteInfoRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
-class TopicRouteData(ControlMessage):
-    """Answer to GET_ROUTEINFO_BY_TOPIC: which brokers serve a topic, with how many queues.
-
-    The entries are JSON objects whose shape the NameServer's route table owns (RocketMQ's
-    ``QueueData`` and ``BrokerData``); JSON object keys are strings, so a broker-id → address map has
-    keys like ``"0"``.
-    """
-
-    queue_datas: list[dict]
-    broker_datas: list[dict]
-
-
-@dataclass(frozen=True)
 class KvConfigRequest(ControlMessage):
     """PUT_KV_CONFIG / GET_KV_CONFIG / DELETE_KV_CONFIG (``value`` only for PUT)."""
 

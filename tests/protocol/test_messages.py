@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from hostmq.errors import ProtocolError
 from hostmq.protocol import RequestCode, decode, encode_request
-from hostmq.protocol.messages import (GetRouteInfoRequest, KvConfigRequest, RegisterBrokerRequest, TopicRouteData,
-                                      UnregisterBrokerRequest)
+from hostmq.protocol.messages import GetRouteInfoRequest, KvConfigRequest, RegisterBrokerRequest, UnregisterBrokerRequest
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,8 +23,6 @@ messages = st.one_of(
               ha_address=text, topics=st.dictionaries(text, topic_configs, max_size=5), data_version=i64),
     st.builds(UnregisterBrokerRequest, cluster=text, broker_name=text, broker_id=i64),
     st.builds(GetRouteInfoRequest, topic=text),
-    st.builds(TopicRouteData, queue_datas=st.lists(json_objects, max_size=4),
-              broker_datas=st.lists(json_objects, max_size=4)),
     st.builds(KvConfigRequest, namespace=text, key=text, value=st.none() | text),
 )
 
@@ -35,8 +32,6 @@ VALID = {
                             "topics": {"orders": {"read_queues": 4, "write_queues": 4, "perm": 6, "order": False}}},
     UnregisterBrokerRequest: {"cluster": "c", "broker_name": "broker-a", "broker_id": 1},
     GetRouteInfoRequest: {"topic": "orders"},
-    TopicRouteData: {"queue_datas": [{"broker_name": "broker-a", "read_queues": 4}],
-                     "broker_datas": [{"cluster": "c", "broker_addrs": {"0": "ipc:///r/b.sock"}}]},
     KvConfigRequest: {"namespace": "ns", "key": "k", "value": "v"},
 }
 # values of the wrong type for each declared type (dataclass field types are strings: postponed annotations)
@@ -91,11 +86,6 @@ def test_a_missing_required_field_is_named(cls):
 def test_topic_entries_are_checked_key_by_key(entry, why):
     with pytest.raises(ProtocolError, match=why):
         RegisterBrokerRequest.from_fields({**VALID[RegisterBrokerRequest], "topics": {"orders": entry}})
-
-
-def test_nested_list_entries_are_named_by_index():
-    with pytest.raises(ProtocolError, match=r"field broker_datas\[1\] must be object"):
-        TopicRouteData.from_fields({"queue_datas": [], "broker_datas": [{}, "x"]})
 
 
 def test_unknown_keys_are_ignored_at_top_level_and_kept_in_entries():
