@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from .main import EXIT_ERROR, EXIT_OK
+from .common import EXIT_ERROR, EXIT_OK
 
 
 def add_parser(sub) -> None:

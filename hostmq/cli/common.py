@@ -13,6 +13,10 @@ from ..logsetup import LEVELS
 from ..process import stop_on_signals
 from ..root import RootPaths
 
+EXIT_OK = 0             # every command's exit statuses (2: usage, argparse's own)
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
 
 def add_root_and_config(p) -> None:
     p.add_argument("root", nargs="?", default=None, help="root directory (default $HOSTMQ_ROOT or ~/.hostmq)")

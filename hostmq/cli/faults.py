@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from .main import EXIT_ERROR, EXIT_OK
+from .common import EXIT_ERROR, EXIT_OK
 
 EXIT_PROMISE_BROKEN = 3
 

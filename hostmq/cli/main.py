@@ -15,9 +15,7 @@ import sys
 
 from ..errors import HostMQError
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE  # noqa: F401  (their home; main uses them)
 # (flag, the dest a command's own option or positional uses): given before the command, each lands
 # in "global_<dest>" and is then handed to the command's own.
 GLOBALS = (("--root", "root"), ("--log-level", "log_level"), ("--config", "config"))
