@@ -32,7 +32,7 @@ from .protocol.codes import RequestCode
 from .process import describe_exit
 from .sdnotify import environment_without_notify
 from .shm.segment import reclaim_stale
-from .root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name
+from .root import RootPaths, broker_instance, ipc_address, resolve_root, shm_prefix
 
 DIE_WITH_PARENT_ENV = "HOSTMQ_DIE_WITH_PARENT"
 START_TIMEOUT_S = 60.0
@@ -88,7 +88,7 @@ def clean_after_crash(root: str, broker: str) -> None:
     if fd is None:
         return
     try:
-        prefix = shm_name(root, broker, "x").rsplit(".", 2)[0] + "."
+        prefix = shm_prefix(root, broker)
         reclaim_stale(prefix, grace_s=0.0, orphan_semaphores=True)
         for sock in (paths.broker_socket(broker), paths.broker_session_socket(broker)):
             if os.path.exists(sock):

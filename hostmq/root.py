@@ -46,6 +46,12 @@ def shm_name(root: str, broker: str, kind: str, n: int | str = 0) -> str:
     return f"/{SHM_PREFIX}.{root_hash(root, broker)}.{kind}.{n}"
 
 
+def shm_prefix(root: str, broker: str) -> str:
+    """``/hostmq.<hash12>.``: the prefix of every IPC name of ``broker`` on ``root`` (``""``: the root's
+    own, e.g. consumers' wake-up words) — for reclaiming and leak checks."""
+    return f"/{SHM_PREFIX}.{root_hash(root, broker)}."
+
+
 def broker_instance(name: str, broker_id: int = 0) -> str:
     """The directory and IPC name of one broker process group: ``NAME`` for the master (id 0),
     ``NAME.ID`` for a slave on the same root ('.' is not allowed in a broker name: no clash)."""

@@ -47,7 +47,7 @@ from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
-from ..root import shm_name
+from ..root import shm_prefix
 from ..shm.futex import FutexWord
 from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.mapped_file_queue import MappedFileQueue
@@ -157,7 +157,7 @@ class Broker:
         rt = self.rt
         salvage_pool(rt)                    # before the stale segments it reads are reclaimed
         gone = reclaim_stale(rt.shm_prefix, grace_s=5.0, orphan_semaphores=True)
-        gone += reclaim_stale(shm_name(rt.root, "", "x").rsplit(".", 2)[0] + ".", grace_s=5.0)   # consumers
+        gone += reclaim_stale(shm_prefix(rt.root, ""), grace_s=5.0)   # consumers
         if gone:
             log.info("reclaimed %d stale shared-memory names of %s", len(gone), rt.name)
         unlink_segment(rt.state_name)       # we hold the broker lock: any older one is ours to replace

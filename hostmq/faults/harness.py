@@ -39,7 +39,7 @@ from ..live.state import BrokerState
 from ..admin.admin import Admin
 from ..cluster import LocalCluster
 from ..errors import FaultHarnessError, HostMQError
-from ..root import RootPaths, shm_name
+from ..root import RootPaths, shm_name, shm_prefix
 from ..shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
 from .aim import Facts, Targets, file_facts, step_into
 from . import as_user
@@ -152,7 +152,7 @@ class ClusterUnderTest:
             self.slave_state = None
         self.cluster.stop()
         root = self.cluster.root
-        for p in {shm_name(root, b, "x").rsplit(".", 2)[0] + "." for b in (BROKER, SLAVE, "")}:
+        for p in {shm_prefix(root, b) for b in (BROKER, SLAVE, "")}:
             for n in list_segments(p):
                 self.leftovers.append(n)
                 unlink_segment(n)

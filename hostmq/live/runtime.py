@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..config import Config
 from ..errors import ConfigError
-from ..root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name
+from ..root import RootPaths, broker_instance, ipc_address, resolve_root, shm_name, shm_prefix
 
 MAX_BROKER_NAME_CHARS = 64
 MAX_RING_DATA_BYTES = 256 << 20     # the broker refuses larger ingress rings (bounds a torn commitlog tail)
@@ -124,4 +124,4 @@ class BrokerRuntime:
     @property
     def shm_prefix(self) -> str:
         """Prefix of every IPC name of this broker (for reclaiming and leak checks)."""
-        return self.shm("x").rsplit(".", 2)[0] + "."
+        return shm_prefix(self.root, self.instance)

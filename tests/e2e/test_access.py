@@ -12,7 +12,7 @@ import pytest
 
 import hostmq
 from hostmq.faults.as_user import run_as
-from hostmq.root import RootPaths, shm_name
+from hostmq.root import RootPaths, shm_name, shm_prefix
 from hostmq.shm.segment import list_segments
 from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
 
@@ -105,4 +105,4 @@ def test_group_members_produce_and_consume_and_nobody_else_gets_in(shared_root):
         cluster.stop()
     left = leftovers(root, ["broker-a"])
     assert not left, left
-    assert not [s for s in list_segments(shm_name(root, "broker-a", "x").rsplit(".", 2)[0] + ".")]
+    assert not [s for s in list_segments(shm_prefix(root, "broker-a"))]

@@ -14,7 +14,7 @@ import pytest
 
 import hostmq
 from hostmq import Message, SendStatus
-from hostmq.root import RootPaths, shm_name
+from hostmq.root import RootPaths, shm_prefix
 from hostmq.shm import list_segments
 from tests.e2e.conftest import consume_bodies
 from tests.conftest import wait_until
@@ -51,8 +51,8 @@ def test_nothing_a_root_creates_is_readable_by_other_users(root):
         with hostmq.LocalCluster(root), hostmq.Producer(root) as p:
             p.send(Message("secret", b"the body nobody else may read"))
             wait_until(lambda: consume_bodies(root, "secret", 1, "g-secret"), 20, "the message")
-            prefixes = [shm_name(root, "broker-a", "x").rsplit(".", 2)[0] + ".",
-                        shm_name(root, "", "x").rsplit(".", 2)[0] + "."]
+            prefixes = [shm_prefix(root, "broker-a"),
+                        shm_prefix(root, "")]
             segs = [s for pre in prefixes for s in list_segments(pre)]
             assert segs, "the broker's state segment should exist"
             for s in segs:
