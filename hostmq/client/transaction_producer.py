@@ -23,7 +23,7 @@ from ..message import Message, MessageExt, MessageQueue, SendResult, Transaction
 from ..protocol.codes import RequestCode
 from ..protocol.messages import CheckTransactionRequest, EndTransactionRequest
 from .producer import Producer
-from ..ingress.session import Waiter
+from ..ingress.session import ProducerSession, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +137,13 @@ class TransactionProducer(Producer):
         return state
 
     def _end(self, broker: str, half: bytes, queue_offset: int, phys_offset: int, state: TransactionState,
-             from_check: bool) -> bool:
+             from_check: bool, address: str | None = None) -> bool:
         """Ask the broker, then store the committed message (COMMIT) and the op message; True if
-        this call resolved the transaction. ``state`` is COMMIT or ROLLBACK."""
-        session = self._broker_session(broker)      # its address is the broker's (no NameServer lookup)
+        this call resolved the transaction. ``state`` is COMMIT or ROLLBACK. ``address``: the broker
+        instance that handed out the check — after a failover the master of ``broker`` is another
+        instance than the one this producer's session may still point at."""
+        # its address is the broker's (no NameServer lookup)
+        session = self._session_to(broker, address) if address else self._broker_session(broker)
         req = EndTransactionRequest(self.group, queue_offset, phys_offset, state.value, from_check)
         answer = self.instance.broker_request(session.address, RequestCode.END_TRANSACTION, req.to_fields()).fields
         if not answer.get("resolve"):
@@ -183,6 +186,24 @@ class TransactionProducer(Producer):
                     self._check_broker(name, address)
                 except HostMQError as e:
                     log.debug("transaction checks of %s failed: %s", name, e)
+                    self._brokers = (0.0, [])       # a master that moved: ask the NameServers again
+
+    def _session_to(self, broker: str, address: str) -> ProducerSession:
+        """The session to ``broker`` at ``address`` (the instance that checks back), replacing one that
+        is broken or open to another instance of the name (its master before a failover)."""
+        s = self._sessions.get(broker)
+        if s is not None and s.broken is None and s.address == address:
+            return s
+        with self._lock:
+            s = self._sessions.get(broker)
+            if s is not None and s.broken is None and s.address == address:
+                return s
+            if s is not None:
+                s.close(0)
+            s = ProducerSession(self.instance, broker, address, data_bytes=self.ring_bytes,
+                                completion_entries=self.completion_entries, spin_s=self.spin_s)
+            self._sessions[broker] = s
+            return s
 
     def _broker_list(self) -> list[tuple[str, str]]:
         at, brokers = self._brokers
@@ -204,4 +225,9 @@ class TransactionProducer(Producer):
                 continue
             state = self._run(f"transaction checker for {view.unique_id}", self.checker, view)
             if state != TransactionState.UNKNOWN:
-                self._end(broker, raw, int(row["queue_offset"]), int(row["phys_offset"]), state, from_check=True)
+                try:
+                    self._end(broker, raw, int(row["queue_offset"]), int(row["phys_offset"]), state,
+                              from_check=True, address=address)
+                except HostMQError as e:    # checked again at the next round
+                    log.info("ending checked transaction %s (%s) at %s failed: %s", view.unique_id,
+                             state.value, broker, e)
