@@ -18,19 +18,20 @@ from hostmq.shm import reclaim_stale
 
 log = logging.getLogger(__name__)
 SLOW_DIRS = ("e2e", "faults", "spark", "docs", "aio")   # whole clusters, fault runs, a SparkSession
+SLOW_FILES = ("test_bench.py", "test_bench_latency.py", "test_packaging.py")   # benchmarks, a wheel build
 
 
 def pytest_collection_modifyitems(config, items):
-    """Everything under ``SLOW_DIRS`` (real clusters, Spark, fault runs) is ``slow``: ``pytest -m "not
-    slow"`` is the fast lane — the in-process tests of stores, segments, codecs and loop bodies.
-    ``tools/test.sh`` runs both lanes."""
+    """Everything under ``SLOW_DIRS`` and in ``SLOW_FILES`` (real clusters, Spark, fault runs,
+    benchmarks, the wheel build) is ``slow``: ``pytest -m "not slow"`` is the fast lane — the
+    in-process tests of stores, segments, codecs and loop bodies. ``tools/test.sh`` runs both."""
     root = config.rootpath / "tests"
     for item in items:
         try:
             top = item.path.relative_to(root).parts[0]
         except ValueError:
             continue
-        if top in SLOW_DIRS:
+        if top in SLOW_DIRS or top in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
 
 
