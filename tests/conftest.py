@@ -10,11 +10,11 @@ therefore begins by unlinking hostmq segments whose owner process is dead
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
 from hostmq.shm import reclaim_stale
+from hostmq.waiting import poll_until
 
 log = logging.getLogger(__name__)
 SLOW_DIRS = ("e2e", "faults", "spark", "docs", "aio")   # whole clusters, fault runs, a SparkSession
@@ -46,11 +46,4 @@ def reclaim_segments_of_killed_runs():
 def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: float = 0.02):
     """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout_s`` — the
     one way tests wait for a condition (never a bare sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(step_s)
+    return poll_until(cond, timeout_s, what, step_s=step_s, error=AssertionError)

@@ -46,6 +46,7 @@ import psutil
 from ..live.group import live_state
 from ..admin.admin import Admin
 from ..cluster import LocalCluster, split_instance
+from ..waiting import poll_until
 from ..errors import FaultHarnessError, PromotionRefusedError
 from ..process import describe_exit
 from ..root import RootPaths
@@ -60,14 +61,7 @@ COMPARE_BYTES = 1 << 20             # a slave's commitlog is compared with its m
 
 def wait_for(cond, timeout_s: float, what: str, step_s: float = 0.02):
     """``cond()`` once it is truthy; FaultHarnessError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise FaultHarnessError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(step_s)
+    return poll_until(cond, timeout_s, what, step_s=step_s, error=FaultHarnessError)
 
 
 class Failover:
