@@ -59,7 +59,8 @@ def test_100k_messages_over_8_topics_and_4_queues_read_back_exactly(open_store):
         assert m.body == sent[(topic, q)][i][0] and m.queue_offset == i
 
 
-def test_get_batch_arrays_and_statuses(open_store):
+def test_get_batch_arrays_and_statuses(modal_store):
+    open_store = modal_store
     store = open_store(message_index_enable=False)
     bodies = [body_for("GB", 1, i, i) for i in range(200)]
     store.put_batch([Message("GB", b) for b in bodies[:150]], queue_id=1)
@@ -79,7 +80,8 @@ def test_get_batch_arrays_and_statuses(open_store):
 
 
 # -- get statuses --------------------------------------------------------------------------------------
-def test_get_statuses_when_min_is_zero(open_store):
+def test_get_statuses_when_min_is_zero(modal_store):
+    open_store = modal_store
     store = open_store(message_index_enable=False)
     for i in range(10):
         store.put(Message("St", body_for("St", 0, i)))
@@ -134,7 +136,8 @@ def test_get_statuses_after_old_files_are_deleted(open_store):
 
 
 # -- filters and pull sizes ----------------------------------------------------------------------------
-def test_tag_filter_returns_only_matching_tags_and_skipped_entries_advance(open_store):
+def test_tag_filter_returns_only_matching_tags_and_skipped_entries_advance(modal_store):
+    open_store = modal_store
     store = open_store(message_index_enable=False)
     tags = [["a", "b", "c", None, "Aa", "BB", "bb"][i % 7] for i in range(300)]
     tags[250:] = ["c"] * 50                                    # a long tail nothing matches
@@ -173,7 +176,8 @@ def test_tag_filter_returns_only_matching_tags_and_skipped_entries_advance(open_
     assert (g.status, g.next_offset, g.messages) == (GetStatus.NO_MATCHED_MESSAGE, 300, [])
 
 
-def test_max_count_limits_a_get(open_store):
+def test_max_count_limits_a_get(modal_store):
+    open_store = modal_store
     store = open_store(message_index_enable=False)
     store.put_batch([Message("MC", body_for("MC", 0, i)) for i in range(100)])
     store.dispatch()
@@ -184,7 +188,8 @@ def test_max_count_limits_a_get(open_store):
     assert len(g.messages) == 10 and g.next_offset == 100
 
 
-def test_max_transfer_bytes_limits_a_get_but_returns_at_least_one(open_store):
+def test_max_transfer_bytes_limits_a_get_but_returns_at_least_one(modal_store):
+    open_store = modal_store
     limit = 4096
     store = open_store(message_index_enable=False, max_transfer_bytes=limit)
     sizes_sent = [300, 700, 1500, 200, 900, 5000, 100, 100, 6000, 6000, 400]
@@ -280,7 +285,8 @@ def test_key_lookup_time_range_is_exact_to_the_millisecond(open_store):
         assert _indices(got) == list(range(lo, hi + 1)), (lo, hi)
 
 
-def test_keys_are_found_after_a_restart(open_store):
+def test_keys_are_found_after_a_restart(modal_store):
+    open_store = modal_store
     store = open_store()
     times, uniq = _store_keyed(store, n=200)
     path = store.path
@@ -354,7 +360,8 @@ def test_batch_needs_one_topic_and_no_delay(validating_store):
     assert _state(store) == before
 
 
-def test_a_closed_store_refuses_writes(open_store):
+def test_a_closed_store_refuses_writes(modal_store):
+    open_store = modal_store
     store = open_store(message_index_enable=False)
     store.close()
     with pytest.raises(ValidationError):
