@@ -32,7 +32,7 @@ class AsyncOrderly(OrderlyService):
             self.stopped(mq)
 
     def stopped(self, mq: MessageQueue) -> None:
-        with self.c._lock:
+        with self.c.lock:
             self.running.discard(mq)
 
     async def consume(self, mq: MessageQueue, pq: ProcessQueue) -> None:
@@ -57,25 +57,25 @@ class AsyncOrderly(OrderlyService):
                 await self.front.pause(self.c.retry_delay_s)   # suspend the queue, then the same again
         finally:
             self.stopped(mq)
-            if not self.c._stop.is_set():
+            if not self.c.stopping.is_set():
                 self._kick(mq, pq)          # messages that came while the task was leaving
 
     def _next_batch(self, mq: MessageQueue, pq: ProcessQueue) -> tuple[collections.deque, list[MessageExt]] | None:
         """The queue's pending deque (this one: a take-over replaces it) and its next batch."""
         c = self.c
-        with c._lock:
+        with c.lock:
             pending = self.pending.get(mq)
-            if pq.dropped or c._stop.is_set() or not pending or mq not in self.locked:
+            if pq.dropped or c.stopping.is_set() or not pending or mq not in self.locked:
                 return None
             return pending, [pending[i] for i in range(min(c.batch_size, len(pending)))]
 
     def _done(self, pending: collections.deque, pq: ProcessQueue, batch: list[MessageExt], dead: bool = False) -> None:
         c = self.c
-        with c._lock:
+        with c.lock:
             for _ in batch:
                 pending.popleft()
             if not dead:
                 pq.remove([m.queue_offset for m in batch])
         if dead:        # its offset is committed past the batch once the send-back is stored
-            c._failed.put((pq, batch, DLQ_LEVEL))
+            c.failed.put((pq, batch, DLQ_LEVEL))
 

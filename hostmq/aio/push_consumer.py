@@ -128,7 +128,7 @@ class PushConsumer:
         except BaseException:
             self._loop = None
             raise
-        unused, eng._pool = eng._pool, cast(Any, self._done)    # read by the pull thread when it stops
+        unused, eng.pool = eng.pool, cast(Any, self._done)    # read by the pull thread when it stops
         if unused is not None:
             unused.shutdown(wait=False)              # never given work: it has no thread
         return self
@@ -150,17 +150,17 @@ class PushConsumer:
         return True
 
     def _start(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        if not self._engine._stop.is_set():
+        if not self._engine.stopping.is_set():
             self._spawn(self._running, self._consume(pq, batch, attempt))
 
     def _start_orderly(self, service: AsyncOrderly, mq: MessageQueue, pq: ProcessQueue) -> None:
-        if self._engine._stop.is_set():
+        if self._engine.stopping.is_set():
             service.stopped(mq)
         else:
             self._spawn(self._running, service.consume(mq, pq))
 
     def _later(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        if not self._engine._stop.is_set():
+        if not self._engine.stopping.is_set():
             self._spawn(self._delayed, self._consume_later(pq, batch, attempt))
 
     def _spawn(self, tasks: set[asyncio.Task], coro: Awaitable[None]) -> None:
@@ -177,7 +177,7 @@ class PushConsumer:
         eng = self._engine
         assert self._limit is not None
         async with self._limit:
-            if pq.dropped or eng._stop.is_set():
+            if pq.dropped or eng.stopping.is_set():
                 return                  # another member owns the queue now; it re-reads from the commit
             ok = await self._call_listener(batch) == ConsumeResult.SUCCESS
         eng._settle(pq, batch, attempt, ok, self._later)
@@ -222,7 +222,7 @@ class PushConsumer:
             return
         self.closed = True
         eng = self._engine
-        eng._stop.set()
+        eng.stopping.set()
         self._closing.set()
         for t in list(self._delayed):
             t.cancel()                  # unfinished: their offsets stay uncommitted

@@ -66,7 +66,7 @@ class OrderlyService:
         return {mq for mq in self.c.queues if mq not in self.locked}
 
     def dispatch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
-        with self.c._lock:
+        with self.c.lock:
             if self.c.queues.get(mq) is not pq or mq not in self.locked:
                 return                      # fetched before the lock: dropped when it is granted
             self.pending.setdefault(mq, collections.deque()).extend(batch)
@@ -76,12 +76,12 @@ class OrderlyService:
         """Unlock what was let go, lock (renew) what is owned; take over newly locked queues."""
         c = self.c
         now = time.monotonic()
-        with c._lock:
+        with c.lock:
             done = {mq for mq in self.to_unlock if mq not in self.running}
         if done:
             self._request(RequestCode.UNLOCK_BATCH_MQ, done)
             self.to_unlock -= done
-        with c._lock:
+        with c.lock:
             owned = set(c.queues)
             missing = owned - self.locked
         if now < self._next_renew and not (missing and now >= self._next_retry):
@@ -90,15 +90,15 @@ class OrderlyService:
         if not missing:
             self._next_renew = now + LOCK_RENEW_S
         held = self._request(RequestCode.LOCK_BATCH_MQ, owned)
-        with c._lock:
+        with c.lock:
             held &= set(c.queues)
             lost = self.locked - held
         if lost:                            # not renewed (broker unreachable or lock expired): keep what
             try:                            # was consumed, stop; a re-lock reads the committed offset
-                c.pull._commit_queues(lost)
+                c.pull.commit_queues(lost)
             except HostMQError as e:
                 log.warning("%s: committing queues whose lock was lost failed: %s", c.group, e)
-        with c._lock:
+        with c.lock:
             gained = held - self.locked
             self.locked = held
             for mq in lost:
@@ -113,10 +113,10 @@ class OrderlyService:
             offset = c.pull.reload_position(mq)
         except HostMQError as e:
             log.warning("%s: cannot read the committed offset of %s (%s); locking it again later", c.group, mq, e)
-            with c._lock:
+            with c.lock:
                 self.locked.discard(mq)
             return
-        with c._lock:
+        with c.lock:
             old = c.queues.get(mq)
             if old is not None:
                 old.dropped = True
@@ -129,14 +129,14 @@ class OrderlyService:
         """A rebalance gives these queues away: stop their tasks and wait (briefly) for the batch in
         the listener, so the commit that follows covers it."""
         c = self.c
-        with c._lock:
+        with c.lock:
             for mq in queues:
                 pq = c.queues.get(mq)
                 if pq is not None:
                     pq.dropped = True
         deadline = time.monotonic() + REVOKE_WAIT_S
         while time.monotonic() < deadline:
-            with c._lock:
+            with c.lock:
                 if not any(mq in self.running for mq in queues):
                     return
             time.sleep(0.005)
@@ -177,15 +177,15 @@ class OrderlyService:
         if not self._claim(mq, pq):
             return
         try:
-            self.c._pool.submit(self._consume, mq, pq)
+            self.c.pool.submit(self._consume, mq, pq)
         except RuntimeError:                # shutting down
-            with self.c._lock:
+            with self.c.lock:
                 self.running.discard(mq)
 
     def _claim(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Whether ``mq``'s task starts now — messages pending, the queue locked and still this
         consumer's, no task of it running — and if so, marked running."""
-        with self.c._lock:
+        with self.c.lock:
             if mq in self.running or not self.pending.get(mq) or mq not in self.locked or pq.dropped:
                 return False
             self.running.add(mq)
@@ -196,15 +196,15 @@ class OrderlyService:
         attempts = 0
         try:
             while True:
-                with c._lock:
+                with c.lock:
                     pending = self.pending.get(mq)
-                    if pq.dropped or c._stop.is_set() or not pending or mq not in self.locked:
+                    if pq.dropped or c.stopping.is_set() or not pending or mq not in self.locked:
                         return
                     batch = [pending[i] for i in range(min(c.batch_size, len(pending)))]
-                result = c._call_listener(batch)
+                result = c.call_listener(batch)
                 if result == ConsumeResult.SUCCESS:
                     attempts = 0
-                    with c._lock:
+                    with c.lock:
                         for _ in batch:
                             pending.popleft()
                         pq.remove([m.queue_offset for m in batch])
@@ -213,14 +213,14 @@ class OrderlyService:
                 if attempts > c.max_reconsume_times:
                     # Given up after the maximum: to the DLQ; the queue goes on in order after it
                     # (its offset is committed past the batch once the send-back is stored).
-                    with c._lock:
+                    with c.lock:
                         for _ in batch:
                             pending.popleft()
-                    c._failed.put((pq, batch, DLQ_LEVEL))
+                    c.failed.put((pq, batch, DLQ_LEVEL))
                     attempts = 0
                     continue
-                c._stop.wait(c.retry_delay_s)   # suspend this queue, then the same messages again
+                c.stopping.wait(c.retry_delay_s)   # suspend this queue, then the same messages again
         finally:
-            with c._lock:
+            with c.lock:
                 self.running.discard(mq)
             self._kick(mq, pq)              # messages that came while the task was leaving

@@ -158,7 +158,7 @@ class PullConsumer:
         if lost:
             self.on_revoke(lost)
             try:
-                self._commit_queues(lost)
+                self.commit_queues(lost)
             except HostMQError as e:        # its broker is down: the next owner cannot read it either
                 log.warning("committing released queues of %s failed: %s", self.group, e)
             for q in lost:
@@ -376,9 +376,9 @@ class PullConsumer:
 
     def commit(self) -> None:
         """Store every changed position as the group's offset on its broker."""
-        self._commit_queues(list(self.positions))
+        self.commit_queues(list(self.positions))
 
-    def _commit_queues(self, queues) -> None:
+    def commit_queues(self, queues) -> None:
         for mq in queues:
             off = self.commit_position(mq)
             if off is None or self._committed.get(mq) == off:

@@ -88,14 +88,17 @@ class PushConsumer:
         self.listener: Callable[[list[MessageExt]], ConsumeResult] | None = None
         self.pull: PullConsumer | None = None
         self.queues: dict[MessageQueue, ProcessQueue] = {}
-        self._stop = threading.Event()
+        # What the consume services (``orderly.OrderlyService``, ``hostmq.aio``) share with this consumer:
+        # ``lock`` (process queues and orderly state), ``stopping``, ``pool`` (the listener threads),
+        # ``failed`` (batches to send back) and :meth:`call_listener`.
+        self.stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self.pool: ThreadPoolExecutor | None = None
         self._timers: set[threading.Timer] = set()
-        self._failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
+        self.failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
         self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
         self.orderly: OrderlyService | None = None
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.error: BaseException | None = None
 
     # -- set-up ---------------------------------------------------------------------------------------
@@ -146,7 +149,7 @@ class PushConsumer:
             pull.close()
             self.pull = None
             raise
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"hostmq-consume {self.group}")
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"hostmq-consume {self.group}")
         self._thread = threading.Thread(target=self._run, name=f"hostmq-pull {self.group}", daemon=True)
         self._thread.start()
         return self
@@ -179,7 +182,7 @@ class PushConsumer:
         next_commit = time.monotonic() + self.auto_commit_interval_s
         next_route = time.monotonic() + self.rebalance_interval_s
         try:
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 if self.model == MessageModel.BROADCASTING and time.monotonic() >= next_route:
                     next_route = time.monotonic() + self.rebalance_interval_s
                     self._broadcast_assign()
@@ -191,11 +194,11 @@ class PushConsumer:
                     msgs = pull.poll(0.2)
                 except HostMQError as e:
                     log.warning("pull for %s failed: %s", self.group, e)
-                    self._stop.wait(0.5)
+                    self.stopping.wait(0.5)
                     continue
                 except Exception:           # a bug or a store we cannot read: never end the thread
                     log.exception("pull for %s failed; polling again in %.1f s", self.group, POLL_ERROR_PAUSE_S)
-                    self._stop.wait(POLL_ERROR_PAUSE_S)
+                    self.stopping.wait(POLL_ERROR_PAUSE_S)
                     continue
                 self._sync_queues()
                 if msgs:
@@ -209,7 +212,7 @@ class PushConsumer:
             self.error = e
             log.exception("pull thread of %s failed", self.group)
         finally:
-            self._pool.shutdown(wait=True)
+            self.pool.shutdown(wait=True)
             for t in list(self._timers):
                 t.cancel()
             self._send_back_failed()
@@ -227,7 +230,7 @@ class PushConsumer:
         """Process queues follow the pull consumer's assignment (after each rebalance)."""
         positions = self.pull.positions
         reset, self.pull.reset_queues = self.pull.reset_queues, set()
-        with self._lock:
+        with self.lock:
             for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
                 if self.orderly is not None:
@@ -241,14 +244,14 @@ class PushConsumer:
         pull position: without this, messages a subscription filters out after the last matching
         one would stay uncommitted, and the group's lag would never reach 0."""
         positions = self.pull.positions
-        with self._lock:
+        with self.lock:
             for mq, pq in self.queues.items():
                 off = positions.get(mq)
                 if off is not None and off > pq.next_offset:
                     pq.next_offset = off
 
     def _flow_control(self) -> None:
-        with self._lock:
+        with self.lock:
             full = {mq for mq, pq in self.queues.items() if pq.is_full(self.max_held_messages, self.max_held_bytes)}
             if self.orderly is not None:    # only what this member holds the lock of is fetched
                 full |= self.orderly.unlocked()
@@ -262,7 +265,7 @@ class PushConsumer:
         for m in msgs:
             by_queue.setdefault(m.queue, []).append(m)
         for mq, batch in by_queue.items():
-            with self._lock:
+            with self.lock:
                 pq = self.queues.get(mq)
                 if pq is None:
                     continue
@@ -275,14 +278,14 @@ class PushConsumer:
 
     def _submit(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         try:
-            self._pool.submit(self._consume, pq, batch, attempt)
+            self.pool.submit(self._consume, pq, batch, attempt)
         except RuntimeError:                # the pool is shutting down: the offset stays uncommitted
             pass
 
     def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        if pq.dropped or self._stop.is_set():
+        if pq.dropped or self.stopping.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
-        self._settle(pq, batch, attempt, self._call_listener(batch) == ConsumeResult.SUCCESS, self._retry_later)
+        self._settle(pq, batch, attempt, self.call_listener(batch) == ConsumeResult.SUCCESS, self._retry_later)
 
     def _settle(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int, ok: bool, later) -> None:
         """What the listener's verdict on ``batch`` (``ok``) means: done (its offsets released); to the
@@ -290,18 +293,18 @@ class PushConsumer:
         batch again after ``retry_delay_s`` through ``later(pq, batch, attempt)`` (hostmq.aio passes
         its event loop's own)."""
         if ok:
-            with self._lock:
+            with self.lock:
                 pq.remove([m.queue_offset for m in batch])
             return
         if self.model == MessageModel.CLUSTERING and attempt == 0:
-            self._failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
+            self.failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
             return
         if attempt + 1 >= self.max_reconsume_times:
             log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
                       self.group, len(batch), attempt + 1, self.retry_delay_s)
         later(pq, batch, attempt + 1)
 
-    def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
+    def call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
         """The listener's verdict on a batch; an exception or a wrong return value counts as
         RECONSUME_LATER (logged)."""
         for m in batch:
@@ -318,9 +321,9 @@ class PushConsumer:
         return result
 
     def _retry(self, pq: ProcessQueue, batch, attempt: int) -> None:
-        with self._lock:
+        with self.lock:
             self._timers.discard(threading.current_thread())
-        if not self._stop.is_set():
+        if not self.stopping.is_set():
             self._submit(pq, batch, attempt)
 
     # -- retries --------------------------------------------------------------------------------------
@@ -329,7 +332,7 @@ class PushConsumer:
         message that cannot be sent back is consumed again here after ``retry_delay_s``."""
         while True:
             try:
-                pq, batch, *level = self._failed.get_nowait()
+                pq, batch, *level = self.failed.get_nowait()
             except queue.Empty:
                 return
             done = []
@@ -341,7 +344,7 @@ class PushConsumer:
                     log.warning("%s: sending %s back failed (%s); consuming it again here later",
                                 self.group, m.msg_id, e)
                     self._retry_later(pq, [m], 1)
-            with self._lock:
+            with self.lock:
                 pq.remove(done)
 
     def _send_back(self, m: MessageExt, delay_level: int = 0) -> None:
@@ -365,13 +368,13 @@ class PushConsumer:
     def _retry_later(self, pq: ProcessQueue, batch, attempt: int) -> None:
         timer = threading.Timer(self.retry_delay_s, self._retry, (pq, batch, attempt))
         timer.daemon = True
-        with self._lock:
+        with self.lock:
             self._timers.add(timer)
         timer.start()
 
     # -- offsets --------------------------------------------------------------------------------------
     def _commit_position(self, mq: MessageQueue) -> int | None:
-        with self._lock:
+        with self.lock:
             if self.orderly is not None and not self.orderly.commit_allowed(mq):
                 return None                 # not locked: another member may be consuming it
             pq = self.queues.get(mq)
@@ -386,13 +389,13 @@ class PushConsumer:
     # -- life -----------------------------------------------------------------------------------------
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop fetching, let running listeners finish, commit, leave the group."""
-        self._stop.set()
+        self.stopping.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
 
     def assignment(self) -> list[MessageQueue]:
-        with self._lock:
+        with self.lock:
             return sorted(self.queues)
 
     @property
