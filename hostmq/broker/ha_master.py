@@ -97,6 +97,7 @@ class _Slave:
     sealer: A.Sealer | None = None      # tags what this master sends, once the slave proved the secret
     next_pos: int | None = None         # None until the handshake
     acked: int = 0
+    behind_s: float | None = None       # since when it has not acknowledged the master's end (None: it has)
     last_read_s: float = field(default_factory=time.monotonic)
     last_sent_s: float = field(default_factory=time.monotonic)
     meta_sent: bytes = b""              # the last META body sent (sent again only when it changed)
@@ -138,6 +139,7 @@ class HAMaster:
         self.state.set("ha_port", self.port)
         self.state.set("ha_pid", os.getpid())
         self.max_gap_bytes = cfg.ha_max_gap_bytes
+        self.sync_timeout_s = cfg.ha_sync_timeout_ms / 1000
         if self.sync:
             # From now on consumers read what this process confirms, and the writer wakes it after every
             # batch. Confirmed twice: a batch published between the first read of the end and the word
@@ -319,6 +321,8 @@ class HAMaster:
                 raise ProtocolError(f"an ack of {f.offset} beyond the master's end {self.end()}")
             if f.offset < s.acked:
                 raise ProtocolError(f"an ack of {f.offset} below its earlier {s.acked}")
+            if f.offset > s.acked:
+                s.behind_s = None           # progress: the wait for the rest starts at the next look
             s.acked = f.offset
 
     def _hello(self, s: _Slave, hello: P.Hello) -> None:
@@ -424,15 +428,25 @@ class HAMaster:
             st.set("replicated_pos", acked)
             notify_if_waiting(st.writer_waiting, self.doorbell)     # a SYNC_MASTER writer may answer sends now
         if self.sync:
-            end = self.end()
-            in_sync = [s.acked for s in live if end - s.acked <= self.max_gap_bytes]
+            end, now = self.end(), time.monotonic()
+            in_sync = []
+            for s in live:
+                if s.acked >= end:
+                    s.behind_s = None
+                elif s.behind_s is None:
+                    s.behind_s = now
+                if end - s.acked <= self.max_gap_bytes and (s.behind_s is None or
+                                                             now - s.behind_s <= self.sync_timeout_s):
+                    in_sync.append(s.acked)
             self._confirm(max(in_sync) if in_sync else end)
 
     def _confirm(self, pos: int) -> None:
         """A SYNC_MASTER: consumers may read to ``pos`` (``confirmed_pos`` only grows): what an
         in-sync slave — connected, no more than ``broker.ha_max_gap_bytes`` behind, as the writer
-        counts one for SEND_OK — acknowledged, or the master's end while none is (RocketMQ 5's in-sync
-        set shrinking to the master). Consumers sleeping on ``confirm_wake`` are woken."""
+        counts one for SEND_OK, and not silent about what it was sent for longer than a send waits for
+        it (``broker.ha_sync_timeout_ms``: by then its producers were told FLUSH_SLAVE_TIMEOUT) —
+        acknowledged, or the master's end while none is (RocketMQ 5's in-sync set shrinking to the
+        master; its ``haMaxTimeSlaveNotCatchup``). Consumers sleeping on ``confirm_wake`` are woken."""
         st = self.state
         if pos > st.get("confirmed_pos"):
             st.set("confirmed_pos", pos)
