@@ -52,15 +52,16 @@ def store_mode(request) -> dict:
     return STORE_MODES[request.param]
 
 
-@pytest.fixture
-def modal_store(tmp_path, store_mode):
-    """``open_store`` in each store configuration (``STORE_MODES``); overrides still apply."""
+def _stores(tmp_path, mode: dict, check_pool: bool):
+    """The store factory behind ``open_store`` and ``modal_store``: yields ``_open`` and closes every
+    store it opened."""
     opened: list[MessageStore] = []
 
     def _open(path=None, **overrides) -> MessageStore:
-        s = MessageStore(str(path or tmp_path / "store"), small_config(**{**store_mode, **overrides}))
-        assert (s.pool is not None) == (store_mode.get("transient_store_pool_enable", False)
-                                         and store_mode["flush_disk_type"] == "ASYNC_FLUSH")
+        s = MessageStore(str(path or tmp_path / "store"), small_config(**{**mode, **overrides}))
+        if check_pool:
+            assert (s.pool is not None) == (mode.get("transient_store_pool_enable", False)
+                                             and mode["flush_disk_type"] == "ASYNC_FLUSH")
         opened.append(s)
         return s
 
@@ -68,22 +69,18 @@ def modal_store(tmp_path, store_mode):
     for s in opened:
         if not s.closed:
             s.close()
+
+
+@pytest.fixture
+def modal_store(tmp_path, store_mode):
+    """``open_store`` in each store configuration (``STORE_MODES``); overrides still apply."""
+    yield from _stores(tmp_path, store_mode, check_pool=True)
 
 
 @pytest.fixture
 def open_store(tmp_path):
     """Factory: ``open_store(path=None, **config_overrides)`` → an open MessageStore, closed at teardown."""
-    opened: list[MessageStore] = []
-
-    def _open(path=None, **overrides) -> MessageStore:
-        s = MessageStore(str(path or tmp_path / "store"), small_config(**overrides))
-        opened.append(s)
-        return s
-
-    yield _open
-    for s in opened:
-        if not s.closed:
-            s.close()
+    yield from _stores(tmp_path, {}, check_pool=False)
 
 
 def crash_copy(store: MessageStore, dst, flush: bool = False) -> str:
