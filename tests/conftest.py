@@ -10,11 +10,16 @@ therefore begins by unlinking hostmq segments whose owner process is dead
 from __future__ import annotations
 
 import logging
+import os
+
+import psutil
 
 import pytest
 
-from hostmq.shm import reclaim_stale
+from hostmq.shm import list_segments, list_semaphores, reclaim_stale, unlink_semaphore, unlink_segment
+from hostmq.root import shm_prefix
 from hostmq.waiting import poll_until
+from tests.shm import SPAWN as _SPAWN, ShmNames, leftovers as _shm_leftovers
 
 log = logging.getLogger(__name__)
 SLOW_DIRS = ("e2e", "faults", "spark", "docs", "aio")   # whole clusters, fault runs, a SparkSession
@@ -47,3 +52,101 @@ def wait_until(cond, timeout_s: float = 15.0, what: str = "condition", step_s: f
     """Poll ``cond`` until it returns something truthy (returned) or fail after ``timeout_s`` — the
     one way tests wait for a condition (never a bare sleep)."""
     return poll_until(cond, timeout_s, what, step_s=step_s, error=AssertionError)
+
+
+# -- shared memory and spawned processes ------------------------------------------------------------
+# Every test gets a unique root (``tmp_path``), so its IPC names ``/hostmq.<hash12>.*`` collide with
+# nothing; ``shm`` asserts that no segment or semaphore under that prefix exists before the test and
+# none is left after it (unlinking leftovers so one failure does not leak into the machine).
+# ``spawn`` starts processes with the 'spawn' method and kills what is still running at teardown,
+# before ``shm`` checks for leftovers.
+@pytest.fixture
+def shm(tmp_path):
+    names = ShmNames(str(tmp_path), "broker-a")
+    assert _shm_leftovers(names.prefix) == []
+    yield names
+    left = _shm_leftovers(names.prefix)
+    for n in list_segments(names.prefix):
+        unlink_segment(n)
+    for n in list_semaphores(names.prefix):
+        unlink_semaphore(n)
+    assert left == [], f"test left shared memory behind: {left}"
+
+
+@pytest.fixture
+def spawn(shm):
+    """Factory ``spawn(target, *args) -> Process`` (started, daemon); killed and joined at teardown."""
+    procs = []
+
+    def _spawn(target, *args):
+        p = _SPAWN.Process(target=target, args=args, daemon=True)
+        p.start()
+        procs.append(p)
+        return p
+
+    yield _spawn
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(10)
+
+
+# -- clusters of real processes ----------------------------------------------------------------------
+# Small files so tests roll commitlog, consume-queue and index files; fast expiry and registration.
+TEST_CONFIG = {
+    "namesrv": {"scan_interval_s": 0.2, "broker_expiry_s": 1.5},
+    "broker": {"register_interval_s": 0.5},
+    "store": {"commitlog_file_bytes": 4 << 20, "consume_queue_file_entries": 4000, "index_slots": 1000,
+              "index_entries": 8000},
+}
+
+
+def prefixes(root: str, brokers) -> list[str]:
+    """The IPC name prefixes of ``brokers`` on ``root`` and the root's own."""
+    return [shm_prefix(root, b) for b in brokers] + [shm_prefix(root, "")]
+
+
+def leftovers(root: str, brokers) -> list[str]:
+    out = []
+    for p in prefixes(root, brokers):
+        out += list_segments(p) + [f"sem:{s}" for s in list_semaphores(p)]
+    return out
+
+
+def merge(base: dict, extra: dict) -> dict:
+    out = {k: dict(v) for k, v in base.items()}
+    for section, values in extra.items():
+        out.setdefault(section, {}).update(values)
+    return out
+
+
+def child_pids() -> set[int]:
+    """This test process's descendants now."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def stop_and_check(clusters, root: str, older: set[int], ignore=lambda: set()) -> None:
+    """Stop ``clusters`` (LocalClusters under ``root``) and fail if they left anything: a child process
+    not in ``older`` (nor in ``ignore()``, e.g. Spark's JVM), a socket file under the root, or a
+    shared-memory segment or semaphore of the root's brokers (unlinked here, so one failure does not
+    leak into the next test)."""
+    names = set()
+    for c in clusters:
+        names |= set(c.brokers) | set(getattr(c, "slaves", ()))
+        c.stop()
+    me = psutil.Process()
+    wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older | ignore()], 20,
+               "the clusters' processes to exit")
+    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
+    left = leftovers(root, names or {"broker-a"})
+    for n in left:
+        unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
+    assert not socks, f"socket files left behind: {socks}"
+    assert not left, f"shared memory left behind: {left}"
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "root"
+    r.mkdir()
+    return str(r)

@@ -31,7 +31,7 @@ from ..client.producer import Producer as _SyncProducer
 from ..ingress.session import ProducerSession, Waiter
 from ..errors import BrokerBusyError, ConnectError, NoRouteError, SendTimeout, ValidationError
 from ..message import Message, MessageQueue, SendResult
-from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
+from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import encode_records
 from ._bridge import Worker, bridge
 

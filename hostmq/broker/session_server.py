@@ -31,7 +31,7 @@ from ..access import secure_socket
 from ..errors import BrokerBusyError, HostMQError, ProtocolError
 from ..protocol import session as P
 from ..shm.futex import FutexWord
-from ..shm.ring import IngressRing
+from ..ingress.ring import IngressRing
 from ..live.runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from ..live.state import BrokerState
 

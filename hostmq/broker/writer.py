@@ -13,20 +13,13 @@ Files and words it writes: the commitlog files (creates, appends, zeroes a torn 
 ones), the writer lines of the broker state (``write_pos``, intent, …), the writer attach table, and
 in each ring the writer-owned words and completion entries.
 
-Exactly once across a writer crash. Per ring batch the writer
-
-1. writes an *intent* (slot, ring generation, ``phys_start`` = write_pos, the batch's data end and
-   completion end) and sets ``intent_valid``;
-2. appends the records and stages their completions in the ring (unpublished);
-3. publishes ``write_pos`` — one aligned store, so the whole batch becomes visible at once;
-4. journals in the ring (``appended_data_pos``, ``staged_completion_pos``) and clears the intent;
-5. publishes the completions and releases the ring bytes (at once, or after the group commit).
-
-A restarted writer zeroes the commitlog after the published ``write_pos`` (a torn batch can never be
-read or resurrected by recovery), and if the intent is valid and ``write_pos > phys_start`` the batch
-was published, so it applies step 4 itself. Rings then resume from their journal: frames below
-``appended_data_pos`` are never appended again, frames above it are appended once. So no
-acknowledged message is lost or duplicated, and an unacknowledged one is stored at most once.
+Exactly once across a writer crash: each batch goes through ``ingress.step.serve_once`` (copy,
+intent, check + append, stage, publish ``write_pos``, journal) and ``step.release``; a restarted writer
+zeroes the commitlog after the published ``write_pos`` (a torn batch can never be read or resurrected
+by recovery), journals a batch that was published but not journalled (``step.resolve_intent``), and
+rings resume from their journals — see that module for why no acknowledged message is lost or
+duplicated. This module adds the policy around the step: refusals, wake-ups, group commit and
+SYNC_MASTER waits, sessions, and file housekeeping.
 """
 from __future__ import annotations
 
@@ -36,10 +29,10 @@ import time
 from collections import deque
 from typing import NamedTuple
 
-import numpy as np
-
 from .. import records as R
-from ..errors import RingCorruptError, ValidationError
+from ..errors import RingCorruptError
+from ..ingress import step
+from ..ingress.step import I_PHYS, I_SLOT, I_VALID
 from ..shm.signal import notify_if_waiting, wait_for
 from ..store import cleanup
 from ..store.commitlog import CommitLog
@@ -51,14 +44,11 @@ from ..live.runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from ..live.state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
                     BrokerState, open_doorbell)
 from .topics import TopicTable, topics_path
-from .validate import frame_records, single_record
 from .writer_sessions import RingSessions, _Attached
 
 log = logging.getLogger(__name__)
 
 _W = R.STATE_WORD
-I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_generation"]
-I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
 W_LAST_TS, W_APPENDED = _W["last_store_ts_ms"], _W["appended_records"]
 W_HEARTBEAT, W_FLUSH_REQ = _W["writer_heartbeat_ms"], _W["flush_request_pos"]
 W_HA_SLAVES, W_REPLICATED, W_CONFIRMED = _W["ha_slaves"], _W["replicated_pos"], _W["confirmed_pos"]
@@ -103,9 +93,8 @@ class Writer(RingSessions):
     def __init__(self, rt: BrokerRuntime) -> None:
         self.rt = rt
         cfg = rt.config
-        self.max_body = cfg.store.max_message_bytes
-        self.max_props = cfg.store.max_properties_bytes
-        self.batch_bytes = cfg.broker.writer_batch_bytes
+        self.limits = step.Limits(cfg.store.max_message_bytes, cfg.store.max_properties_bytes,
+                                  cfg.broker.writer_batch_bytes)
         self.spin_s = cfg.broker.writer_spin_s
         self.busy_spin_s = max(self.spin_s, cfg.broker.writer_busy_spin_s)
         self.last_work_s = 0.0
@@ -170,24 +159,16 @@ class Writer(RingSessions):
             # Its batch was published; the store time words after write_pos may not have been: the
             # next store time must not go below the batch's (a wall clock stepped back meanwhile).
             # ``appended_records`` (a metric) may miss that batch: adding it again could count it twice.
-            phys = st.w[I_PHYS]
-            while phys < write_pos:
-                reqs, nxt = self.cl.scan(phys, write_pos, 8192)
-                for r in reqs:
-                    self.cl.last_store_ts_ms = max(self.cl.last_store_ts_ms, r.store_ts_ms)
-                if nxt <= phys:
-                    break
-                phys = nxt
+            for r in self.cl.records_between(st.w[I_PHYS], write_pos):
+                self.cl.last_store_ts_ms = max(self.cl.last_store_ts_ms, r.store_ts_ms)
             st.w[W_LAST_TS] = self.cl.last_store_ts_ms
         if st.w[I_VALID]:
-            slot, gen = st.w[I_SLOT], st.w[I_GEN]
-            a = self.rings.get(slot)
-            if write_pos > st.w[I_PHYS] and a is not None and a.generation == gen:
-                log.info("writer: batch of slot %d was published before the last writer died; journalling it",
-                         slot)
-                a.ring.journal(st.w[I_DATA_END], st.w[I_CW_END])
+            a = self.rings.get(st.w[I_SLOT])
+            if a is not None and step.resolve_intent(st.w, a.slot, a.generation, a.ring):
+                log.info("writer: batch of slot %d was published before the last writer died; journalled it",
+                         a.slot)
                 self._detach(a, keep_attached=True)
-                self._attach(slot, gen)
+                self._attach(a.slot, a.generation)
             st.w[I_VALID] = 0
         for a in list(self.rings.values()):
             self._resume_staged(a)
@@ -204,7 +185,7 @@ class Writer(RingSessions):
         """The commit step moved appended bytes to the file: readers may have them."""
         self.state.w[W_COMMITTED_POS] = phys_end
         notify_if_waiting(self.state.dispatcher_waiting, self.state.dispatch_wake)
-        if self.state.w[W_HA_SLAVES] or self.state.w[W_CONFIRMED] >= 0:
+        if self._ha_wants_batches():
             self.state.ha_wake.post()           # the ha process streams committed bytes to the slaves
 
     def commit_due(self, now_s: float) -> None:
@@ -243,59 +224,59 @@ class Writer(RingSessions):
         return n
 
     def _serve(self, a: _Attached) -> int:
+        """One step of the batch protocol over ``a``'s ring (``ingress.step.serve_once``), then the
+        writer's policy: wake consumers, answer at once or after the group commit / a slave's ack."""
         ring = a.ring
+        refusal = self.refusals.status(time.monotonic(), self.state.w[W_FLUSH_ERROR])
+        if self.state.w[W_FENCED_EPOCH]:
+            refusal = R.COMPLETION_NOT_MASTER   # a newer master serves this name (broker/fencing.py)
         try:
-            frames = ring.frames(self.batch_bytes)
+            b = step.serve_once(ring, a.slot, a.generation, self.state.w, self.cl, self.limits, self._queues,
+                                int(time.time() * 1000), refusal=refusal, io_failed=self._io_failed,
+                                woken=self._woken if self.wake_queues else None, on_publish=self._published)
         except RingCorruptError as e:
             log.warning("writer: dropping session %d: %s", a.slot, e)
             ring.mark_dropped()
             self._detach(a, keep_attached=False)
             return 0
-        n = len(frames)
-        if n == 0:
+        if b is None:
             return 0
         self.last_work_s = time.monotonic()
+        if b.appended and self.refusals.io_succeeded():
+            log.warning("writer: appends succeed again; writes accepted")
         w = self.state.w
-        cl = self.cl
-        phys_start = w[W_WRITE_POS]
-        cw_start = ring.staged_position
-        w[I_SLOT], w[I_GEN], w[I_PHYS] = a.slot, a.generation, phys_start
-        w[I_DATA_END], w[I_CW_END] = ring.handed_position, cw_start + n
-        w[I_VALID] = 1
-        rows, appended = self._append_frames(frames)
-        if n <= 8:
-            for row in rows:
-                ring.stage_one(*row)
-        else:
-            ring.stage(np.array(rows, R.COMPLETION))
-        end = cl.max_offset() if appended else phys_start
-        w[W_WRITE_POS] = end                                  # publish the whole batch at once
-        if self.pool is None:
-            w[W_COMMITTED_POS] = end
-            if appended and (w[W_HA_SLAVES] or w[W_CONFIRMED] >= 0):
-                self.state.ha_wake.post()   # a slave is connected: stream it the batch (or confirm it to consumers)
-        elif appended:
-            cl.commit(self.commit_least_pages)                # publishes committed_pos if it moved
-        w[W_LAST_TS] = cl.last_store_ts_ms
-        w[W_APPENDED] += appended
-        ring.journal(ring.handed_position, ring.staged_position)
-        w[I_VALID] = 0
         if self._woken:         # consumers first: delivery is what waits longest on this hand-off
             self._wake_queues()
         need_slave = False
-        if self.sync_master and appended:
-            if w[W_HA_SLAVES] and end - w[W_REPLICATED] <= self.max_gap_bytes:
+        if self.sync_master and b.appended:
+            if w[W_HA_SLAVES] and b.phys_end - w[W_REPLICATED] <= self.max_gap_bytes:
                 need_slave = True
             else:
-                ring.restatus(cw_start, ring.staged_position, R.COMPLETION_SLAVE_NOT_AVAILABLE)
-        need_flush = self.sync and appended > 0
+                ring.restatus(b.cw_start, b.cw_end, R.COMPLETION_SLAVE_NOT_AVAILABLE)
+        need_flush = self.sync and b.appended > 0
         if need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
-            self._add_pending(a, cw_start, ring.staged_position, ring.handed_position, end, need_flush, need_slave)
+            self._add_pending(a, b.cw_start, b.cw_end, b.data_end, b.phys_end, need_flush, need_slave)
         else:
-            self._complete(a, ring.staged_position, ring.handed_position)
-        if appended:
+            step.release(ring, b.cw_end, b.data_end)
+        if b.appended:
             self._wake_dispatcher(self.last_work_s)
-        return n
+        return b.frames
+
+    def _published(self, end: int, appended: int) -> None:
+        """Right after a batch's ``write_pos`` is published: readable now without a pool (and a
+        replication process streams it), else at the pool's next commit."""
+        if self.pool is None:
+            self.state.w[W_COMMITTED_POS] = end
+            if appended and self._ha_wants_batches():
+                self.state.ha_wake.post()   # stream it to the slaves (or confirm it to consumers)
+        elif appended:
+            self.cl.commit(self.commit_least_pages)           # publishes committed_pos if it moved
+
+    def _ha_wants_batches(self) -> bool:
+        """Whether the replication process follows the appends: a slave is connected, or it confirms
+        what consumers may read (a SYNC_MASTER: ``confirmed_pos`` >= 0)."""
+        w = self.state.w
+        return bool(w[W_HA_SLAVES]) or w[W_CONFIRMED] >= 0
 
     def _wake_dispatcher(self, now_s: float) -> None:
         """Wake the dispatcher for what was appended — at once when consumers wait for it (a pool,
@@ -323,60 +304,6 @@ class Writer(RingSessions):
             words[b].wake()
         self._woken.clear()
 
-    def _append_frames(self, frames) -> tuple[list[tuple], int]:
-        """Validate and append each frame's records; a completion row per frame and the records appended.
-
-        The payloads are the writer's private copies (``IngressRing.frames``). An OS error while
-        appending (ENOSPC or EIO creating the next commitlog file) rolls the log back to the frame's
-        start and refuses it and, for a while, every frame after it (``refusals``)."""
-        cl, queues = self.cl, self._queues
-        refusal = self.refusals.status(time.monotonic(), self.state.w[W_FLUSH_ERROR])
-        if self.state.w[W_FENCED_EPOCH]:
-            refusal = R.COMPLETION_NOT_MASTER   # a newer master serves this name (broker/fencing.py)
-        max_body, max_props = self.max_body, self.max_props
-        now_ms = int(time.time() * 1000)
-        appended = 0
-        rows = []
-        woken = self._woken if self.wake_queues else None
-        for f in frames:
-            if refusal:
-                rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
-                continue
-            frame_start = cl.max_offset()
-            try:
-                if f.record_count == 1:
-                    topic_b, qid, size = single_record(f.payload, max_body, max_props)
-                    if qid >= queues.get(topic_b, 0):
-                        rows.append((f.seq, R.COMPLETION_NO_TOPIC, 1, 0, 0, 0))
-                        continue
-                    r = cl.append_record(topic_b.decode(), qid, f.payload, size, now_ms)
-                    rows.append((f.seq, R.COMPLETION_SEND_OK, 1, r.queue_offset, r.phys_offset, r.store_ts_ms))
-                    if woken is not None:
-                        woken.add(R.queue_wake_word(topic_b, qid))
-                else:
-                    fr = frame_records(f.payload, f.record_count, max_body, max_props)
-                    if fr.queue_id >= queues.get(fr.topic_b, 0):
-                        rows.append((f.seq, R.COMPLETION_NO_TOPIC, f.record_count, 0, 0, 0))
-                        continue
-                    r = cl.append_batch(fr.topic_b.decode(), fr.queue_id, f.payload, fr.starts, fr.sizes,
-                                        now_ms=now_ms, patch_host=True)
-                    rows.append((f.seq, R.COMPLETION_SEND_OK, f.record_count, r.queue_offset,
-                                 int(r.phys_offsets[0]), r.store_ts_ms))
-                    if woken is not None:
-                        woken.add(R.queue_wake_word(fr.topic_b, fr.queue_id))
-            except ValidationError as e:
-                log.debug("writer: refused frame %d: %s", f.seq, e)
-                rows.append((f.seq, R.COMPLETION_BAD_RECORD, f.record_count, 0, 0, 0))
-                continue
-            except OSError as e:
-                refusal = self._io_failed(e, frame_start)
-                rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
-                continue
-            appended += f.record_count
-        if appended and self.refusals.io_succeeded():
-            log.warning("writer: appends succeed again; writes accepted")
-        return rows, appended
-
     def _io_failed(self, e: OSError, frame_start: int) -> int:
         """An append failed in the OS: undo its partial bytes, refuse writes for a while; the status."""
         self.cl.rollback(frame_start)
@@ -387,10 +314,7 @@ class Writer(RingSessions):
         return status
 
     def _complete(self, a: _Attached, cw_end: int, data_end: int) -> None:
-        ring = a.ring
-        ring.publish_completions(cw_end)
-        ring.release_to(data_end)
-        notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)
+        step.release(a.ring, cw_end, data_end)
 
     def _add_pending(self, a: _Attached, cw_start: int, cw_end: int, data_end: int, phys_end: int,
                      flush: bool, slave: bool) -> None:

@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import records as R
 from ..errors import RingCorruptError, SegmentError
-from ..shm.ring import IngressRing
+from ..ingress import step
+from ..ingress.ring import IngressRing
 from ..live.runtime import MAX_RING_DATA_BYTES
 from ..live.state import W_SESSIONS_VERSION, W_WRITE_POS, open_broker_fd
 
@@ -101,10 +102,10 @@ class RingSessions:
         """Completions a predecessor staged but did not publish: now (ASYNC), or after a flush
         (SYNC_FLUSH) and a slave's ack (SYNC_MASTER)."""
         ring = a.ring
-        if ring.staged_position == ring._cwpos and ring.handed_position == ring._rpos:
+        if not step.unreleased(ring):
             return
         if self.sync or self.sync_master:
-            self._add_pending(a, ring._cwpos, ring.staged_position, ring.handed_position,
+            self._add_pending(a, ring.published_position, ring.staged_position, ring.handed_position,
                               self.state.w[W_WRITE_POS], self.sync, self.sync_master)
         else:
             self._complete(a, ring.staged_position, ring.handed_position)

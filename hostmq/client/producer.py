@@ -27,7 +27,7 @@ from ..errors import BrokerBusyError, ConnectError, HostMQError, NoRouteError, V
 from ..message import Message, MessageQueue, SendResult
 from ..protocol.codes import RequestCode
 from ..root import RootPaths
-from ..shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
+from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
 from ..semantics.schedule import schedule_parts
 from ..semantics.system_topics import is_system_topic

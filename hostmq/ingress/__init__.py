@@ -1,3 +1,4 @@
-"""The way a message comes in (layer L3): a producer's end of the ingress ring — a session with one
-broker, its ring, doorbell and completions (``session``) — used by producers and by the broker's own
-scheduler alike. The writer's end is ``broker/writer.py`` over ``shm/ring.py``."""
+"""The way a message comes in (layer L3): the ingress ring — its geometry and the producer's end
+(``ring``), the writer's end (``ring_writer``) —, a producer's session with one broker (``session``,
+used by producers and by the broker's own scheduler alike), and the writer's batch protocol as one
+bounded step (``step.serve_once``) that the writer process (``broker/writer.py``) loops on."""

@@ -39,7 +39,7 @@ from ..message import MessageQueue, SendResult, SendStatus
 from ..protocol import session as P
 from ..root import RootPaths
 from ..shm.futex import FutexWord
-from ..shm.ring import IngressRing
+from .ring import IngressRing
 from ..shm.segment import Segment
 from ..shm.signal import notify_if_waiting, wait_for
 

@@ -28,7 +28,7 @@ import os
 import struct
 import time
 import zlib
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from ..errors import CorruptRecordError, ValidationError
 from ..fsutil import ensure_dir
 from .dispatch import SCHEDULE_TOPIC, DispatchRequest, scan_records  # noqa: F401 (SCHEDULE_TOPIC re-exported)
 from .mapped_file_queue import MappedFileQueue
+from .recovery import restore_short_files
 
 log = logging.getLogger(__name__)
 _HDR = R.MSG_HEADER
@@ -417,6 +418,17 @@ class CommitLog:
         record re-checked (``dispatch.scan_records``: ``scan_error``, ``skipped_records``)."""
         return scan_records(self, from_phys, limit_phys, max_records)
 
+    def records_between(self, from_phys: int, limit_phys: int, chunk: int = 8192) -> Iterator[DispatchRequest]:
+        """Every record from the boundary ``from_phys`` up to ``limit_phys`` (:meth:`scan` in chunks,
+        stopping where it finds no more)."""
+        phys = from_phys
+        while phys < limit_phys:
+            reqs, nxt = self.scan(phys, limit_phys, chunk)
+            yield from reqs
+            if nxt <= phys:
+                return
+            phys = nxt
+
     def recover(self, start_phys: int, check_crc: bool, known_last_ts_ms: int = 0, progress=None) -> int:
         """Find the end of valid data scanning from the record boundary ``start_phys``; truncate
         everything after it; return it. ``progress(phys)`` is called after each file."""
@@ -484,29 +496,3 @@ def _scan_valid(mm, rel: int, file_bytes: int, check_crc: bool, file_from: int =
         last_ts = struct.unpack_from(">q", mm, rel + ts_at)[0]
         rel += total
     return rel, last_ts
-
-
-def restore_short_files(directory: str, file_bytes: int) -> list[str]:
-    """Give a commitlog file that lost its end (shorter than ``file_bytes`` while other files have
-    exactly that size) its size back, the lost part reading as zeros: recovery then ends the log
-    where the data ends instead of the file being deleted (the last one) or the open failing (one in
-    the middle). An empty newest file is left alone (a crash while creating it: it holds nothing), and
-    so is a store where no file has ``file_bytes`` (the configured size is not the store's). Returns
-    the files given their size back."""
-    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
-    sizes = {n: os.path.getsize(os.path.join(directory, n)) for n in names}
-    if file_bytes not in sizes.values():
-        return []
-    fixed = []
-    for i, n in enumerate(names):
-        size = sizes[n]
-        if size < file_bytes and int(n) % file_bytes == 0 and (size or i < len(names) - 1):
-            fd = os.open(os.path.join(directory, n), os.O_RDWR)
-            try:
-                os.posix_fallocate(fd, 0, file_bytes)      # blocks reserved: no SIGBUS when mapped
-            finally:
-                os.close(fd)
-            log.error("commitlog file %s was %d bytes, not %d: the missing end reads as zeros now and "
-                      "recovery ends the log where the data ends", n, size, file_bytes)
-            fixed.append(n)
-    return fixed

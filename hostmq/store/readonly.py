@@ -85,7 +85,7 @@ class StoreReader:
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         self._shown: dict[tuple[str, int], int] = {}    # per queue, the highest max offset shown (see _uncorrected)
         self._earlier: dict[tuple[str, int], int] = {}  # the same, shown by views this one replaced (carry_shown)
-        self._warned: set[tuple[str, int, int]] = set()
+        self._warned: set[tuple[str, str, int, int]] = set()
         if scan_queues:
             self.refresh()
         else:       # queues are opened one by one with refresh_queue (a consumer's few queues)
@@ -213,6 +213,17 @@ class StoreReader:
                 if off > self._earlier.get(key, 0):
                     self._earlier[key] = off
 
+    def _first_warning(self, what: str, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether this is the first warning of kind ``what`` for this queue position (once per position,
+        not per poll; the set is bounded, as a long-lived view may meet many)."""
+        key = (what, topic, queue_id, queue_offset)
+        if key in self._warned:
+            return False
+        if len(self._warned) >= MAX_WARNED:
+            self._warned.clear()
+        self._warned.add(key)
+        return True
+
     def _uncorrected(self, result, queue, topic: str, queue_id: int, queue_offset: int):
         """OFFSET_OVERFLOW_BADLY moves the position (RocketMQ's correction) only when this view knows
         the queue's end and never showed the queue reaching ``queue_offset``. A live store's consume
@@ -223,10 +234,7 @@ class StoreReader:
             return result
         shown = self._shown.get((topic, queue_id), 0)
         if queue_offset <= shown:
-            if (topic, queue_id, queue_offset) not in self._warned and self.knows_end():
-                if len(self._warned) >= MAX_WARNED:         # bounded: a long-lived view may meet many
-                    self._warned.clear()
-                self._warned.add((topic, queue_id, queue_offset))      # once per position, not per poll
+            if self.knows_end() and self._first_warning("shown", topic, queue_id, queue_offset):
                 log.warning("store view of %s: queue %s/%d ends before offset %d, which it showed readable "
                             "(up to %d); the position stays", self.broker or self.path, topic, queue_id,
                             queue_offset, shown)
@@ -238,10 +246,7 @@ class StoreReader:
             # the queue's first offset, which would deliver the whole queue again.
             if self.knows_end():
                 end = queue.max_offset() if queue is not None else 0
-                if (topic, queue_id, -queue_offset) not in self._warned:
-                    if len(self._warned) >= MAX_WARNED:
-                        self._warned.clear()
-                    self._warned.add((topic, queue_id, -queue_offset))
+                if self._first_warning("earlier", topic, queue_id, queue_offset):
                     log.warning("store view of %s: queue %s/%d ends at %d, before offset %d an earlier run of "
                                 "it showed readable; continuing from its end", self.broker or self.path, topic,
                                 queue_id, end, queue_offset)
@@ -428,14 +433,8 @@ def queue_offsets_table(store_dir: str, cfg: StoreConfig, commitlog, dispatched_
     with StoreReader(store_dir, cfg, limit_phys=write_pos) as reader:
         for key in reader.queues:
             table[key] = reader.max_offset(*key)
-    phys = max(min(dispatched_phys, write_pos), commitlog.min_offset())
-    while phys < write_pos:
-        reqs, nxt = commitlog.scan(phys, write_pos, 8192)
-        for r in reqs:
-            key = (r.topic, r.queue_id)
-            if r.queue_offset + 1 > table.get(key, 0):
-                table[key] = r.queue_offset + 1
-        if nxt <= phys:
-            break
-        phys = nxt
+    for r in commitlog.records_between(max(min(dispatched_phys, write_pos), commitlog.min_offset()), write_pos):
+        key = (r.topic, r.queue_id)
+        if r.queue_offset + 1 > table.get(key, 0):
+            table[key] = r.queue_offset + 1
     return table

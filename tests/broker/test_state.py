@@ -11,7 +11,6 @@ from hostmq import records as R
 from hostmq.live.state import W_COMMITTED_POS, W_DISPATCHED_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, pid_alive
 from hostmq.errors import BrokerBusyError, SegmentError, SegmentExistsError, SegmentNotFoundError
 from hostmq.shm.segment import Segment
-from tests.shm import shm  # noqa: F401 - the fixture (unique names, leak check)
 
 pytestmark = pytest.mark.timeout(60)
 

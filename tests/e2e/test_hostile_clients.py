@@ -27,7 +27,8 @@ from hostmq.errors import BrokerBusyError, ConnectError, ValidationError
 from hostmq.protocol import session as P
 from hostmq.live.state import BrokerState
 from hostmq.root import RootPaths, shm_name
-from hostmq.shm import FutexWord, IngressRing, Segment, notify_if_waiting
+from hostmq.ingress.ring import IngressRing
+from hostmq.shm import FutexWord, Segment, notify_if_waiting
 from hostmq.store import MessageStore
 from tests.e2e.conftest import sessions_settled
 from tests.conftest import wait_until

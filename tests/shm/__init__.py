@@ -1,11 +1,6 @@
-"""Fixtures, payload helpers and spawned-process targets shared by the shm tests.
-
-Every test gets a unique root (``tmp_path``), so its IPC names ``/hostmq.<hash12>.*`` collide with
-nothing; the ``shm`` fixture asserts that no segment or semaphore under that prefix exists before
-the test and none is left after it (unlinking leftovers so one failure does not leak into the
-machine). ``spawn`` starts processes with the 'spawn' method and kills what is still running at
-teardown, before ``shm`` checks for leftovers. Process targets live here (not in the test modules)
-so a spawned child imports only this light module.
+"""Payload helpers and spawned-process targets shared by the shm and ingress tests (their fixtures
+``shm`` and ``spawn`` are in ``tests/conftest.py``). Process targets live here (not in the test
+modules) so a spawned child imports only this light module.
 """
 from __future__ import annotations
 
@@ -16,14 +11,12 @@ import time
 import zlib
 from dataclasses import dataclass
 
-import pytest
-
 import numpy as np
 
 from hostmq import records as R
-from hostmq.root import shm_name
-from hostmq.shm import (FutexWord, IngressRing, Segment, WaitStats, list_segments, list_semaphores,
-                        notify_if_waiting, unlink_semaphore, unlink_segment, wait_for)
+from hostmq.root import shm_name, shm_prefix
+from hostmq.ingress.ring import IngressRing
+from hostmq.shm import FutexWord, Segment, WaitStats, list_segments, list_semaphores, notify_if_waiting, wait_for
 
 SPAWN = multiprocessing.get_context("spawn")
 TOPIC = b"shm-test"
@@ -39,42 +32,11 @@ class ShmNames:
 
     @property
     def prefix(self) -> str:
-        return self.name("x").rsplit(".", 2)[0] + "."
+        return shm_prefix(self.root, self.broker)
 
 
 def leftovers(prefix: str) -> list[str]:
     return list_segments(prefix) + [f"sem:{s}" for s in list_semaphores(prefix)]
-
-
-@pytest.fixture
-def shm(tmp_path):
-    names = ShmNames(str(tmp_path), "broker-a")
-    assert leftovers(names.prefix) == []
-    yield names
-    left = leftovers(names.prefix)
-    for n in list_segments(names.prefix):
-        unlink_segment(n)
-    for n in list_semaphores(names.prefix):
-        unlink_semaphore(n)
-    assert left == [], f"test left shared memory behind: {left}"
-
-
-@pytest.fixture
-def spawn(shm):
-    """Factory ``spawn(target, *args) -> Process`` (started, daemon); killed and joined at teardown."""
-    procs = []
-
-    def _spawn(target, *args):
-        p = SPAWN.Process(target=target, args=args, daemon=True)
-        p.start()
-        procs.append(p)
-        return p
-
-    yield _spawn
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-        p.join(10)
 
 
 # -- payloads ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from hostmq import records as R
 from hostmq.errors import HostMQError, SegmentError, SegmentExistsError, SegmentNotFoundError
 from hostmq.shm import (Segment, list_segments, list_semaphores, read_info, reclaim_stale)
 from hostmq.shm.segment import boot_id, process_alive, process_start_ticks
-from tests.shm import SPAWN, kill, owner_child, shm, spawn  # noqa: F401  (fixtures)
+from tests.shm import SPAWN, kill, owner_child
 
 pytestmark = pytest.mark.timeout(60)
 

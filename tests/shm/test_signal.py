@@ -11,8 +11,7 @@ import pytest
 
 from hostmq.shm import Flag, FutexWord, Segment, WaitStats, notify_if_waiting, wait_for
 from hostmq.shm.futex import sleep_any
-from tests.shm import (PP_CHILD_WAITING, PP_PARENT_WAITING, PP_PING, PP_PONG, SPAWN, pingpong_child, shm,
-                       spawn)  # noqa: F401  (fixtures)
+from tests.shm import PP_CHILD_WAITING, PP_PARENT_WAITING, PP_PING, PP_PONG, SPAWN, pingpong_child
 
 pytestmark = pytest.mark.timeout(60)
 

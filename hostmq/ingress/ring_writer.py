@@ -1,8 +1,8 @@
-"""The writer's side of an ingress ring (``hostmq.shm.ring``): taking frames, completing them,
+"""The writer's side of an ingress ring (``hostmq.ingress.ring``): taking frames, completing them,
 releasing ring bytes, and the journal that makes a writer restart exactly-once.
 
 Kept apart from the producer's side only for size: :class:`WriterSide` is a part of
-:class:`~hostmq.shm.ring.IngressRing` and uses its geometry and cursors. Every word written here is a
+:class:`~hostmq.ingress.ring.IngressRing` and uses its geometry and cursors. Every word written here is a
 writer-owned word of the ring header (``records.RING_HEADER`` line 2) or a completion entry.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class FrameBatch(list):
 
 
 class WriterSide:
-    """Writer-side methods of :class:`~hostmq.shm.ring.IngressRing` (see the module docstring)."""
+    """Writer-side methods of :class:`~hostmq.ingress.ring.IngressRing` (see the module docstring)."""
 
     def has_frames(self) -> bool:
         """Whether :meth:`frames` would return something now (the writer's wait predicate): frames
@@ -200,6 +200,16 @@ class WriterSide:
     def handed_position(self) -> int:
         """Data position up to which frames were handed out (a value for :meth:`journal`)."""
         return self._hpos
+
+    @property
+    def published_position(self) -> int:
+        """End of the completions the producer can see."""
+        return self._cwpos
+
+    @property
+    def released_position(self) -> int:
+        """Data position up to which ring bytes were given back to the producer."""
+        return self._rpos
 
     def publish_completions(self, upto: int | None = None) -> None:
         """Make staged completions visible to the producer, all of them or those below ``upto``."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 import time
 import zlib
 from collections import deque
@@ -15,10 +16,15 @@ from hypothesis import strategies as st
 
 from hostmq import records as R
 from hostmq.errors import RingCorruptError, ValidationError
-from hostmq.shm import IngressRing, notify_if_waiting, wait_for
-from hostmq.shm.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
-from tests.shm import (SPAWN, check_frame, endless_producer, half_written_producer, kill, make_doorbell,  # noqa: F401
-                       open_ring_of, shm, spawn, stream_producer)  # noqa: F401  (shm, spawn: fixtures)
+from hostmq.config import StoreConfig
+from hostmq.ingress import step
+from hostmq.ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES, IngressRing
+from hostmq.shm import Segment
+from hostmq.store.commitlog import CommitLog
+from hostmq.store.readonly import queue_offsets_table
+from hostmq.shm import notify_if_waiting, wait_for
+from tests.shm import (SPAWN, TOPIC, body_for, check_frame, frame_payload, endless_producer, half_written_producer, kill, make_doorbell,
+                       open_ring_of, stream_producer)
 
 pytestmark = pytest.mark.timeout(60)
 HDR = R.FRAME_HEADER.size
@@ -755,80 +761,118 @@ def test_completion_tuples_reads_what_completions_reads(ring_pair):
         p.completion_tuples()
 
 
-# Crash points of the writer protocol: frames → stage → journal → publish → release.
-CRASH_POINTS = [None, "after_frames", "after_stage", "after_journal", "after_publish"]
+# -- the writer's real batch step (ingress.step), killed after each of its steps ----------------------
+class Killed(Exception):
+    """The writer 'died' at a step."""
+
+
+class _Log:
+    """A real commitlog in a directory of its own, opened the way a restarted writer opens it: cut
+    back to the published ``write_pos``, queue offsets rebuilt from the records."""
+
+    TORN = 1 << 16
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.cl = CommitLog(directory, 1 << 20)
+
+    def restart(self, write_pos: int) -> CommitLog:
+        self.cl.close()
+        self.cl = CommitLog(self.dir, 1 << 20)
+        self.cl.mfq.load()
+        self.cl.continue_at(write_pos, self.TORN)
+        self.cl.topic_queue_table = queue_offsets_table(self.dir, StoreConfig(), self.cl, 0, write_pos)
+        return self.cl
+
+    def bodies(self, write_pos: int) -> list[bytes]:
+        return [R.decode_record(self.cl.record_at(r.phys_offset))[2] for r in self.cl.records_between(0, write_pos)]
+
+
+SLOT, GEN = 3, 7
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.one_of(
-    st.tuples(st.just("write"), st.integers(1, 4), st.integers(R.MIN_RECORD_BYTES, 900)),
-    st.tuples(st.just("writer"), st.sampled_from(CRASH_POINTS), st.integers(1, 1 << 13)),
-    st.tuples(st.just("read"), st.booleans(), st.just(0)),
+    st.tuples(st.just("write"), st.integers(1, 4)),
+    st.tuples(st.just("writer"), st.sampled_from((None,) + step.STEPS), st.integers(1, 1 << 13)),
+    st.tuples(st.just("read"), st.booleans()),
 ), max_size=60), entries=st.sampled_from([4, 8]))
-def test_a_writer_killed_anywhere_appends_and_completes_every_frame_exactly_once(shm, ops, entries):
-    """The writer protocol with a journal, killed at any step: a successor resumes (publishes what was
-    staged and journalled, releases what was appended) and goes on. Every frame the producer
-    published reaches the "commitlog" exactly once, in order, and the producer reads exactly one
-    completion per frame, carrying the commitlog position it was appended at."""
+def test_the_writer_step_killed_after_any_step_stores_and_answers_every_frame_exactly_once(shm, tmp_path, ops,
+                                                                                           entries):
+    """``ingress.step.serve_once`` — the writer's own batch step — over a producer's ring, a real
+    commitlog and a state segment, killed after any of its steps (``trace``); the successor recovers
+    as the writer process does (commitlog cut back to ``write_pos``, ``resolve_intent``, the ring
+    re-opened at its journal, what was staged released) and goes on. Every frame the producer published
+    reaches the commitlog exactly once, in order, and the producer reads exactly one completion per
+    frame, carrying its queue offset and commitlog position."""
     p = IngressRing.create(shm.name("ingress", next(_names)), 4096, entries)
     w = IngressRing.from_fd(p.segment.fd)
-    log: list[int] = []                 # seqs in the commitlog (durable once journalled)
+    state = Segment.create_memfd("state", 4096, "test-state", 1)
+    words = state.array(np.int64, max(R.STATE_WORD.values()) + 1)
+    log = _Log(tempfile.mkdtemp(dir=tmp_path))
+    queues = {TOPIC: 1}
     seen: list[tuple] = []              # completions the producer read
     next_seq = 0
 
-    def resume(ring):
-        ring.publish_completions()
-        ring.release_to(ring.handed_position)
+    def writer_pass(kill_after, max_bytes) -> bool:
+        def trace(what):
+            if what == kill_after:
+                raise Killed(what)
+        try:
+            b = step.serve_once(w, SLOT, GEN, words, log.cl, step.Limits(1 << 20, 1 << 16, max_bytes), queues,
+                                1_700_000_000_000, trace=trace)
+            if b is not None:
+                step.release(w, b.cw_end, b.data_end, trace=trace)
+            return False
+        except Killed:
+            return True
 
-    def writer_pass(crash, max_bytes):
+    def restart():
         nonlocal w
-        batch = w.frames(max_bytes=max_bytes)
-        seqs = [f.seq for f in batch]
-        for f in batch:
-            assert bytes(f.payload) == pattern(f.seq, len(f.payload))
-        del batch
-        if crash == "after_frames" or not seqs:
-            return crash == "after_frames"
-        w.stage([(s, 0, 1, len(log) + i, 0, 0) for i, s in enumerate(seqs)])
-        if crash == "after_stage":
-            return True
-        w.journal(w.handed_position, w.staged_position)
-        log.extend(seqs)                # appended and published by the same step of the real writer
-        if crash == "after_journal":
-            return True
-        w.publish_completions()
-        if crash == "after_publish":
-            return True
-        w.release_to(w.handed_position)
-        return False
+        w.close()
+        log.restart(words[step.W_WRITE_POS])
+        w = IngressRing.from_fd(p.segment.fd)
+        if step.resolve_intent(words, SLOT, GEN, w):
+            w.close()
+            w = IngressRing.from_fd(p.segment.fd)
+        words[step.I_VALID] = 0
+        if step.unreleased(w):
+            step.release(w, w.staged_position, w.handed_position)
 
     def read(use_tuples):
         rows = p.completion_tuples() if use_tuples else [tuple(r) for r in p.completions().tolist()]
         seen.extend(rows)
 
     try:
-        for op, a, b in ops:
+        for op, a, *b in ops:
             if op == "write":
                 for _ in range(a):
-                    if not p.try_write(R.FRAME_MESSAGE, next_seq, pattern(next_seq, b), 1):
+                    kind, count, payload = frame_payload(next_seq)
+                    if not p.try_write(kind, next_seq, payload, count):
                         break
                     next_seq += 1
             elif op == "writer":
-                if writer_pass(a, b):
-                    w.close()
-                    w = IngressRing.from_fd(p.segment.fd)
-                    resume(w)
+                if writer_pass(a, b[0]):
+                    restart()
             else:
                 read(a)
-        for _ in range(4 * next_seq + 4):                  # drain without crashes
+        for _ in range(4 * next_seq + 4):                  # drain without kills
             read(True)
             if len(seen) == next_seq:
                 break
             writer_pass(None, 1 << 20)
-        assert log == list(range(next_seq))
+        expected = [body_for(s, i if frame_payload(s)[1] > 1 else 0)
+                    for s in range(next_seq) for i in range(frame_payload(s)[1])]
+        assert log.bodies(words[step.W_WRITE_POS]) == expected
         assert [r[0] for r in seen] == list(range(next_seq))
-        assert [r[3] for r in seen] == list(range(next_seq))      # each frame's position in the log
+        assert all(r[1] == R.COMPLETION_SEND_OK for r in seen)
+        firsts = list(itertools.accumulate((frame_payload(s)[1] for s in range(next_seq)), initial=0))[:-1]
+        assert [r[3] for r in seen] == firsts                     # each frame's first queue offset
+        assert [R.decode_record(log.cl.record_at(r[4]))[2] for r in seen] == [body_for(s) for s in range(next_seq)]
         assert p.in_flight == 0 and p.free_bytes() == 4096 and not w.has_frames()
+        assert words[step.I_VALID] == 0
     finally:
         w.close()
         p.close()
+        log.cl.close()
+        state.close()

@@ -64,10 +64,10 @@ import numpy as np
 
 from .. import records as R
 from ..errors import RingCorruptError, ValidationError
-from .futex import FutexWord
+from ..shm.futex import FutexWord
 from .ring_writer import Frame, FrameBatch, WriterSide  # noqa: F401 (Frame, FrameBatch re-exported)
-from .segment import Segment
-from .signal import Flag
+from ..shm.segment import Segment
+from ..shm.signal import Flag
 
 DEFAULT_DATA_BYTES = 16 * 1024 * 1024
 DEFAULT_COMPLETION_ENTRIES = 32768

@@ -1,0 +1,209 @@
+"""The writer's batch protocol: one bounded step over one producer's ring (layer L3).
+
+:func:`serve_once` is everything the writer does with one batch of one ring, in this order:
+
+1. **copy** — ``ring.frames(max_bytes)``: the visible frames (at most ``batch_bytes`` of ring, and no
+   more than the completion ring has room for) copied to private memory; only the copy is parsed, so
+   the producer cannot change what is checked (``ring_writer.WriterSide.frames``);
+2. **intent** — the broker state's intent words (slot, generation, ``phys_start`` = ``write_pos``,
+   the batch's data end and completion end), then ``intent_valid = 1``;
+3. **check + append** — per frame, every record is checked (``record_check``; a bad record refuses
+   the whole frame, nothing of it stored) and so is its queue (``queues``: the topic's writable
+   queues), then the frame is appended to the commitlog; an OS error rolls it back and refuses it;
+4. **stage** — one completion per frame in the ring, not yet visible to the producer;
+5. **publish** — ``write_pos``: one aligned store makes the whole batch readable at once (then
+   ``on_publish``, the writer's own follow-ups: ``committed_pos`` or the pool's commit, replication);
+   the store time and the appended count follow;
+6. **journal** — in the ring (``appended_data_pos``, ``staged_completion_pos``), then
+   ``intent_valid = 0``;
+7. **release** — :func:`release`: the completions published, the ring bytes given back, the producer
+   woken. The writer calls it at once or, under SYNC_FLUSH / SYNC_MASTER, once the batch is durable
+   or acknowledged (its policy, not the protocol's).
+
+A writer killed after any step is replaced by one that first cuts the commitlog back to the published
+``write_pos`` (``CommitLog.continue_at``), then :func:`resolve_intent`: a batch whose ``write_pos`` was
+published but whose journal was not is journalled now. Rings then resume from their journals: frames
+below ``appended_data_pos`` are never appended again, frames above it once; completions staged below
+``staged_completion_pos`` are published (:func:`unreleased`). So no acknowledged message is lost or
+duplicated, and an unacknowledged one is stored at most once. ``tests/ingress/test_ring.py`` kills
+this step after each of its steps (``trace``) under hypothesis and checks exactly that;
+``tests/broker/test_loop_bodies.py`` does the same through the whole writer process's loop body.
+
+Pure of policy: no clock but ``now_ms``, no logging but the refusal of a frame, no waiting.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .. import records as R
+from ..errors import RingCorruptError, ValidationError
+from ..record_check import frame_records, single_record
+from ..shm.signal import notify_if_waiting
+
+log = logging.getLogger("hostmq.broker.writer")
+
+_W = R.STATE_WORD
+I_VALID, I_SLOT, I_GEN = _W["intent_valid"], _W["intent_slot"], _W["intent_generation"]
+I_PHYS, I_DATA_END, I_CW_END = _W["intent_phys_start"], _W["intent_data_end"], _W["intent_cw_end"]
+W_WRITE_POS, W_LAST_TS, W_APPENDED = _W["write_pos"], _W["last_store_ts_ms"], _W["appended_records"]
+
+STEPS = ("copy", "intent", "append", "stage", "publish", "journal", "answer")
+"""The points ``trace`` is called at: after each step of :func:`serve_once`, and in :func:`release`
+between publishing the completions ("answer") and giving the ring bytes back."""
+
+
+class Limits(NamedTuple):
+    """What the broker allows (``store.max_message_bytes``, ``store.max_properties_bytes``) and how
+    much ring one step takes (``broker.writer_batch_bytes``)."""
+
+    max_body: int
+    max_props: int
+    batch_bytes: int
+
+
+class Batch(NamedTuple):
+    """What one :func:`serve_once` did: frames taken, records appended, the completions staged in
+    ``[cw_start, cw_end)``, the ring data they cover (to ``data_end``) and the published ``write_pos``."""
+
+    frames: int
+    appended: int
+    cw_start: int
+    cw_end: int
+    data_end: int
+    phys_end: int
+
+
+def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, queues: dict[bytes, int],
+               now_ms: int, *, refusal: int = 0, io_failed: Callable[[OSError, int], int] | None = None,
+               woken: set | None = None, on_publish: Callable[[int, int], None] | None = None,
+               trace: Callable[[str], None] | None = None) -> Batch | None:
+    """One batch of ``ring`` (the writer's end of a producer's ingress ring, attached as ``slot`` of
+    ``generation``) into the commitlog ``log_``, through the broker state ``words``; None when the
+    ring had no frame. See the module docstring for the steps.
+
+    ``refusal``: a completion status that refuses every frame (disk full, fenced, …) instead of
+    appending. ``io_failed(error, frame_start)`` rolls back a failed append and returns the status that
+    refuses the frame (and is used for the rest of the batch). ``woken`` collects the queue wake words
+    of the queues appended to. ``on_publish(write_pos, appended)`` runs right after ``write_pos`` is
+    published. ``trace(step)`` after each step (tests kill the step there). Raises RingCorruptError
+    (before any step) when the ring's cursors or frame headers are impossible."""
+    frames = ring.frames(limits.batch_bytes)
+    n = len(frames)
+    if n == 0:
+        return None
+    if trace is not None:
+        trace("copy")
+    phys_start = words[W_WRITE_POS]
+    cw_start = ring.staged_position
+    data_end = ring.handed_position
+    words[I_SLOT], words[I_GEN], words[I_PHYS] = slot, generation, phys_start
+    words[I_DATA_END], words[I_CW_END] = data_end, cw_start + n
+    words[I_VALID] = 1
+    if trace is not None:
+        trace("intent")
+    rows, appended = append_frames(frames, log_, limits, queues, now_ms, refusal, io_failed, woken)
+    del frames                              # the private copy goes with the last view of it
+    if trace is not None:
+        trace("append")
+    if n <= 8:
+        for row in rows:
+            ring.stage_one(*row)
+    else:
+        ring.stage(np.array(rows, R.COMPLETION))
+    if trace is not None:
+        trace("stage")
+    end = log_.max_offset() if appended else phys_start
+    words[W_WRITE_POS] = end                # publish the whole batch at once
+    if on_publish is not None:
+        on_publish(end, appended)
+    words[W_LAST_TS] = log_.last_store_ts_ms
+    words[W_APPENDED] += appended
+    if trace is not None:
+        trace("publish")
+    ring.journal(data_end, ring.staged_position)
+    words[I_VALID] = 0
+    if trace is not None:
+        trace("journal")
+    return Batch(n, appended, cw_start, ring.staged_position, data_end, end)
+
+
+def append_frames(frames, log_, limits: Limits, queues: dict[bytes, int], now_ms: int, refusal: int = 0,
+                  io_failed: Callable[[OSError, int], int] | None = None,
+                  woken: set | None = None) -> tuple[list[tuple], int]:
+    """Check and append each frame's records (step 3); a completion row per frame and the records
+    appended. The payloads are the writer's private copies (``IngressRing.frames``)."""
+    max_body, max_props = limits.max_body, limits.max_props
+    appended = 0
+    rows = []
+    for f in frames:
+        if refusal:
+            rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
+            continue
+        frame_start = log_.max_offset()
+        try:
+            if f.record_count == 1:
+                topic_b, qid, size = single_record(f.payload, max_body, max_props)
+                if qid >= queues.get(topic_b, 0):
+                    rows.append((f.seq, R.COMPLETION_NO_TOPIC, 1, 0, 0, 0))
+                    continue
+                r = log_.append_record(topic_b.decode(), qid, f.payload, size, now_ms)
+                rows.append((f.seq, R.COMPLETION_SEND_OK, 1, r.queue_offset, r.phys_offset, r.store_ts_ms))
+            else:
+                fr = frame_records(f.payload, f.record_count, max_body, max_props)
+                topic_b, qid = fr.topic_b, fr.queue_id
+                if qid >= queues.get(topic_b, 0):
+                    rows.append((f.seq, R.COMPLETION_NO_TOPIC, f.record_count, 0, 0, 0))
+                    continue
+                r = log_.append_batch(topic_b.decode(), qid, f.payload, fr.starts, fr.sizes,
+                                      now_ms=now_ms, patch_host=True)
+                rows.append((f.seq, R.COMPLETION_SEND_OK, f.record_count, r.queue_offset,
+                             int(r.phys_offsets[0]), r.store_ts_ms))
+            if woken is not None:
+                woken.add(R.queue_wake_word(topic_b, qid))
+        except ValidationError as e:
+            log.debug("writer: refused frame %d: %s", f.seq, e)
+            rows.append((f.seq, R.COMPLETION_BAD_RECORD, f.record_count, 0, 0, 0))
+            continue
+        except OSError as e:
+            if io_failed is None:
+                raise
+            refusal = io_failed(e, frame_start)
+            rows.append((f.seq, refusal, f.record_count, 0, 0, 0))
+            continue
+        appended += f.record_count
+    return rows, appended
+
+
+def release(ring, cw_end: int, data_end: int, trace: Callable[[str], None] | None = None) -> None:
+    """Step 7: completions below ``cw_end`` visible to the producer, its ring bytes below ``data_end``
+    given back, the producer woken if it sleeps on its completions."""
+    ring.publish_completions(cw_end)
+    if trace is not None:
+        trace("answer")
+    ring.release_to(data_end)
+    notify_if_waiting(ring.producer_waiting, ring.completion_word, bump=False)
+
+
+def resolve_intent(words, slot: int, generation: int, ring) -> bool:
+    """After a writer's death, with the commitlog already cut back to the published ``write_pos``: if
+    the intent names this ring and its batch was published (``write_pos > phys_start``), journal it
+    now, as the dead writer's step 6 would have — True, and the caller re-opens the ring so its
+    cursors resume from the journal. The caller clears ``intent_valid`` once every ring is resolved."""
+    if not (words[I_VALID] and words[I_SLOT] == slot and words[I_GEN] == generation
+            and words[W_WRITE_POS] > words[I_PHYS]):
+        return False
+    ring.journal(words[I_DATA_END], words[I_CW_END])
+    return True
+
+
+def unreleased(ring) -> bool:
+    """Whether a predecessor staged completions it did not publish or kept ring bytes it did not give
+    back (a successor releases them: at once, or after the group commit)."""
+    return ring.staged_position != ring.published_position or ring.handed_position != ring.released_position
+
+
+__all__ = ["Batch", "Limits", "STEPS", "append_frames", "release", "resolve_intent", "serve_once", "unreleased",
+           "RingCorruptError"]
