@@ -447,11 +447,15 @@ class HAMaster:
         it (``broker.ha_sync_timeout_ms``: by then its producers were told FLUSH_SLAVE_TIMEOUT) —
         acknowledged, or the master's end while none is (RocketMQ 5's in-sync set shrinking to the
         master; its ``haMaxTimeSlaveNotCatchup``). Consumers sleeping on ``confirm_wake`` are woken."""
+        if pos > self.state.get("confirmed_pos"):
+            self._publish_confirmed(pos)
+
+    def _publish_confirmed(self, pos: int) -> None:
+        """Set ``confirmed_pos`` (-1: nothing bounds the readers) and wake the consumers sleeping on it."""
         st = self.state
-        if pos > st.get("confirmed_pos"):
-            st.set("confirmed_pos", pos)
-            st.bump("confirm_wake")
-            st.confirm_wake_word.wake()
+        st.set("confirmed_pos", pos)
+        st.bump("confirm_wake")
+        st.confirm_wake_word.wake()
 
     def close(self) -> None:
         self._stop.set()
@@ -464,9 +468,7 @@ class HAMaster:
         os.close(self._wake_w)
         self.state.set("ha_slaves", 0)
         if self.sync:               # nothing confirms any more: consumers read to the end
-            self.state.set("confirmed_pos", -1)
-            self.state.bump("confirm_wake")
-            self.state.confirm_wake_word.wake()
+            self._publish_confirmed(-1)
         self.cl.close()
         self.doorbell_segment.close()
         self.state.close()

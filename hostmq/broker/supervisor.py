@@ -43,17 +43,16 @@ import psutil
 
 from .. import records as R
 from ..access import control_policy
-from ..errors import ConfigError, ConnectError, SegmentError, StoreLockedError
+from ..errors import ConfigError, ConnectError, StoreLockedError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
 from ..root import shm_prefix
 from ..shm.futex import FutexWord
-from ..shm.segment import SHM_DIR, Segment, reclaim_stale, shm_free_bytes, unlink_segment
-from ..store.mapped_file_queue import MappedFileQueue
+from ..shm.segment import Segment, reclaim_stale, shm_free_bytes, unlink_segment
 from ..store.message_store import MessageStore
 from ..store.recovery import RecoveryProgress
-from ..store.transient_pool import TransientStorePool, salvage
+from ..store.transient_pool import TransientStorePool
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
 from ..transport import Reply, Server
@@ -68,6 +67,7 @@ from .truncation import apply_truncate_marker
 from ..live.role_lock import clear_starting
 from ..live.runtime import BrokerRuntime
 from .service import BrokerService
+from .pool_salvage import salvage_pool
 from .session_server import SessionServer
 from ..live.state import BrokerState
 from .writer import writer_wakes_queues
@@ -442,44 +442,6 @@ class Broker:
             os.close(self._store_lock_fd)
         clear_starting(self.rt.root, self.rt.instance)      # between runs it has not read its role yet
         return clean
-
-
-def salvage_pool(rt: BrokerRuntime) -> int:
-    """After the whole broker was killed: commit what its writer had appended to the transient store
-    pool and published (acknowledged) but not yet committed to the file. The pool's segments and the
-    dead broker's state segment outlive the processes in /dev/shm; the state says the range
-    ``[committed_pos, write_pos)``. Returns the bytes salvaged. The caller holds the broker lock."""
-    try:
-        old = BrokerState.attach(rt.state_name, readonly=True)
-    except SegmentError:
-        return 0
-    pool = mfq = None
-    try:
-        committed, write = old.get("committed_pos"), old.get("write_pos")
-        names = []
-        while write > committed and _segment_exists(rt.shm("pool", len(names))):
-            names.append(rt.shm("pool", len(names)))
-        if write <= committed or not names or old.owner_alive():
-            return 0
-        pool = TransientStorePool(old.commitlog_file_bytes, len(names), segment_names=names, lock=False)
-        mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), old.commitlog_file_bytes)
-        mfq.load()
-        end = salvage(pool, mfq, committed, write)
-        mfq.flush()
-        if end > committed:
-            log.warning("broker %s: committed %d acknowledged bytes the killed broker had left in its "
-                        "transient store pool", rt.name, end - committed)
-        return end - committed
-    finally:
-        if mfq is not None:
-            mfq.close()
-        if pool is not None:
-            pool.close()
-        old.close()
-
-
-def _segment_exists(name: str) -> bool:
-    return os.path.exists(os.path.join(SHM_DIR, name.lstrip("/")))
 
 
 def _report_recovery(name: str, progress: RecoveryProgress, done: threading.Event) -> None:

@@ -37,6 +37,7 @@ The planning functions are pure; :func:`run` applies them to a ``MessageStore``'
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -193,3 +194,29 @@ def _missing_queues(store, manifest: dict, commitlog_end: int) -> bool:
                         store.path, *key)
             return True
     return False
+
+
+def restore_short_files(directory: str, file_bytes: int) -> list[str]:
+    """Give a commitlog file that lost its end (shorter than ``file_bytes`` while other files have
+    exactly that size) its size back, the lost part reading as zeros: recovery then ends the log
+    where the data ends instead of the file being deleted (the last one) or the open failing (one in
+    the middle). An empty newest file is left alone (a crash while creating it: it holds nothing), and
+    so is a store where no file has ``file_bytes`` (the configured size is not the store's). Returns
+    the files given their size back."""
+    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    sizes = {n: os.path.getsize(os.path.join(directory, n)) for n in names}
+    if file_bytes not in sizes.values():
+        return []
+    fixed = []
+    for i, n in enumerate(names):
+        size = sizes[n]
+        if size < file_bytes and int(n) % file_bytes == 0 and (size or i < len(names) - 1):
+            fd = os.open(os.path.join(directory, n), os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, 0, file_bytes)      # blocks reserved: no SIGBUS when mapped
+            finally:
+                os.close(fd)
+            log.error("commitlog file %s was %d bytes, not %d: the missing end reads as zeros now and "
+                      "recovery ends the log where the data ends", n, size, file_bytes)
+            fixed.append(n)
+    return fixed

@@ -20,7 +20,7 @@ process and unlinked at its stop, so what the writer appended survives the write
 embedded ``MessageStore`` uses anonymous memory.
 A killed *broker* (its whole process group) leaves the buffers and its state segment in /dev/shm:
 the next start commits what was published from them before recovering
-(``broker.supervisor.salvage_pool``). Only an OS crash loses what was appended but not committed —
+(``broker.pool_salvage.salvage_pool``). Only an OS crash loses what was appended but not committed —
 at most ``commit_interval_ms`` of acknowledged ASYNC_FLUSH sends, as in RocketMQ; the pool is ignored
 under SYNC_FLUSH (RocketMQ ``isTransientStorePoolEnable``).
 """

@@ -13,13 +13,10 @@ import os
 import threading
 from typing import Any, Awaitable, TypeVar
 
-import psutil
 import pytest
 
 from hostmq import LocalCluster
-from hostmq.shm import unlink_semaphore, unlink_segment
-from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
-from tests.conftest import wait_until
+from tests.conftest import TEST_CONFIG, child_pids, merge, stop_and_check, wait_until
 
 T = TypeVar("T")
 
@@ -39,22 +36,12 @@ def client_threads() -> list[str]:
 def aio_cluster(tmp_path_factory, request) -> Any:
     root = tmp_path_factory.mktemp("aio") / "root"
     root.mkdir()
-    me = psutil.Process()
-    older = {p.pid for p in me.children(recursive=True)}
+    older = child_pids()
     config = merge(TEST_CONFIG, getattr(request.module, "CONFIG", {}))
     c = LocalCluster(str(root), brokers=getattr(request.module, "BROKERS", 1), config=config)
     c.start()
     yield c
-    names = set(c.brokers)
-    c.stop()
-    wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older], 20,
-               "child processes to exit")
-    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
-    left = leftovers(str(root), names)
-    for n in left:
-        unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
-    assert not socks, f"socket files left behind: {socks}"
-    assert not left, f"shared memory left behind: {left}"
+    stop_and_check([c], str(root), older)
 
 
 @pytest.fixture(autouse=True)

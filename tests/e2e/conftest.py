@@ -10,21 +10,12 @@ from __future__ import annotations
 import os
 import time
 
-import psutil
 import pytest
 
 from hostmq import LocalCluster
-from hostmq.root import shm_name
-from hostmq.shm import list_segments, list_semaphores, unlink_semaphore, unlink_segment
-from tests.conftest import wait_until
+from tests.conftest import TEST_CONFIG, child_pids, leftovers, merge, stop_and_check, wait_until
 
-# Small files so tests roll commitlog, consume-queue and index files; fast expiry and registration.
-TEST_CONFIG = {
-    "namesrv": {"scan_interval_s": 0.2, "broker_expiry_s": 1.5},
-    "broker": {"register_interval_s": 0.5},
-    "store": {"commitlog_file_bytes": 4 << 20, "consume_queue_file_entries": 4000, "index_slots": 1000,
-              "index_entries": 8000},
-}
+__all__ = ["TEST_CONFIG", "leftovers", "merge"]     # where many tests import them from
 
 
 def sessions_settled(admin) -> int:
@@ -54,38 +45,10 @@ def consume_bodies(root: str, topic: str, expect: int, group: str, linger_s: flo
         pc.close()
 
 
-def prefixes(root: str, brokers) -> list[str]:
-    names = [shm_name(root, b, "x") for b in brokers] + [shm_name(root, "", "x")]
-    return [n.rsplit(".", 2)[0] + "." for n in names]
-
-
-def leftovers(root: str, brokers) -> list[str]:
-    out = []
-    for p in prefixes(root, brokers):
-        out += list_segments(p) + [f"sem:{s}" for s in list_semaphores(p)]
-    return out
-
-
-def merge(base: dict, extra: dict) -> dict:
-    out = {k: dict(v) for k, v in base.items()}
-    for section, values in extra.items():
-        out.setdefault(section, {}).update(values)
-    return out
-
-
-@pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "root"
-    r.mkdir()
-    return str(r)
-
-
 @pytest.fixture
 def cluster(root):
     made: list[LocalCluster] = []
-    me = psutil.Process()
-    # Processes an earlier test left on purpose (multiprocessing's resource tracker) are not this test's.
-    older = {p.pid for p in me.children(recursive=True)}
+    older = child_pids()        # processes an earlier test left on purpose (multiprocessing's resource tracker)
 
     def _make(brokers: int = 1, namesrvs: int = 1, slaves: int = 0, **overrides) -> LocalCluster:
         c = LocalCluster(root, brokers=brokers, namesrvs=namesrvs, config=merge(TEST_CONFIG, overrides),
@@ -94,18 +57,7 @@ def cluster(root):
         return c.start()
 
     yield _make
-    names = set()
-    for c in made:
-        names |= set(c.brokers) | set(c.slaves)
-        c.stop()
-    wait_until(lambda: not [p for p in me.children(recursive=True) if p.pid not in older], 20,
-               "child processes to exit")
-    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
-    left = leftovers(root, names or {"broker-a"})
-    for n in left:
-        unlink_semaphore(n[4:]) if n.startswith("sem:") else unlink_segment(n)
-    assert not socks, f"socket files left behind: {socks}"
-    assert not left, f"shared memory left behind: {left}"
+    stop_and_check(made, root, older)
 
 
 def commitlogs_identical(root: str, a: str = "broker-a", b: str = "broker-a.1", root_b: str | None = None) -> int:

@@ -13,8 +13,7 @@ import psutil
 import pytest
 
 from hostmq import LocalCluster
-from tests.e2e.conftest import TEST_CONFIG, leftovers, merge
-from tests.conftest import wait_until
+from tests.conftest import TEST_CONFIG, child_pids, merge, stop_and_check
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e .[spark])")
 if shutil.which("java") is None:
@@ -56,17 +55,9 @@ def _spark_tree() -> set[int]:
 
 
 @pytest.fixture
-def root(tmp_path):
-    r = tmp_path / "root"
-    r.mkdir()
-    return str(r)
-
-
-@pytest.fixture
 def cluster(root, spark):
     made: list[LocalCluster] = []
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}     # e.g. multiprocessing's resource tracker
+    older = child_pids()        # e.g. multiprocessing's resource tracker
 
     def _make(brokers: int = 1, **overrides) -> LocalCluster:
         c = LocalCluster(root, brokers=brokers, config=merge(TEST_CONFIG, overrides))
@@ -74,15 +65,4 @@ def cluster(root, spark):
         return c.start()
 
     yield _make
-    names = set()
-    for c in made:
-        names |= set(c.brokers)
-        c.stop()
-
-    def ours():
-        spark_pids = _spark_tree()
-        return [p for p in me.children(recursive=True) if p.pid not in spark_pids and p.pid not in before]
-    wait_until(lambda: not ours(), 20, "cluster processes to exit")
-    socks = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".sock")]
-    assert not socks, f"socket files left behind: {socks}"
-    assert not leftovers(root, names or {"broker-a"}), "shared memory left behind"
+    stop_and_check(made, root, older, ignore=_spark_tree)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hostmq.message import Message
-from hostmq.store.commitlog import restore_short_files
+from hostmq.store.recovery import restore_short_files
 
 from .conftest import CL_FILE_BYTES, commitlog_files, crash_copy, key_for, parse_log, read_queue
 

@@ -22,6 +22,7 @@ from .conftest import (BASE_MS, body_for, key_for, parse_log, put_at, read_queue
 pytestmark = pytest.mark.timeout(120)
 
 # -- bulk round trip ---------------------------------------------------------------------------------
+@pytest.mark.slow      # 100,000 messages through every flush mode: ~20 s
 def test_100k_messages_over_8_topics_and_4_queues_read_back_exactly(open_store):
     store = open_store()
     topics = [f"Bulk{t}" for t in range(8)]

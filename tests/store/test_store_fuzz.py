@@ -54,6 +54,7 @@ def _case(tmp_path, pristine_dir: str) -> str:
     return store
 
 
+@pytest.mark.slow      # 300 damaged stores recovered: ~10 s
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(data=st.data())

@@ -133,6 +133,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow      # kills appender processes over and over: ~15 s
 def test_a_killed_appender_leaves_only_complete_records(tmp_path):
     """SIGKILL an appender at random moments; after each kill recovery keeps only records whose every
     field is right (PHYSICALOFFSET is the position, queue offsets 0, 1, 2, … per queue)."""
