@@ -63,16 +63,29 @@ MSG_HEADER_DTYPE = np.dtype([
     ("born_host", "S8"), ("store_ts_ms", ">i8"), ("store_host", "S8"), ("reconsume_times", ">i4"),
     ("prepared_tx_offset", ">i8"), ("body_length", ">i4"),
 ])
-def _layout_check(ok: bool, what: str) -> None:
-    """A layout fact this module relies on (kept under ``python -O``, unlike ``assert``)."""
+def layout_check(ok: bool, what: str) -> None:
+    """A layout fact a module relies on, checked at its import: ImportError if it does not hold.
+    Not an ``assert``, which ``python -O`` drops: a module that disagrees with these declarations
+    would write records every reader rejects, or read fields where they are not."""
     if not ok:
-        raise ImportError(f"hostmq.records: layout check failed: {what}")
+        raise ImportError(f"hostmq: layout check failed: {what}")
+
+
+_layout_check = layout_check
 
 
 _layout_check(MSG_HEADER.size == MSG_HEADER_DTYPE.itemsize == 88, "MSG_HEADER is 88 bytes in both declarations")
 RecordHeader = namedtuple("RecordHeader", MSG_HEADER_DTYPE.names)
 # Byte offset of each header field inside a record, taken from the one declaration above.
 FIELD = {name: MSG_HEADER_DTYPE.fields[name][1] for name in MSG_HEADER_DTYPE.names}
+# Position of each header field in a ``MSG_HEADER.unpack`` tuple (and so in RecordHeader and
+# RecordFields): hot paths that unpack the header once read ``h[HEADER_INDEX["queue_id"]]`` through a
+# constant taken at import, never a bare ``h[3]``.
+HEADER_INDEX = {name: i for i, name in enumerate(MSG_HEADER_DTYPE.names)}
+_HEADER_CODES = re.findall(r"\d*[a-zA-Z]", MSG_HEADER.format.lstrip("<>!=@"))
+_layout_check(len(_HEADER_CODES) == len(FIELD) and all(
+    struct.calcsize(">" + "".join(_HEADER_CODES[:i])) == FIELD[name] for name, i in HEADER_INDEX.items()),
+    "MSG_HEADER's struct format puts every field where MSG_HEADER_DTYPE does")
 
 TOPIC_LEN = struct.Struct(">B")
 PROPS_LEN = struct.Struct(">H")

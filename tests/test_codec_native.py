@@ -18,7 +18,7 @@ from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostmq import records as R
-from hostmq.broker import validate as V
+from hostmq import record_check as V
 
 C = R.NATIVE_CODEC          # None when not built: the tests below skip, test_native_codec_is_built fails
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hostmq"
 LAYERS = {
-    0: {"errors", "config", "root", "records", "record_fields", "message", "fsutil", "jsonfile", "locks",
+    0: {"errors", "config", "root", "records", "record_fields", "record_check", "message", "fsutil", "jsonfile", "locks",
         "logsetup", "shm_layouts", "process", "sdnotify", "waiting", "_codec"},
     1: {"protocol", "shm", "transport", "transport_outbox", "remoting", "access"},
     2: {"store", "live"},

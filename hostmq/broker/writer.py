@@ -51,7 +51,7 @@ from ..live.runtime import MAX_RING_DATA_BYTES, BrokerRuntime
 from ..live.state import (W_COMMITTED_POS, W_FLUSHED_POS, W_SESSIONS_VERSION, W_TOPICS_VERSION, W_WRITE_POS,
                     BrokerState, open_doorbell)
 from .topics import TopicTable, topics_path
-from .validate import frame_records, single_record
+from ..record_check import frame_records, single_record
 from .writer_sessions import RingSessions, _Attached
 
 log = logging.getLogger(__name__)

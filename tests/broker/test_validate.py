@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hostmq import Message, records as R
-from hostmq.broker.validate import frame_records, record_starts, single_record
+from hostmq.record_check import frame_records, record_starts, single_record
 from hostmq.errors import ValidationError
 from hostmq.store.encode import encode_records, properties_bytes
 
