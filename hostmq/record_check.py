@@ -174,7 +174,8 @@ def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tupl
 
 
 if R.NATIVE:
-    R.NATIVE_CODEC._bind(single_record=py_single_record)     # what the C path hands back (odd arguments)
+    # What the C path hands back (odd arguments): this module's reference, in the codec's state.
+    R.NATIVE_CODEC._bind(single_record=py_single_record)
     single_record = R.NATIVE_CODEC.single_record
 else:
     single_record = py_single_record

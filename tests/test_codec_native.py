@@ -1,4 +1,4 @@
-"""hostmq/_codec.c against its Python reference (records.py_*, validate.py_single_record), byte for
+"""hostmq/_codec.c against its Python reference (records.py_*, record_check.py_single_record), byte for
 byte: the same bytes, tuples and ints for valid input, the same exception type and message for
 hostile input (mutated, truncated, garbage buffers; positions and limits out of range; values that
 do not fit their fields; every buffer type a reader hands in)."""

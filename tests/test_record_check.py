@@ -204,7 +204,7 @@ def test_an_empty_body_is_refused_in_both_paths():
 
 
 def test_the_topic_name_is_passed_through_for_the_topic_table_to_judge():
-    # Documented: validate.py does not apply the topic name rules (the writer's topic table holds only
+    # Documented: record_check.py does not apply the topic name rules (the writer's topic table holds only
     # valid names and refuses frames for any other), so a name the rules refuse comes back as is.
     r = rec(topic=b"not a valid name!")
     assert single_record(r, FOUR_MIB, PROPS_LIMIT)[0] == b"not a valid name!"
