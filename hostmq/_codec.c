@@ -9,11 +9,12 @@
  * names to these functions when this module imports.
  *
  * The layout (field offsets and widths, magic codes, sizes) is records.py's (MSG_HEADER_DTYPE,
- * CQ_ENTRY, ... gathered in NATIVE_LAYOUT), included from _codec_layout.h, which tools/gen_layout.py
- * generates from it (tests/test_codec_layout.py fails when the committed header is stale). The
- * _Static_asserts below check at compile time that it is the layout this code was written for (the
- * widths it reads); records.py checks at import, with a raise that ``python -O`` keeps, that LAYOUT
- * (built from the same header) equals what it declares, so a stale build is refused.
+ * CQ_ENTRY, ... gathered in NATIVE_LAYOUT), included from include/record_layout.h, which
+ * tools/gen_layout.py generates from it (tests/test_codec_layout.py fails when the committed header
+ * is stale). The _Static_asserts below check at compile time that it is the layout this code was
+ * written for (the widths it reads); records.py checks at import, with a raise that ``python -O``
+ * keeps, that LAYOUT (built from the same header) equals what it declares, so a stale build is
+ * refused.
  *
  * What is not the usual case is handed to the reference rather than re-implemented: an argument
  * list the fast path does not parse (a missing or unknown keyword), a value that is not an integer or
@@ -37,7 +38,7 @@
 #include <zlib.h>
 
 /* --- layout (generated from records.py: MSG_HEADER_DTYPE, CQ_ENTRY, ...) ---------------------- */
-#include "_codec_layout.h"
+#include "include/record_layout.h"
 
 enum { KIND_MESSAGE = 0, KIND_BLANK = 1 };      /* records.RecordKind */
 #define CRC_WITHOUT_GIL_BYTES (5 * 1024)     /* zlib.crc32 releases the GIL from this size too */
@@ -46,7 +47,7 @@ enum { KIND_MESSAGE = 0, KIND_BLANK = 1 };      /* records.RecordKind */
 
 /* What the code below reads and writes, as the generated layout must give it: a header that changes
  * in a way this code does not follow fails the build instead of writing records readers reject. */
-#define LAYOUT_HOLDS(cond) _Static_assert(cond, "hostmq/_codec_layout.h: " #cond)
+#define LAYOUT_HOLDS(cond) _Static_assert(cond, "hostmq/include/record_layout.h: " #cond)
 LAYOUT_HOLDS(OFF_TOTAL_SIZE == 0 && W_TOTAL_SIZE == 4 && OFF_MAGIC == 4 && W_MAGIC == 4);
 LAYOUT_HOLDS(W_BODY_CRC == 4 && W_QUEUE_ID == 4 && W_FLAG == 4 && W_SYS_FLAG == 4);
 LAYOUT_HOLDS(W_RECONSUME_TIMES == 4 && W_BODY_LENGTH == 4);

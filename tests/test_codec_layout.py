@@ -1,6 +1,6 @@
 """The C codec's layout is generated from the Python declarations, and its state is per module.
 
-hostmq/_codec_layout.h is written by tools/gen_layout.py from ``records.NATIVE_LAYOUT`` and committed
+hostmq/include/record_layout.h is written by tools/gen_layout.py from ``records.NATIVE_LAYOUT`` and committed
 (pip compiles the codec without running any of hostmq's Python): these tests fail when the committed
 file is not what the declarations give now (a field moved in records.py, the header not
 regenerated), and show the C codec keeps what ``_bind`` gives it in its module's state (multi-phase
@@ -28,7 +28,7 @@ needs_native = pytest.mark.skipif(not R.NATIVE, reason="hostmq._codec not built 
 def test_the_committed_layout_header_is_the_one_records_py_generates():
     with open(os.path.join(TOP, R.CODEC_LAYOUT_HEADER)) as f:
         committed = f.read()
-    assert committed == R.codec_layout_header(), "hostmq/_codec_layout.h is stale: run tools/gen_layout.py"
+    assert committed == R.codec_layout_header(), "hostmq/include/record_layout.h is stale: run tools/gen_layout.py"
 
 
 def test_a_moved_field_changes_the_generated_header():

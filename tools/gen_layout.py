@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write hostmq/_codec_layout.h, the C codec's layout constants, from hostmq/records.py.
+"""Write hostmq/include/record_layout.h, the C codec's layout constants, from hostmq/records.py.
 
 The header is generated, never edited: records.py declares every binary layout once
 (``NATIVE_LAYOUT``, ``records.codec_layout_header``) and the C codec includes what this writes. The
