@@ -439,7 +439,8 @@ static PyObject *codec_record_fields(PyObject *self, PyObject *const *args, Py_s
         (int)(int32_t)be32(r + OFF_SYS_FLAG), (long long)(int64_t)be64(r + OFF_BORN_TS_MS),
         (const char *)r + OFF_BORN_HOST, (Py_ssize_t)HOST_BYTES,
         (long long)(int64_t)be64(r + OFF_STORE_TS_MS), (const char *)r + OFF_STORE_HOST, (Py_ssize_t)HOST_BYTES,
-        (int)(int32_t)be32(r + OFF_RECONSUME_TIMES), (long long)(int64_t)be64(r + OFF_PREPARED_TX_OFFSET), (int)body_len,
+        (int)(int32_t)be32(r + OFF_RECONSUME_TIMES), (long long)(int64_t)be64(r + OFF_PREPARED_TX_OFFSET),
+        (int)body_len,
         pos + HDR_BYTES, (int)body_len,
         (const char *)b + tpos + TOPIC_LEN_BYTES, (Py_ssize_t)(ppos - tpos - TOPIC_LEN_BYTES),
         ppos + PROPS_LEN_BYTES, (int)props_len);
@@ -842,7 +843,8 @@ static PyObject *codec_single_record(PyObject *self, PyObject *const *args, Py_s
     PyObject *v[3];
     Py_buffer view;
     long long max_body, max_props;
-    if (st->check_properties == NULL || parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->single_names, 3, 3, 3, v) < 0 ||
+    if (st->check_properties == NULL ||
+        parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->single_names, 3, 3, 3, v) < 0 ||
         as_clamped_i64(v[1], &max_body) < 0 || as_clamped_i64(v[2], &max_props) < 0 || get_bytes(v[0], &view) < 0)
         return reference(st, "single_record", args, (size_t)nargsf, kwnames);
     const unsigned char *b = view.buf;

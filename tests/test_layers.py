@@ -1,7 +1,9 @@
 """The import contract (issue 28): hostmq's packages form layers, each importing only from below —
 
-* L0 the ground: ``errors``, ``config``, ``root``, ``records`` (and its native codec), ``message`` and
-  the small modules beside them (files, locks, logging, processes, the shared-memory layouts);
+* L0 the ground: ``errors``, ``config``, ``root``, ``records`` (and its native codec, whose spec —
+  ``records``' ``py_*`` references and ``record_check`` — sits on the same layer: a native module lives
+  in the layer of the Python it mirrors), ``message`` and the small modules beside them (files, locks,
+  logging, processes, the shared-memory layouts);
 * L1 ``protocol/`` (the control schema, route records included), ``shm/`` (segments, rings, futex
   words), ``transport`` (the control server), ``remoting`` (its client) and ``access`` (who may
   reach a root's files, sockets and segments);
@@ -30,8 +32,8 @@ pytestmark = pytest.mark.timeout(60)
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hostmq"
 LAYERS = {
-    0: {"errors", "config", "root", "records", "record_fields", "record_check", "message", "fsutil", "jsonfile", "locks",
-        "logsetup", "shm_layouts", "process", "sdnotify", "waiting", "_codec"},
+    0: {"errors", "config", "root", "records", "record_fields", "record_check", "message", "fsutil", "jsonfile",
+        "locks", "logsetup", "shm_layouts", "process", "sdnotify", "waiting", "_codec"},
     1: {"protocol", "shm", "transport", "transport_outbox", "remoting", "access"},
     2: {"store", "live"},
     3: {"semantics", "ingress"},
