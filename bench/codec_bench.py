@@ -21,7 +21,7 @@ sys.path.insert(0, REPO)
 import numpy as np  # noqa: E402
 
 from hostmq import records as R  # noqa: E402
-from hostmq.broker import validate as V  # noqa: E402
+from hostmq import record_check as V  # noqa: E402
 
 TOPIC = b"BenchTopic"
 PROPS = b"TAGS\x01tagA\x02KEYS\x01k1 k2\x02UNIQ_CLIENT_MESSAGE_ID_KEYIDX\x017F0000010001000000000000000000AB\x02"

@@ -2,21 +2,29 @@
  *
  * Every function here has a reference in hostmq/records.py (``py_encode_record``, ``py_check_record``,
  * ``py_check_stored_record``, ``py_record_fields``, ``py_java_string_hash``, ``py_cq_entries``,
- * ``py_cq_entry``) or hostmq/broker/validate.py (``py_single_record``), and gives the same result, or
+ * ``py_cq_entry``) or hostmq/record_check.py (``py_single_record``) — the codec's spec, on its own
+ * layer (L0, tests/test_layers.py) — and gives the same result, or
  * raises the same exception type with the same message, for every input: tests/test_codec_native.py
  * compares them byte for byte with hypothesis, hostile input included. records.py binds its public
  * names to these functions when this module imports.
  *
- * The layout (field offsets, magic codes, sizes) is records.py's (MSG_HEADER_DTYPE, CQ_ENTRY, ...):
- * records.py asserts at import that LAYOUT below equals what it declares.
+ * The layout (field offsets and widths, magic codes, sizes) is records.py's (MSG_HEADER_DTYPE,
+ * CQ_ENTRY, ... gathered in NATIVE_LAYOUT), included from include/record_layout.h, which
+ * tools/gen_layout.py generates from it (tests/test_codec_layout.py fails when the committed header
+ * is stale). The _Static_asserts below check at compile time that it is the layout this code was
+ * written for (the widths it reads); records.py checks at import, with a raise that ``python -O``
+ * keeps, that LAYOUT (built from the same header) equals what it declares, so a stale build is
+ * refused.
  *
  * What is not the usual case is handed to the reference rather than re-implemented: an argument
  * list the fast path does not parse (a missing or unknown keyword), a value that is not an integer or
  * does not fit its field, a buffer that is not a one-dimensional byte buffer, a str that is not a str.
  * The reference then gives the exact exception (TypeError, struct.error, ValidationError). Those
- * references are registered by records.py / validate.py through ``_bind``; so are the exception
+ * references are registered by records.py / record_check.py through ``_bind``; so are the exception
  * classes, ``records.check_properties`` (called for properties the C pre-check does not pass
- * outright) and the reserved property names.
+ * outright) and the reserved property names. All of it lives in the module's state (CodecState), not
+ * in C globals: the module is initialised in phases (PEP 489) and each module object — one per
+ * interpreter — holds its own classes and callbacks.
  *
  * Reads never leave the buffer: every length is checked against the room left before it is used,
  * and positions are 64-bit after the arguments were clamped (a position past the buffer is
@@ -29,29 +37,46 @@
 #include <string.h>
 #include <zlib.h>
 
-/* --- layout (records.py: MSG_HEADER_DTYPE, CQ_ENTRY) ---------------------------------------- */
-enum {
-    OFF_TOTAL = 0, OFF_MAGIC = 4, OFF_CRC = 8, OFF_QID = 12, OFF_FLAG = 16, OFF_QOFF = 20,
-    OFF_PHYS = 28, OFF_SYSFLAG = 36, OFF_BORN_TS = 40, OFF_BORN_HOST = 48, OFF_STORE_TS = 56,
-    OFF_STORE_HOST = 64, OFF_RECONSUME = 72, OFF_PREPARED = 76, OFF_BLEN = 84,
-    HDR_BYTES = 88, HOST_BYTES = 8, TOPIC_LEN_BYTES = 1, PROPS_LEN_BYTES = 2,
-    MIN_RECORD_BYTES = HDR_BYTES + TOPIC_LEN_BYTES + PROPS_LEN_BYTES,
-    MIN_BLANK_BYTES = 8, CQ_ENTRY_BYTES = 20,
-    KIND_MESSAGE = 0, KIND_BLANK = 1,
-};
-#define MAGIC_CODE 0xDAA320A7u
-#define BLANK_MAGIC_CODE 0xCBD43194u
-#define PROPERTY_END 0x02
-#define NAME_VALUE_SEP 0x01
+/* --- layout (generated from records.py: MSG_HEADER_DTYPE, CQ_ENTRY, ...) ---------------------- */
+#include "include/record_layout.h"
+
+enum { KIND_MESSAGE = 0, KIND_BLANK = 1 };      /* records.RecordKind */
 #define CRC_WITHOUT_GIL_BYTES (5 * 1024)     /* zlib.crc32 releases the GIL from this size too */
 #define MAX_RESERVED 16
 #define MAX_PLAIN_PAIRS 16                  /* properties_plainly_valid compares names pairwise up to this */
 
-/* --- bound by records.py / validate.py (_bind) --------------------------------------------- */
-static PyObject *CorruptRecordError, *ValidationError, *check_properties, *references;
-static char reserved_marks[MAX_RESERVED][32];     /* "NAME\x01" of each property the broker acts on */
-static size_t reserved_lens[MAX_RESERVED];
-static int n_reserved;
+/* What the code below reads and writes, as the generated layout must give it: a header that changes
+ * in a way this code does not follow fails the build instead of writing records readers reject. */
+#define LAYOUT_HOLDS(cond) _Static_assert(cond, "hostmq/include/record_layout.h: " #cond)
+LAYOUT_HOLDS(OFF_TOTAL_SIZE == 0 && W_TOTAL_SIZE == 4 && OFF_MAGIC == 4 && W_MAGIC == 4);
+LAYOUT_HOLDS(W_BODY_CRC == 4 && W_QUEUE_ID == 4 && W_FLAG == 4 && W_SYS_FLAG == 4);
+LAYOUT_HOLDS(W_RECONSUME_TIMES == 4 && W_BODY_LENGTH == 4);
+LAYOUT_HOLDS(W_QUEUE_OFFSET == 8 && W_PHYS_OFFSET == 8 && W_BORN_TS_MS == 8 && W_STORE_TS_MS == 8);
+LAYOUT_HOLDS(W_PREPARED_TX_OFFSET == 8 && (int)W_BORN_HOST == (int)HOST_BYTES && (int)W_STORE_HOST == (int)HOST_BYTES);
+LAYOUT_HOLDS(HDR_BYTES == OFF_BODY_LENGTH + W_BODY_LENGTH);     /* BODYLENGTH ends the header */
+LAYOUT_HOLDS(TOPIC_LEN_BYTES == 1 && PROPS_LEN_BYTES == 2);      /* a u8 and a big-endian u16 */
+LAYOUT_HOLDS(MIN_RECORD_BYTES == HDR_BYTES + TOPIC_LEN_BYTES + PROPS_LEN_BYTES);
+LAYOUT_HOLDS(MIN_BLANK_BYTES == W_TOTAL_SIZE + W_MAGIC);         /* TOTALSIZE and BLANK_MAGIC_CODE */
+LAYOUT_HOLDS(CQ_OFF_SIZE == CQ_OFF_PHYS_OFFSET + 8 && CQ_OFF_TAG_HASH == CQ_OFF_SIZE + 4);
+LAYOUT_HOLDS(CQ_ENTRY_BYTES == CQ_OFF_TAG_HASH + 8);
+
+/* --- the module's state: what records.py / record_check.py bind (_bind), the interned names ---- */
+enum { E_TOPIC, E_BODY, E_PROPS, E_QUEUE_ID, E_FLAG, E_SYS_FLAG, E_BORN_TS, E_BORN_HOST, E_STORE_TS,
+       E_STORE_HOST, E_RECONSUME, E_PREPARED, E_QOFF, E_PHYS, E_CRC, E_COUNT };
+
+typedef struct {
+    PyObject *CorruptRecordError, *ValidationError;     /* ValueError until records.py binds its own */
+    PyObject *check_properties;                         /* records.check_properties, NULL until bound */
+    PyObject *references;                               /* dict: function name -> its Python reference */
+    char reserved_marks[MAX_RESERVED][32];              /* "NAME\x01" of each property the broker acts on */
+    size_t reserved_lens[MAX_RESERVED];
+    int n_reserved;
+    /* each function's parameter names, interned (compared by identity first in parse_args) */
+    PyObject *check_names[5], *fields_names[2], *encode_names[E_COUNT], *hash_names[1], *cq_names[3],
+             *cq_one_names[3], *single_names[3];
+} CodecState;
+
+static inline CodecState *state_of(PyObject *module) { return (CodecState *)PyModule_GetState(module); }
 
 /* --- big-endian access ---------------------------------------------------------------------- */
 static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
@@ -120,9 +145,10 @@ static int parse_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
 }
 
 /* Call the Python reference `name` with the same arguments (clearing any error of the fast path). */
-static PyObject *reference(const char *name, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static PyObject *reference(CodecState *st, const char *name, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames)
 {
-    PyObject *f = references ? PyDict_GetItemString(references, name) : NULL;   /* borrowed */
+    PyObject *f = PyDict_GetItemString(st->references, name);   /* borrowed */
     if (f == NULL) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_RuntimeError, "hostmq._codec.%s: no Python reference bound", name);
@@ -171,11 +197,11 @@ static int get_bytes(PyObject *o, Py_buffer *v)
 }
 
 /* --- errors ----------------------------------------------------------------------------------- */
-static PyObject *raise_corrupt(PyObject *pos, PyObject *why)
+static PyObject *raise_corrupt(CodecState *st, PyObject *pos, PyObject *why)
 {
     if (why == NULL)
         return NULL;
-    PyObject *e = PyObject_CallFunction(CorruptRecordError, "sOO", "", pos, why);
+    PyObject *e = PyObject_CallFunction(st->CorruptRecordError, "sOO", "", pos, why);
     Py_DECREF(why);
     if (e != NULL) {
         PyErr_SetObject((PyObject *)Py_TYPE(e), e);
@@ -184,11 +210,11 @@ static PyObject *raise_corrupt(PyObject *pos, PyObject *why)
     return NULL;
 }
 
-static PyObject *raise_validation(PyObject *why)
+static PyObject *raise_validation(CodecState *st, PyObject *why)
 {
     if (why == NULL)
         return NULL;
-    PyErr_SetObject(ValidationError, why);
+    PyErr_SetObject(st->ValidationError, why);
     Py_DECREF(why);
     return NULL;
 }
@@ -223,7 +249,7 @@ static int check_core(const unsigned char *b, Py_ssize_t n, long long pos, long 
     }
     long long room = limit - pos;
     const unsigned char *r = b + pos;
-    int32_t total = (int32_t)be32(r + OFF_TOTAL);
+    int32_t total = (int32_t)be32(r + OFF_TOTAL_SIZE);
     uint32_t magic = be32(r + OFF_MAGIC);
     c->total = total;
     if (magic == BLANK_MAGIC_CODE) {
@@ -242,7 +268,7 @@ static int check_core(const unsigned char *b, Py_ssize_t n, long long pos, long 
         snprintf(c->why, sizeof c->why, "impossible total size %d (room %lld)", (int)total, room);
         return -1;
     }
-    int32_t body_len = (int32_t)be32(r + OFF_BLEN);
+    int32_t body_len = (int32_t)be32(r + OFF_BODY_LENGTH);
     if (body_len < 0 || (long long)HDR_BYTES + body_len + TOPIC_LEN_BYTES > total) {
         snprintf(c->why, sizeof c->why, "body length %d does not fit total size %d", (int)body_len, (int)total);
         return -1;
@@ -262,7 +288,7 @@ static int check_core(const unsigned char *b, Py_ssize_t n, long long pos, long 
         snprintf(c->why, sizeof c->why, "properties do not end with \\x02 (torn tail)");
         return -1;
     }
-    if (verify_crc && body_crc(r + HDR_BYTES, body_len) != be32(r + OFF_CRC)) {
+    if (verify_crc && body_crc(r + HDR_BYTES, body_len) != be32(r + OFF_BODY_CRC)) {
         snprintf(c->why, sizeof c->why, "body CRC mismatch");
         return -1;
     }
@@ -287,65 +313,65 @@ static int check_args(PyObject *buf, PyObject *pos, PyObject *limit, PyObject *v
     return 0;
 }
 
-static PyObject *negative_position(PyObject *pos)
+static PyObject *negative_position(CodecState *st, PyObject *pos)
 {
     PyObject *s = shown(pos);
     if (s == NULL)
         return NULL;
     PyObject *why = PyUnicode_FromFormat("negative position %U", s);
     Py_DECREF(s);
-    return raise_corrupt(pos, why);
+    return raise_corrupt(st, pos, why);
 }
 
-static PyObject *check_names[5];
-
-static PyObject *codec_check_record(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_check_record(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                     PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[4];
     CheckArgs a;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *names[4] = {check_names[0], check_names[1], check_names[2], check_names[4]};
+    PyObject *names[4] = {st->check_names[0], st->check_names[1], st->check_names[2], st->check_names[4]};
     if (parse_args(args, nargs, kwnames, names, 4, 4, 3, v) < 0 || check_args(v[0], v[1], v[2], v[3], &a) < 0)
-        return reference("check_record", args, (size_t)nargsf, kwnames);
+        return reference(st, "check_record", args, (size_t)nargsf, kwnames);
     if (a.pos < 0) {
         PyBuffer_Release(&a.view);
-        return negative_position(v[1]);
+        return negative_position(st, v[1]);
     }
     Checked c;
     int bad = check_core(a.view.buf, a.view.len, a.pos, a.limit, a.verify_crc, &c);
     PyBuffer_Release(&a.view);
     if (bad)
-        return raise_corrupt(v[1], PyUnicode_FromString(c.why));
+        return raise_corrupt(st, v[1], PyUnicode_FromString(c.why));
     return Py_BuildValue("(ii)", c.kind, (int)c.total);
 }
 
-static PyObject *codec_check_stored_record(PyObject *Py_UNUSED(self), PyObject *const *args,
+static PyObject *codec_check_stored_record(PyObject *self, PyObject *const *args,
                                            Py_ssize_t nargsf, PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[5];
     CheckArgs a;
     long long phys;
     int phys_beyond;    /* the argument is outside int64: no stored PHYSICALOFFSET equals it */
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (parse_args(args, nargs, kwnames, check_names, 5, 5, 4, v) < 0)
-        return reference("check_stored_record", args, (size_t)nargsf, kwnames);
+    if (parse_args(args, nargs, kwnames, st->check_names, 5, 5, 4, v) < 0)
+        return reference(st, "check_stored_record", args, (size_t)nargsf, kwnames);
     phys = PyLong_AsLongLongAndOverflow(v[3], &phys_beyond);
     if ((phys == -1 && PyErr_Occurred()) || check_args(v[0], v[1], v[2], v[4], &a) < 0)
-        return reference("check_stored_record", args, (size_t)nargsf, kwnames);
+        return reference(st, "check_stored_record", args, (size_t)nargsf, kwnames);
     if (a.pos < 0) {
         PyBuffer_Release(&a.view);
-        return negative_position(v[1]);
+        return negative_position(st, v[1]);
     }
     Checked c;
     const unsigned char *r = (const unsigned char *)a.view.buf + a.pos;
     if (check_core(a.view.buf, a.view.len, a.pos, a.limit, a.verify_crc, &c)) {
         PyBuffer_Release(&a.view);
-        return raise_corrupt(v[1], PyUnicode_FromString(c.why));
+        return raise_corrupt(st, v[1], PyUnicode_FromString(c.why));
     }
     if (c.kind == KIND_MESSAGE) {
-        int32_t queue_id = (int32_t)be32(r + OFF_QID);
-        int64_t queue_offset = (int64_t)be64(r + OFF_QOFF), stored_phys = (int64_t)be64(r + OFF_PHYS);
+        int32_t queue_id = (int32_t)be32(r + OFF_QUEUE_ID);
+        int64_t queue_offset = (int64_t)be64(r + OFF_QUEUE_OFFSET), stored_phys = (int64_t)be64(r + OFF_PHYS_OFFSET);
         PyBuffer_Release(&a.view);
         if (phys_beyond || stored_phys != phys) {
             PyObject *s = shown(v[3]);
@@ -354,10 +380,10 @@ static PyObject *codec_check_stored_record(PyObject *Py_UNUSED(self), PyObject *
             PyObject *why = PyUnicode_FromFormat("PHYSICALOFFSET %lld is not the record's position %U",
                                                  (long long)stored_phys, s);
             Py_DECREF(s);
-            return raise_corrupt(v[1], why);
+            return raise_corrupt(st, v[1], why);
         }
         if (queue_id < 0 || queue_offset < 0)
-            return raise_corrupt(v[1], PyUnicode_FromFormat("impossible queue id %d or queue offset %lld",
+            return raise_corrupt(st, v[1], PyUnicode_FromFormat("impossible queue id %d or queue offset %lld",
                                                             (int)queue_id, (long long)queue_offset));
     } else {
         PyBuffer_Release(&a.view);
@@ -366,17 +392,16 @@ static PyObject *codec_check_stored_record(PyObject *Py_UNUSED(self), PyObject *
 }
 
 /* --- record_fields (records.py_record_fields) ------------------------------------------------- */
-static PyObject *fields_names[2];
-
-static PyObject *codec_record_fields(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_record_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                      PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[2];
     Py_buffer view;
     long long pos;
-    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, fields_names, 2, 2, 2, v) < 0 ||
+    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->fields_names, 2, 2, 2, v) < 0 ||
         as_clamped_i64(v[1], &pos) < 0 || get_bytes(v[0], &view) < 0)
-        return reference("record_fields", args, (size_t)nargsf, kwnames);
+        return reference(st, "record_fields", args, (size_t)nargsf, kwnames);
     const unsigned char *b = view.buf;
     long long n = view.len;
     const char *why = NULL;
@@ -386,7 +411,7 @@ static PyObject *codec_record_fields(PyObject *Py_UNUSED(self), PyObject *const 
     if (pos < 0 || pos > n || n - pos < HDR_BYTES) {
         why = "record header lies outside the buffer";
     } else {
-        body_len = (int32_t)be32(b + pos + OFF_BLEN);
+        body_len = (int32_t)be32(b + pos + OFF_BODY_LENGTH);
         tpos = pos + HDR_BYTES + (long long)body_len;
         if (body_len < 0 || tpos + TOPIC_LEN_BYTES > n) {
             why = "body lies outside the buffer";
@@ -403,18 +428,19 @@ static PyObject *codec_record_fields(PyObject *Py_UNUSED(self), PyObject *const 
     }
     if (why != NULL) {
         PyBuffer_Release(&view);
-        return raise_corrupt(v[1], PyUnicode_FromString(why));
+        return raise_corrupt(st, v[1], PyUnicode_FromString(why));
     }
     const unsigned char *r = b + pos;
     PyObject *t = Py_BuildValue(
         "(iIIiiLLiLy#Ly#iLiLiy#Li)",
-        (int)(int32_t)be32(r + OFF_TOTAL), (unsigned)be32(r + OFF_MAGIC), (unsigned)be32(r + OFF_CRC),
-        (int)(int32_t)be32(r + OFF_QID), (int)(int32_t)be32(r + OFF_FLAG),
-        (long long)(int64_t)be64(r + OFF_QOFF), (long long)(int64_t)be64(r + OFF_PHYS),
-        (int)(int32_t)be32(r + OFF_SYSFLAG), (long long)(int64_t)be64(r + OFF_BORN_TS),
+        (int)(int32_t)be32(r + OFF_TOTAL_SIZE), (unsigned)be32(r + OFF_MAGIC), (unsigned)be32(r + OFF_BODY_CRC),
+        (int)(int32_t)be32(r + OFF_QUEUE_ID), (int)(int32_t)be32(r + OFF_FLAG),
+        (long long)(int64_t)be64(r + OFF_QUEUE_OFFSET), (long long)(int64_t)be64(r + OFF_PHYS_OFFSET),
+        (int)(int32_t)be32(r + OFF_SYS_FLAG), (long long)(int64_t)be64(r + OFF_BORN_TS_MS),
         (const char *)r + OFF_BORN_HOST, (Py_ssize_t)HOST_BYTES,
-        (long long)(int64_t)be64(r + OFF_STORE_TS), (const char *)r + OFF_STORE_HOST, (Py_ssize_t)HOST_BYTES,
-        (int)(int32_t)be32(r + OFF_RECONSUME), (long long)(int64_t)be64(r + OFF_PREPARED), (int)body_len,
+        (long long)(int64_t)be64(r + OFF_STORE_TS_MS), (const char *)r + OFF_STORE_HOST, (Py_ssize_t)HOST_BYTES,
+        (int)(int32_t)be32(r + OFF_RECONSUME_TIMES), (long long)(int64_t)be64(r + OFF_PREPARED_TX_OFFSET),
+        (int)body_len,
         pos + HDR_BYTES, (int)body_len,
         (const char *)b + tpos + TOPIC_LEN_BYTES, (Py_ssize_t)(ppos - tpos - TOPIC_LEN_BYTES),
         ppos + PROPS_LEN_BYTES, (int)props_len);
@@ -423,10 +449,6 @@ static PyObject *codec_record_fields(PyObject *Py_UNUSED(self), PyObject *const 
 }
 
 /* --- encode_record (records.py_encode_record) ------------------------------------------------- */
-enum { E_TOPIC, E_BODY, E_PROPS, E_QUEUE_ID, E_FLAG, E_SYS_FLAG, E_BORN_TS, E_BORN_HOST, E_STORE_TS,
-       E_STORE_HOST, E_RECONSUME, E_PREPARED, E_QOFF, E_PHYS, E_CRC, E_COUNT };
-static PyObject *encode_names[E_COUNT];
-
 /* bytes or bytearray (what struct's "s" takes), exported so the GIL may be dropped while reading. */
 static int get_packable(PyObject *o, Py_buffer *v)
 {
@@ -435,9 +457,10 @@ static int get_packable(PyObject *o, Py_buffer *v)
     return PyObject_GetBuffer(o, v, PyBUF_SIMPLE);
 }
 
-static PyObject *codec_encode_record(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                      PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[E_COUNT];
     long long ints[E_COUNT];
     static const long long lo[E_COUNT] = {
@@ -453,7 +476,7 @@ static PyObject *codec_encode_record(PyObject *Py_UNUSED(self), PyObject *const 
     int held = 0;
     PyObject *out = NULL;
 
-    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, encode_names, E_COUNT, 3, 3, v) < 0)
+    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->encode_names, E_COUNT, 3, 3, v) < 0)
         goto use_reference;
     for (int i = E_QUEUE_ID; i < E_COUNT; i++) {
         ints[i] = 0;
@@ -496,19 +519,19 @@ static PyObject *codec_encode_record(PyObject *Py_UNUSED(self), PyObject *const 
         if (blen)
             memcpy(o + HDR_BYTES, body, (size_t)blen);
     }
-    put32(o + OFF_TOTAL, (uint32_t)total);
+    put32(o + OFF_TOTAL_SIZE, (uint32_t)total);
     put32(o + OFF_MAGIC, MAGIC_CODE);
-    put32(o + OFF_CRC, crc);
-    put32(o + OFF_QID, (uint32_t)ints[E_QUEUE_ID]);
+    put32(o + OFF_BODY_CRC, crc);
+    put32(o + OFF_QUEUE_ID, (uint32_t)ints[E_QUEUE_ID]);
     put32(o + OFF_FLAG, (uint32_t)ints[E_FLAG]);
-    put64(o + OFF_QOFF, (uint64_t)ints[E_QOFF]);
-    put64(o + OFF_PHYS, (uint64_t)ints[E_PHYS]);
-    put32(o + OFF_SYSFLAG, (uint32_t)ints[E_SYS_FLAG]);
-    put64(o + OFF_BORN_TS, (uint64_t)ints[E_BORN_TS]);
-    put64(o + OFF_STORE_TS, (uint64_t)ints[E_STORE_TS]);
-    put32(o + OFF_RECONSUME, (uint32_t)ints[E_RECONSUME]);
-    put64(o + OFF_PREPARED, (uint64_t)ints[E_PREPARED]);
-    put32(o + OFF_BLEN, (uint32_t)blen);
+    put64(o + OFF_QUEUE_OFFSET, (uint64_t)ints[E_QOFF]);
+    put64(o + OFF_PHYS_OFFSET, (uint64_t)ints[E_PHYS]);
+    put32(o + OFF_SYS_FLAG, (uint32_t)ints[E_SYS_FLAG]);
+    put64(o + OFF_BORN_TS_MS, (uint64_t)ints[E_BORN_TS]);
+    put64(o + OFF_STORE_TS_MS, (uint64_t)ints[E_STORE_TS]);
+    put32(o + OFF_RECONSUME_TIMES, (uint32_t)ints[E_RECONSUME]);
+    put64(o + OFF_PREPARED_TX_OFFSET, (uint64_t)ints[E_PREPARED]);
+    put32(o + OFF_BODY_LENGTH, (uint32_t)blen);
     /* struct's "8s": shorter hosts are padded with zero bytes, longer ones cut */
     static const int host_at[2][2] = {{E_BORN_HOST, OFF_BORN_HOST}, {E_STORE_HOST, OFF_STORE_HOST}};
     for (int h = 0; h < 2; h++) {
@@ -531,7 +554,7 @@ use_reference:
     for (int k = 0; k < held; k++)
         if (bufs[packed[k]].obj != NULL)
             PyBuffer_Release(&bufs[packed[k]]);
-    return reference("encode_record", args, (size_t)nargsf, kwnames);
+    return reference(st, "encode_record", args, (size_t)nargsf, kwnames);
 done:
     for (int k = 0; k < held; k++)
         if (bufs[packed[k]].obj != NULL)
@@ -550,15 +573,14 @@ static int unicode_ready(PyObject *s)
 }
 
 /* --- java_string_hash (records.py_java_string_hash) ------------------------------------------- */
-static PyObject *hash_names[1];
-
-static PyObject *codec_java_string_hash(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_java_string_hash(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                         PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[1];
-    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, hash_names, 1, 1, 1, v) < 0 ||
+    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->hash_names, 1, 1, 1, v) < 0 ||
         !PyUnicode_Check(v[0]) || unicode_ready(v[0]) < 0)
-        return reference("java_string_hash", args, (size_t)nargsf, kwnames);
+        return reference(st, "java_string_hash", args, (size_t)nargsf, kwnames);
     PyObject *s = v[0];
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     int kind = PyUnicode_KIND(s);
@@ -670,16 +692,15 @@ check:
     return 0;
 }
 
-static PyObject *cq_names[3], *cq_one_names[3];
-
-static PyObject *codec_cq_entries(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_cq_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                   PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[3];
     Column cols[3];
     int opened = 0;
     PyObject *out = NULL;
-    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, cq_names, 3, 3, 3, v) < 0)
+    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->cq_names, 3, 3, 3, v) < 0)
         goto use_reference;
     for (; opened < 3; opened++)
         if (open_column(v[opened], &cols[opened]) < 0)
@@ -699,38 +720,39 @@ static PyObject *codec_cq_entries(PyObject *Py_UNUSED(self), PyObject *const *ar
             Py_CLEAR(out);
             goto use_reference;
         }
-        put64(o, (uint64_t)phys);
-        put32(o + 8, (uint32_t)size);
-        put64(o + 12, (uint64_t)tag);
+        put64(o + CQ_OFF_PHYS_OFFSET, (uint64_t)phys);
+        put32(o + CQ_OFF_SIZE, (uint32_t)size);
+        put64(o + CQ_OFF_TAG_HASH, (uint64_t)tag);
     }
     goto done;
 use_reference:
     for (int k = 0; k < opened; k++)
         close_column(&cols[k]);
-    return reference("cq_entries", args, (size_t)nargsf, kwnames);
+    return reference(st, "cq_entries", args, (size_t)nargsf, kwnames);
 done:
     for (int k = 0; k < opened; k++)
         close_column(&cols[k]);
     return out;
 }
 
-static PyObject *codec_cq_entry(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_cq_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                 PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[3];
     long long phys, size, tag;
-    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, cq_one_names, 3, 3, 3, v) < 0 ||
+    if (parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->cq_one_names, 3, 3, 3, v) < 0 ||
         as_ranged(v[0], LLONG_MIN, LLONG_MAX, &phys) < 0 || as_ranged(v[1], INT32_MIN, INT32_MAX, &size) < 0 ||
         as_ranged(v[2], LLONG_MIN, LLONG_MAX, &tag) < 0)
-        return reference("cq_entry", args, (size_t)nargsf, kwnames);
+        return reference(st, "cq_entry", args, (size_t)nargsf, kwnames);
     unsigned char o[CQ_ENTRY_BYTES];
-    put64(o, (uint64_t)phys);
-    put32(o + 8, (uint32_t)size);
-    put64(o + 12, (uint64_t)tag);
+    put64(o + CQ_OFF_PHYS_OFFSET, (uint64_t)phys);
+    put32(o + CQ_OFF_SIZE, (uint32_t)size);
+    put64(o + CQ_OFF_TAG_HASH, (uint64_t)tag);
     return PyBytes_FromStringAndSize((const char *)o, CQ_ENTRY_BYTES);
 }
 
-/* --- single_record (broker/validate.py_single_record) ----------------------------------------- */
+/* --- single_record (record_check.py_single_record) ------------------------------------------- */
 /* Strict UTF-8, as Python's decoder: no overlong forms, no surrogates, nothing past U+10FFFF. */
 static int utf8_valid(const unsigned char *p, Py_ssize_t n)
 {
@@ -763,7 +785,7 @@ static int utf8_valid(const unsigned char *p, Py_ssize_t n)
  * on (its value rules are Python's). Names are compared pairwise, so a record of more than
  * MAX_PLAIN_PAIRS pairs is left to Python too. 0 means "ask check_properties", which decides (and
  * words the error). */
-static int properties_plainly_valid(const unsigned char *p, Py_ssize_t n)
+static int properties_plainly_valid(const CodecState *st, const unsigned char *p, Py_ssize_t n)
 {
     Py_ssize_t name_at[MAX_PLAIN_PAIRS], name_len[MAX_PLAIN_PAIRS];
     int pairs = 0;
@@ -783,8 +805,9 @@ static int properties_plainly_valid(const unsigned char *p, Py_ssize_t n)
         }
         if (sep <= start || i == sep + 1)       /* no \x01, an empty name or an empty value */
             return 0;
-        for (int k = 0; k < n_reserved; k++)
-            if ((size_t)(sep + 1 - start) == reserved_lens[k] && memcmp(p + start, reserved_marks[k], reserved_lens[k]) == 0)
+        for (int k = 0; k < st->n_reserved; k++)
+            if ((size_t)(sep + 1 - start) == st->reserved_lens[k] &&
+                memcmp(p + start, st->reserved_marks[k], st->reserved_lens[k]) == 0)
                 return 0;
         if (pairs == MAX_PLAIN_PAIRS)
             return 0;
@@ -813,17 +836,17 @@ static PyObject *raised_exception(void)
 #endif
 }
 
-static PyObject *single_names[3];
-
-static PyObject *codec_single_record(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargsf,
+static PyObject *codec_single_record(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                                      PyObject *kwnames)
 {
+    CodecState *st = state_of(self);
     PyObject *v[3];
     Py_buffer view;
     long long max_body, max_props;
-    if (check_properties == NULL || parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, single_names, 3, 3, 3, v) < 0 ||
+    if (st->check_properties == NULL ||
+        parse_args(args, PyVectorcall_NARGS(nargsf), kwnames, st->single_names, 3, 3, 3, v) < 0 ||
         as_clamped_i64(v[1], &max_body) < 0 || as_clamped_i64(v[2], &max_props) < 0 || get_bytes(v[0], &view) < 0)
-        return reference("single_record", args, (size_t)nargsf, kwnames);
+        return reference(st, "single_record", args, (size_t)nargsf, kwnames);
     const unsigned char *b = view.buf;
     Py_ssize_t n = view.len;
     PyObject *why = NULL, *out = NULL;
@@ -836,7 +859,7 @@ static PyObject *codec_single_record(PyObject *Py_UNUSED(self), PyObject *const 
         why = PyUnicode_FromFormat("frame of %zd bytes holds a %d-byte record and more", n, (int)c.total);
         goto refuse;
     }
-    int32_t blen = (int32_t)be32(b + OFF_BLEN);
+    int32_t blen = (int32_t)be32(b + OFF_BODY_LENGTH);
     if (!(0 < blen && blen <= max_body)) {
         PyObject *s = shown(v[1]);
         why = s ? PyUnicode_FromFormat("record 0: body of %d bytes is empty or over %U bytes", (int)blen, s) : NULL;
@@ -853,12 +876,12 @@ static PyObject *codec_single_record(PyObject *Py_UNUSED(self), PyObject *const 
         Py_XDECREF(s);
         goto refuse;
     }
-    if (!properties_plainly_valid(b + ppos, plen)) {
+    if (!properties_plainly_valid(st, b + ppos, plen)) {
         PyObject *props = PyBytes_FromStringAndSize((const char *)b + ppos, plen);
-        PyObject *res = props ? PyObject_CallOneArg(check_properties, props) : NULL;
+        PyObject *res = props ? PyObject_CallOneArg(st->check_properties, props) : NULL;
         Py_XDECREF(props);
         if (res == NULL) {
-            if (PyErr_ExceptionMatches(ValidationError)) {
+            if (PyErr_ExceptionMatches(st->ValidationError)) {
                 PyObject *e = raised_exception();
                 why = e ? PyUnicode_FromFormat("record 0: %S", e) : NULL;
                 Py_XDECREF(e);
@@ -868,7 +891,7 @@ static PyObject *codec_single_record(PyObject *Py_UNUSED(self), PyObject *const 
         }
         Py_DECREF(res);
     }
-    int32_t qid = (int32_t)be32(b + OFF_QID);
+    int32_t qid = (int32_t)be32(b + OFF_QUEUE_ID);
     if (qid < 0) {
         why = PyUnicode_FromFormat("negative queue id %d", (int)qid);
         goto refuse;
@@ -877,14 +900,14 @@ static PyObject *codec_single_record(PyObject *Py_UNUSED(self), PyObject *const 
     goto done;
 refuse:
     PyBuffer_Release(&view);
-    return raise_validation(why);
+    return raise_validation(st, why);
 done:
     PyBuffer_Release(&view);
     return out;
 }
 
 /* --- _bind ------------------------------------------------------------------------------------ */
-static int set_reserved(PyObject *marks)
+static int set_reserved(CodecState *st, PyObject *marks)
 {
     PyObject *seq = PySequence_Fast(marks, "reserved_property_marks must be a sequence of bytes");
     if (seq == NULL)
@@ -897,21 +920,23 @@ static int set_reserved(PyObject *marks)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(m) || PyBytes_GET_SIZE(m) == 0 || PyBytes_GET_SIZE(m) > (Py_ssize_t)sizeof reserved_marks[0]) {
+        if (!PyBytes_Check(m) || PyBytes_GET_SIZE(m) == 0 ||
+            PyBytes_GET_SIZE(m) > (Py_ssize_t)sizeof st->reserved_marks[0]) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_ValueError, "a reserved property mark must be 1..32 bytes");
             return -1;
         }
-        memcpy(reserved_marks[i], PyBytes_AS_STRING(m), (size_t)PyBytes_GET_SIZE(m));
-        reserved_lens[i] = (size_t)PyBytes_GET_SIZE(m);
+        memcpy(st->reserved_marks[i], PyBytes_AS_STRING(m), (size_t)PyBytes_GET_SIZE(m));
+        st->reserved_lens[i] = (size_t)PyBytes_GET_SIZE(m);
     }
-    n_reserved = (int)n;
+    st->n_reserved = (int)n;
     Py_DECREF(seq);
     return 0;
 }
 
-static PyObject *codec_bind(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+static PyObject *codec_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    CodecState *st = state_of(self);
     if (PyTuple_GET_SIZE(args) != 0 || kwargs == NULL) {
         PyErr_SetString(PyExc_TypeError, "_bind takes keyword arguments only");
         return NULL;
@@ -920,17 +945,18 @@ static PyObject *codec_bind(PyObject *Py_UNUSED(self), PyObject *args, PyObject 
     Py_ssize_t i = 0;
     while (PyDict_Next(kwargs, &i, &key, &value)) {
         if (PyUnicode_CompareWithASCIIString(key, "reserved_property_marks") == 0) {
-            if (set_reserved(value) < 0)
+            if (set_reserved(st, value) < 0)
                 return NULL;
             continue;
         }
-        PyObject **slot = PyUnicode_CompareWithASCIIString(key, "CorruptRecordError") == 0 ? &CorruptRecordError
-                        : PyUnicode_CompareWithASCIIString(key, "ValidationError") == 0 ? &ValidationError
-                        : PyUnicode_CompareWithASCIIString(key, "check_properties") == 0 ? &check_properties : NULL;
+        PyObject **slot = PyUnicode_CompareWithASCIIString(key, "CorruptRecordError") == 0 ? &st->CorruptRecordError
+                        : PyUnicode_CompareWithASCIIString(key, "ValidationError") == 0 ? &st->ValidationError
+                        : PyUnicode_CompareWithASCIIString(key, "check_properties") == 0 ? &st->check_properties
+                        : NULL;
         if (slot != NULL) {
             Py_INCREF(value);
             Py_XSETREF(*slot, value);
-        } else if (PyDict_SetItem(references, key, value) < 0) {
+        } else if (PyDict_SetItem(st->references, key, value) < 0) {
             return NULL;
         }
     }
@@ -956,18 +982,51 @@ static PyMethodDef methods[] = {
     {"cq_entry", (PyCFunction)(void (*)(void))codec_cq_entry, FASTCALL_KW,
      "records.cq_entry in C: one consume-queue entry."},
     {"single_record", (PyCFunction)(void (*)(void))codec_single_record, FASTCALL_KW,
-     "broker.validate.single_record in C: (topic bytes, queue id, size) or ValidationError."},
+     "record_check.single_record in C: (topic bytes, queue id, size) or ValidationError."},
     {"_bind", (PyCFunction)(void (*)(void))codec_bind, METH_VARARGS | METH_KEYWORDS,
      "Register the Python references, the exception classes, check_properties and the reserved "
-     "property marks (called by hostmq.records and hostmq.broker.validate)."},
+     "property marks in this module's state (called by hostmq.records and hostmq.record_check)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "hostmq._codec",
-    "The V1 record codec in C (see hostmq/_codec.c); hostmq.records binds its public names to it.",
-    -1, methods, NULL, NULL, NULL, NULL,
-};
+/* Every object the state holds, for the garbage collector (visit / clear) and the module's end. */
+#define STATE_OBJECTS(st) \
+    PyObject **all_[] = {&(st)->CorruptRecordError, &(st)->ValidationError, &(st)->check_properties, \
+                         &(st)->references}; \
+    PyObject **names_[] = {(st)->check_names, (st)->fields_names, (st)->encode_names, (st)->hash_names, \
+                           (st)->cq_names, (st)->cq_one_names, (st)->single_names}; \
+    const int counts_[] = {5, 2, E_COUNT, 1, 3, 3, 3}
+
+static int codec_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    CodecState *st = state_of(m);
+    if (st == NULL)
+        return 0;
+    STATE_OBJECTS(st);
+    for (size_t i = 0; i < sizeof all_ / sizeof all_[0]; i++)
+        Py_VISIT(*all_[i]);
+    for (size_t g = 0; g < sizeof names_ / sizeof names_[0]; g++)
+        for (int k = 0; k < counts_[g]; k++)
+            Py_VISIT(names_[g][k]);
+    return 0;
+}
+
+static int codec_clear(PyObject *m)
+{
+    CodecState *st = state_of(m);
+    if (st == NULL)
+        return 0;
+    STATE_OBJECTS(st);
+    for (size_t i = 0; i < sizeof all_ / sizeof all_[0]; i++)
+        Py_CLEAR(*all_[i]);
+    for (size_t g = 0; g < sizeof names_ / sizeof names_[0]; g++)
+        for (int k = 0; k < counts_[g]; k++)
+            Py_CLEAR(names_[g][k]);
+    st->n_reserved = 0;
+    return 0;
+}
+
+static void codec_free(void *m) { codec_clear((PyObject *)m); }
 
 static int intern_all(PyObject **out, const char *const *names, int n)
 {
@@ -977,22 +1036,40 @@ static int intern_all(PyObject **out, const char *const *names, int n)
     return 0;
 }
 
-static PyObject *layout(void)
+/* LAYOUT: the generated constants as records.NATIVE_LAYOUT spells them (compared at its import). */
+static int add_layout(PyObject *m)
 {
-    return Py_BuildValue(
-        "{s:i,s:k,s:k,s:i,s:i,s:i,s:i,"
-        "s:{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}}",
+    PyObject *lay = Py_BuildValue(
+        "{s:i,s:k,s:k,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}",
         "MSG_HEADER", HDR_BYTES, "MAGIC_CODE", (unsigned long)MAGIC_CODE,
         "BLANK_MAGIC_CODE", (unsigned long)BLANK_MAGIC_CODE, "MIN_RECORD_BYTES", MIN_RECORD_BYTES,
         "MIN_BLANK_BYTES", MIN_BLANK_BYTES, "CQ_ENTRY", CQ_ENTRY_BYTES, "HOST_BYTES", HOST_BYTES,
-        "FIELD",
-        "total_size", OFF_TOTAL, "magic", OFF_MAGIC, "body_crc", OFF_CRC, "queue_id", OFF_QID, "flag", OFF_FLAG,
-        "queue_offset", OFF_QOFF, "phys_offset", OFF_PHYS, "sys_flag", OFF_SYSFLAG, "born_ts_ms", OFF_BORN_TS,
-        "born_host", OFF_BORN_HOST, "store_ts_ms", OFF_STORE_TS, "store_host", OFF_STORE_HOST,
-        "reconsume_times", OFF_RECONSUME, "prepared_tx_offset", OFF_PREPARED, "body_length", OFF_BLEN);
+        "TOPIC_LEN_BYTES", TOPIC_LEN_BYTES, "PROPS_LEN_BYTES", PROPS_LEN_BYTES,
+        "PROPERTY_END", PROPERTY_END, "NAME_VALUE_SEP", NAME_VALUE_SEP);
+    PyObject *field = PyDict_New(), *width = PyDict_New(), *cq_field = PyDict_New();
+    int bad = lay == NULL || field == NULL || width == NULL || cq_field == NULL;
+#define ADD_INT(d, name, value) \
+    if (!bad) { PyObject *v_ = PyLong_FromLong(value); \
+                bad = v_ == NULL || PyDict_SetItemString(d, name, v_) < 0; Py_XDECREF(v_); }
+#define ADD_FIELD(name, off, w) ADD_INT(field, name, off) ADD_INT(width, name, w)
+#define ADD_CQ_FIELD(name, off) ADD_INT(cq_field, name, off)
+    HOSTMQ_RECORD_FIELDS(ADD_FIELD)
+    HOSTMQ_CQ_FIELDS(ADD_CQ_FIELD)
+#undef ADD_CQ_FIELD
+#undef ADD_FIELD
+#undef ADD_INT
+    if (!bad)
+        bad = PyDict_SetItemString(lay, "FIELD", field) < 0 || PyDict_SetItemString(lay, "WIDTH", width) < 0 ||
+              PyDict_SetItemString(lay, "CQ_FIELD", cq_field) < 0 || PyModule_AddObjectRef(m, "LAYOUT", lay) < 0;
+    Py_XDECREF(field);
+    Py_XDECREF(width);
+    Py_XDECREF(cq_field);
+    Py_XDECREF(lay);
+    return bad ? -1 : 0;
 }
 
-PyMODINIT_FUNC PyInit__codec(void)
+/* Py_mod_exec: fill this module object's state (called once per module object, per interpreter). */
+static int codec_exec(PyObject *m)
 {
     static const char *const check[] = {"buf", "pos", "limit", "phys_offset", "verify_crc"};
     static const char *const fields[] = {"buf", "pos"};
@@ -1004,24 +1081,44 @@ PyMODINIT_FUNC PyInit__codec(void)
     static const char *const cq[] = {"phys_offsets", "sizes", "tag_codes"};
     static const char *const cq_one[] = {"phys_offset", "size", "tag_code"};
     static const char *const single[] = {"payload", "max_body_bytes", "max_props_bytes"};
-    if (intern_all(check_names, check, 5) < 0 || intern_all(fields_names, fields, 2) < 0 ||
-        intern_all(encode_names, encode, E_COUNT) < 0 || intern_all(hash_names, hash, 1) < 0 ||
-        intern_all(cq_names, cq, 3) < 0 || intern_all(cq_one_names, cq_one, 3) < 0 ||
-        intern_all(single_names, single, 3) < 0)
-        return NULL;
+    CodecState *st = state_of(m);
+    if (intern_all(st->check_names, check, 5) < 0 || intern_all(st->fields_names, fields, 2) < 0 ||
+        intern_all(st->encode_names, encode, E_COUNT) < 0 || intern_all(st->hash_names, hash, 1) < 0 ||
+        intern_all(st->cq_names, cq, 3) < 0 || intern_all(st->cq_one_names, cq_one, 3) < 0 ||
+        intern_all(st->single_names, single, 3) < 0)
+        return -1;
     /* Until records.py binds its own classes, errors are plain ValueErrors. */
-    CorruptRecordError = Py_NewRef(PyExc_ValueError);
-    ValidationError = Py_NewRef(PyExc_ValueError);
-    if ((references = PyDict_New()) == NULL)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    PyObject *lay = layout();
-    if (lay == NULL || PyModule_AddObject(m, "LAYOUT", lay) < 0) {
-        Py_XDECREF(lay);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    st->CorruptRecordError = Py_NewRef(PyExc_ValueError);
+    st->ValidationError = Py_NewRef(PyExc_ValueError);
+    st->check_properties = NULL;
+    st->n_reserved = 0;
+    if ((st->references = PyDict_New()) == NULL)
+        return -1;
+    return add_layout(m);
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, codec_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    /* Nothing is shared between module objects: each interpreter's has its own state. */
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hostmq._codec",
+    .m_doc = "The V1 record codec in C (see hostmq/_codec.c); hostmq.records binds its public names to it.",
+    .m_size = sizeof(CodecState),
+    .m_methods = methods,
+    .m_slots = slots,
+    .m_traverse = codec_traverse,
+    .m_clear = codec_clear,
+    .m_free = codec_free,
+};
+
+PyMODINIT_FUNC PyInit__codec(void)
+{
+    return PyModuleDef_Init(&module);
 }

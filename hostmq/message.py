@@ -264,11 +264,14 @@ class MessageExt(Message):
 _F = records.FIELD
 _CHECK = struct.Struct(f">iI{_F['queue_id'] - 8}xi{_F['queue_offset'] - _F['queue_id'] - 4}xq"
                        f"{_F['sys_flag'] - _F['queue_offset'] - 8}xi{_F['body_length'] - _F['sys_flag'] - 4}xi")
-assert _CHECK.size == records.MSG_HEADER.size and _F["total_size"] == 0 and _F["magic"] == 4
+records.layout_check(_CHECK.size == records.MSG_HEADER.size and _F["total_size"] == 0 and _F["magic"] == 4,
+                     "message._CHECK reads TOTALSIZE and MAGICCODE first, over the whole header")
 _PHYS = struct.Struct(">q")
 _CHECK_UNPACK = _CHECK.unpack_from
 _MAGIC, _HDR_BYTES, _MIN_RECORD_BYTES = records.MAGIC_CODE, records.MSG_HEADER.size, records.MIN_RECORD_BYTES
-assert records.TOPIC_LEN.size == 1 and records.PROPS_LEN.format == ">H"     # as _shape reads them
+_TLEN, _PLEN = records.TOPIC_LEN.size, records.PROPS_LEN.size
+records.layout_check(_TLEN == 1 and records.PROPS_LEN.format == ">H",       # as _shape reads them
+                     "TOPICLENGTH is one byte and PROPERTIESLENGTH a big-endian u16")
 
 
 def _shape(raw, topic: bytes | None, queue_id: int | None, queue_offset: int | None) -> tuple[str | None, int, int]:
@@ -285,13 +288,13 @@ def _shape(raw, topic: bytes | None, queue_id: int | None, queue_offset: int | N
         return f"bad magic 0x{magic:08X}", 0, 0
     if total != n:
         return f"total size {total} is not the {n} bytes read for it", 0, 0
-    tstart = _HDR_BYTES + 1 + body_len                      # TOPICLENGTH is one byte
-    if body_len < 0 or tstart + 2 > n:
+    tstart = _HDR_BYTES + _TLEN + body_len
+    if body_len < 0 or tstart + _PLEN > n:
         return f"body length {body_len} does not fit total size {total}", 0, 0
     ppos = tstart + raw[tstart - 1]
-    if ppos + 2 > n:                                         # PROPERTIESLENGTH is two bytes
+    if ppos + _PLEN > n:
         return "topic length does not fit", 0, 0
-    pstart = ppos + 2
+    pstart = ppos + _PLEN
     if pstart + (raw[ppos] << 8 | raw[ppos + 1]) != n:
         return "lengths do not add up to the total size", 0, 0
     if pstart < n and raw[n - 1] != 2:

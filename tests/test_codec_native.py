@@ -1,4 +1,4 @@
-"""hostmq/_codec.c against its Python reference (records.py_*, validate.py_single_record), byte for
+"""hostmq/_codec.c against its Python reference (records.py_*, record_check.py_single_record), byte for
 byte: the same bytes, tuples and ints for valid input, the same exception type and message for
 hostile input (mutated, truncated, garbage buffers; positions and limits out of range; values that
 do not fit their fields; every buffer type a reader hands in)."""
@@ -18,7 +18,7 @@ from hypothesis import assume, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostmq import records as R
-from hostmq.broker import validate as V
+from hostmq import record_check as V
 
 C = R.NATIVE_CODEC          # None when not built: the tests below skip, test_native_codec_is_built fails
 

@@ -1,7 +1,9 @@
 """The import contract (issue 28): hostmq's packages form layers, each importing only from below —
 
-* L0 the ground: ``errors``, ``config``, ``root``, ``records`` (and its native codec), ``message`` and
-  the small modules beside them (files, locks, logging, processes, the shared-memory layouts);
+* L0 the ground: ``errors``, ``config``, ``root``, ``records`` (and its native codec, whose spec —
+  ``records``' ``py_*`` references and ``record_check`` — sits on the same layer: a native module lives
+  in the layer of the Python it mirrors), ``message`` and the small modules beside them (files, locks,
+  logging, processes, the shared-memory layouts);
 * L1 ``protocol/`` (the control schema, route records included), ``shm/`` (segments, rings, futex
   words), ``transport`` (the control server), ``remoting`` (its client) and ``access`` (who may
   reach a root's files, sockets and segments);
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -29,8 +32,8 @@ pytestmark = pytest.mark.timeout(60)
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hostmq"
 LAYERS = {
-    0: {"errors", "config", "root", "records", "record_fields", "message", "fsutil", "jsonfile", "locks",
-        "logsetup", "shm_layouts", "process", "sdnotify", "waiting", "_codec"},
+    0: {"errors", "config", "root", "records", "record_fields", "record_check", "message", "fsutil", "jsonfile",
+        "locks", "logsetup", "shm_layouts", "process", "sdnotify", "waiting", "_codec"},
     1: {"protocol", "shm", "transport", "transport_outbox", "remoting", "access"},
     2: {"store", "live"},
     3: {"semantics", "ingress"},
@@ -135,3 +138,30 @@ def test_the_walker_sees_relative_function_level_and_guarded_imports(tmp_path):
     assert ("hostmq.store.x", "hostmq.broker.state") in got and ("hostmq.store.x", "hostmq") in got
     assert not any(t.startswith("hostmq.client") for _, t in got)
     assert violations(pkg) == {("hostmq.store.x", "broker"), ("hostmq.store.x", "hostmq")}
+
+
+def native_misplacements(package_dir: pathlib.Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """For each C source in the package: the Python modules it names as its references
+    (``hostmq/….py`` in its text) that sit in another layer than the native module itself."""
+    out = {}
+    for src in sorted(package_dir.rglob("*.c")):
+        native = unit(".".join(src.relative_to(package_dir.parent).with_suffix("").parts))
+        mirrored = {unit(m[:-3].replace("/", ".")) for m in re.findall(r"hostmq/[\w/]+\.py", src.read_text())}
+        wrong = {m: LAYER.get(m, -1) for m in mirrored if LAYER.get(m) != LAYER.get(native)}
+        if wrong or native not in LAYER or not mirrored:
+            out[native] = wrong
+    return out
+
+
+def test_native_modules_sit_in_the_layer_of_the_python_they_mirror():
+    """A C module is a fast path of Python references (its spec, compared with it by the tests): it
+    belongs to their layer, so a ground-floor codec never mirrors a broker module (issue 28)."""
+    assert list(PACKAGE.rglob("*.c")), "hostmq/_codec.c at least"
+    assert not native_misplacements(), native_misplacements()
+
+
+def test_a_native_module_mirroring_a_higher_layer_is_found(tmp_path):
+    pkg = tmp_path / "hostmq"
+    pkg.mkdir()
+    (pkg / "_codec.c").write_text("/* mirrors hostmq/records.py and hostmq/broker/validate.py */\n")
+    assert native_misplacements(pkg) == {"_codec": {"broker": 4}}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import time
 
 import orjson
@@ -58,7 +57,7 @@ TORN_TAIL_BYTES = 8 << 20          # what one append may have left past the end 
 CHECKPOINT_FILES = 8                # HELLO names the first record of this many last files (and the last record)
 CHECKPOINT_STEP_BYTES = 64 << 10    # … and a record per this many bytes of its walk to the last record
 CHECKPOINT_WALKED = 48              # … the last this many of those (8 + 48 + 3 ≤ protocol.ha.MAX_CHECKPOINTS)
-_HEADER = struct.Struct(">iI")      # TOTALSIZE, MAGICCODE
+_HEADER = R.SIZE_MAGIC              # TOTALSIZE, MAGICCODE
 STREAM_KINDS = frozenset((P.DATA, P.BEAT, P.META))   # what a master sends after its WELCOME
 
 

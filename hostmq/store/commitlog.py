@@ -44,7 +44,6 @@ _HDR = R.MSG_HEADER
 _BLANK_MAGIC = R.BLANK_MAGIC_CODE
 _MAGIC = R.MAGIC_CODE
 _PROPS_LEN = R.PROPS_LEN
-_U16 = struct.Struct(">H")
 _TOPIC_LEN = R.TOPIC_LEN
 _crc32 = zlib.crc32
 # Whole-record formats by (body, topic, properties) length: one pack_into per message when the
@@ -65,9 +64,11 @@ _PATCH_QID = struct.Struct(">i")
 _PATCH_OFFSETS = struct.Struct(">qq")           # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _PATCH_STORE = struct.Struct(">q8s")            # STORETIMESTAMP, STOREHOST (adjacent)
 _QID_AT, _QOFF_AT, _STORE_TS_AT = R.FIELD["queue_id"], R.FIELD["queue_offset"], R.FIELD["store_ts_ms"]
-assert R.FIELD["phys_offset"] == _QOFF_AT + 8 and R.FIELD["store_host"] == _STORE_TS_AT + 8
+R.layout_check(R.FIELD["phys_offset"] == _QOFF_AT + 8 and R.FIELD["store_host"] == _STORE_TS_AT + 8,
+               "PHYSICALOFFSET follows QUEUEOFFSET and STOREHOST follows STORETIMESTAMP (the patches)")
 _FIXED_BYTES = R.record_size(0, 0, 0)   # header + TOPICLENGTH + PROPERTIESLENGTH
-assert _FIXED_BYTES == 91
+_HDR_BYTES = _HDR.size
+_MIN_BLANK = R.MIN_BLANK_BYTES
 
 
 class AppendResult(NamedTuple):
@@ -194,7 +195,7 @@ class CommitLog:
         total = _FIXED_BYTES + blen + len(topic_b) + len(props_b)
         mf = self._cur
         pos = mf.wrote_pos if mf is not None else self.file_bytes
-        if pos + total + 8 > self.file_bytes:       # 8 = R.MIN_BLANK_BYTES, the end-of-file blank
+        if pos + total + _MIN_BLANK > self.file_bytes:      # room for the end-of-file blank
             mf, pos = self._room_for(total)
         key = (topic, queue_id)
         qoff = self.topic_queue_table.get(key, 0)
@@ -215,7 +216,7 @@ class CommitLog:
             _HDR.pack_into(mm, pos, 0, 0, crc, queue_id, flag, qoff, phys, sys_flag,
                            born_ts_ms or ts, born_host or host, ts, host, reconsume_times,
                            prepared_tx_offset, blen)
-            mm[pos + 88:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _U16.pack(plen) + props_b
+            mm[pos + _HDR_BYTES:pos + total] = body + _TOPIC_LEN.pack(tl) + topic_b + _PROPS_LEN.pack(plen) + props_b
             _remember_struct(blen, tl, plen)
         _SIZE_MAGIC.pack_into(mm, pos, total, _MAGIC)          # the seal: now the record is valid
         mf.wrote_pos = pos + total

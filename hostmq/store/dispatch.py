@@ -58,6 +58,12 @@ _UNIQ_MARK_B = (R.PROP_UNIQ_KEY + R.NAME_VALUE_SEP).encode()
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"   # RocketMQ TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
 _FIXED_BYTES = R.record_size(0, 0, 0)           # a record with empty body, topic and properties
 _F = R.FIELD
+_PROPERTY_END = R.PROPERTY_SEP.encode()[0]
+_TLEN = R.TOPIC_LEN.size
+_LENGTHS = R.TOPIC_LEN.size + R.PROPS_LEN.size    # TOPICLENGTH and PROPERTIESLENGTH in a tail
+# Where _request finds each field in the header tuple record_checks.sound_at unpacked.
+_TOTAL, _QID, _QOFF, _PHYS, _SYSFLAG, _STORE_TS, _BLEN = (R.HEADER_INDEX[n] for n in (
+    "total_size", "queue_id", "queue_offset", "phys_offset", "sys_flag", "store_ts_ms", "body_length"))
 
 
 @dataclass
@@ -121,7 +127,7 @@ def record_positions(mf, rel: int, end: int, budget: int) -> tuple[np.ndarray, i
         if run >= _MIN_RUN and rel + total <= last_header and \
                 _SIZE_MAGIC.unpack_from(mm, rel + total)[0] == total:
             cand = rel + total * np.arange(run, dtype=np.int64)
-            same = (mf.read_be(cand, 4) == total) & (mf.read_be(cand + 4, 4) == _MAGIC_I32)
+            same = (mf.read_be(cand + _F["total_size"], 4) == total) & (mf.read_be(cand + _F["magic"], 4) == _MAGIC_I32)
             k = run if same.all() else int(np.argmin(same))
             if singles:
                 pieces.append(np.array(singles, np.int64))
@@ -397,10 +403,10 @@ def scan_records(cl, from_phys: int, limit_phys: int, max_records: int = 4096
 def _request(cl, mm, rel: int, h) -> DispatchRequest | None:
     # The tail (topic + properties) of most records differs only in the unique id, which the
     # encoder puts last: parse the rest once per distinct tail and cache it.
-    tail = mm[rel + _HDR_BYTES + h[14]:rel + h[0]]
+    tail = mm[rel + _HDR_BYTES + h[_BLEN]:rel + h[_TOTAL]]
     n = len(tail)
     if tail[-UNIQ_TAIL:-UNIQ_LEN - 1] == _UNIQ_MARK_B and (
-            tail[n - UNIQ_TAIL - 1] == 2 or tail[0] + 3 + UNIQ_TAIL == n):  # a whole property
+            tail[n - UNIQ_TAIL - 1] == _PROPERTY_END or tail[0] + _LENGTHS + UNIQ_TAIL == n):  # a whole property
         uniq = tail[-UNIQ_LEN - 1:-1].decode("ascii", "replace")
         tail = tail[:-UNIQ_TAIL]
     else:
@@ -412,20 +418,20 @@ def _request(cl, mm, rel: int, h) -> DispatchRequest | None:
     if topic is None:
         return None
     if delay:
-        code = h[10] + delay
-    return DispatchRequest(topic, h[3], h[6], h[0], code, h[10], h[5], keys,
-                           parsed_uniq if uniq is None else uniq, h[7])
+        code = h[_STORE_TS] + delay
+    return DispatchRequest(topic, h[_QID], h[_PHYS], h[_TOTAL], code, h[_STORE_TS], h[_QOFF], keys,
+                           parsed_uniq if uniq is None else uniq, h[_SYSFLAG])
 
 
 def parse_tail(cl, tail: bytes) -> tuple:
     """(topic, tag code, keys, unique key, delay ms) of a record's tail (after the body, without
     a trailing unique-id property); topic None if it is not a valid topic name (logged once)."""
     tlen = tail[0]
-    topic = R.stored_topic(bytes(tail[1:1 + tlen]))
+    topic = R.stored_topic(bytes(tail[_TLEN:_TLEN + tlen]))
     if topic is None:
         log.error("commitlog: a record names topic %r, not a valid topic name; it is not dispatched",
-                  bytes(tail[1:1 + tlen]))
-    props = b"\x02" + tail[3 + tlen:]
+                  bytes(tail[_TLEN:_TLEN + tlen]))
+    props = b"\x02" + tail[_LENGTHS + tlen:]
     tags = _prop(props, b"\x02TAGS\x01")
     delay = 0
     if topic == SCHEDULE_TOPIC and cl.delay_levels_ms:

@@ -21,6 +21,9 @@ _FIXED_BYTES = R.record_size(0, 0, 0)
 _F = R.FIELD
 _MAGIC_I32 = np.int32(R.MAGIC_CODE - (1 << 32))     # MAGICCODE as a signed big-endian int32
 _TOPIC_LEN_AT = _HDR.size                            # TOPICLENGTH follows the body: + BODYLENGTH
+_TLEN = R.TOPIC_LEN.size
+_TOTAL, _MAGIC_I, _QID, _QOFF, _PHYS, _BLEN = (R.HEADER_INDEX[n] for n in (
+    "total_size", "magic", "queue_id", "queue_offset", "phys_offset", "body_length"))
 
 
 def holds_record(commitlog, phys_offset: int, size: int, topic_b: bytes, queue_id: int,
@@ -33,13 +36,13 @@ def holds_record(commitlog, phys_offset: int, size: int, topic_b: bytes, queue_i
     if rel + size > mf.committed_pos:
         return False
     h = _HDR.unpack_from(mf.mm, rel)
-    if (h[0] != size or h[1] != R.MAGIC_CODE or h[6] != phys_offset or h[3] != queue_id
-            or h[5] != queue_offset or not 0 <= h[14] <= size - _FIXED_BYTES):
+    if (h[_TOTAL] != size or h[_MAGIC_I] != R.MAGIC_CODE or h[_PHYS] != phys_offset or h[_QID] != queue_id
+            or h[_QOFF] != queue_offset or not 0 <= h[_BLEN] <= size - _FIXED_BYTES):
         return False
-    tpos = rel + _TOPIC_LEN_AT + h[14]
+    tpos = rel + _TOPIC_LEN_AT + h[_BLEN]
     tl = len(topic_b)
-    return mf.mm[tpos] == tl and tpos + 1 + tl + R.PROPS_LEN.size <= rel + size and \
-        mf.mm[tpos + 1:tpos + 1 + tl] == topic_b
+    return mf.mm[tpos] == tl and tpos + _TLEN + tl + R.PROPS_LEN.size <= rel + size and \
+        mf.mm[tpos + _TLEN:tpos + _TLEN + tl] == topic_b
 
 
 def check_entries(commitlog, topic_b: bytes, queue_id: int, first_queue_offset: int,
@@ -72,7 +75,7 @@ def _check_in_file(mf, rel: np.ndarray, sizes: np.ndarray, topic_b: bytes, queue
                    queue_offsets: np.ndarray) -> np.ndarray:
     """Entries whose records lie inside ``mf`` (``rel + sizes <= committed``): the header checks."""
     u8 = mf.u8
-    good = ((be_ints(u8, rel, 4) == sizes) & (be_ints(u8, rel + 4, 4) == _MAGIC_I32)
+    good = ((be_ints(u8, rel + _F["total_size"], 4) == sizes) & (be_ints(u8, rel + _F["magic"], 4) == _MAGIC_I32)
             & (be_ints(u8, rel + _F["phys_offset"], 8) == rel + mf.file_from_offset)
             & (be_ints(u8, rel + _F["queue_id"], 4) == queue_id)
             & (be_ints(u8, rel + _F["queue_offset"], 8) == queue_offsets))
@@ -83,7 +86,7 @@ def _check_in_file(mf, rel: np.ndarray, sizes: np.ndarray, topic_b: bytes, queue
     good &= u8[tpos] == tl
     rows = np.flatnonzero(good)
     if tl and len(rows):
-        name = u8[tpos[rows, None] + 1 + np.arange(tl)]
+        name = u8[tpos[rows, None] + _TLEN + np.arange(tl)]
         good[rows] = (name == np.frombuffer(topic_b, np.uint8)).all(axis=1)
     return good
 

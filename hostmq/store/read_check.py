@@ -36,6 +36,7 @@ VECTOR_MIN_ROWS = 48            # check_rows checks smaller batches record by re
 _MAGIC_I32 = np.int32(R.MAGIC_CODE - (1 << 32))     # MAGICCODE as the signed int read_be returns
 _F = R.FIELD
 _HDR = R.MSG_HEADER.size
+_PROPERTY_END = R.PROPERTY_SEP.encode()[0]     # \x02 ends every PROPERTIES
 # What records.decode_properties accepts, as one scan over many records' properties at once:
 # "name\x01value\x02" pairs (a non-empty name before the first \x01; the value may hold \x01) or
 # empty pairs. Each record's properties end with \x02 (checked first), so a concatenation matches
@@ -99,7 +100,7 @@ def check_rows(mf, rel: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray
     p = rel if step else np.where(ok, rel, 0)
     end = p + np.where(ok, sizes, R.MIN_RECORD_BYTES)
     body_len = mf.read_be(p + _F["body_length"], 4, step).astype(np.int64)
-    ok &= (mf.read_be(p, 4, step) == sizes) & (mf.read_be(p + _F["magic"], 4, step) == _MAGIC_I32)
+    ok &= (mf.read_be(p + _F["total_size"], 4, step) == sizes) & (mf.read_be(p + _F["magic"], 4, step) == _MAGIC_I32)
     ok &= (mf.read_be(p + _F["queue_id"], 4, step) == queue_id) & \
         (mf.read_be(p + _F["queue_offset"], 8, step) == queue_offsets)
     tstart = p + _HDR + R.TOPIC_LEN.size + body_len
@@ -111,7 +112,7 @@ def check_rows(mf, rel: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray
     ok &= pstart <= end
     at = np.where(ok, pstart - R.PROPS_LEN.size, 0)
     ok &= pstart + (u8[at].astype(np.int64) << 8 | u8[at + 1]) == end
-    ok &= (pstart == end) | (u8[np.where(ok, end - 1, 0)] == 2)
+    ok &= (pstart == end) | (u8[np.where(ok, end - 1, 0)] == _PROPERTY_END)
     rows = np.flatnonzero(ok)
     if topic_b and len(rows):
         step_ok = step if len(rows) == len(ok) and (tstart - p == tstart[0] - p[0]).all() else None

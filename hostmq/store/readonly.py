@@ -44,7 +44,8 @@ SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one
 MAX_WARNED = 1024               # positions a view remembers having warned about (then it forgets them all)
 _CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's first two fields
 _CQ_SIZE_AT = CQ_ENTRY.fields["size"][1]
-assert CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize
+R.layout_check(CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize,
+               "CQ_ENTRY starts with PHYSICALOFFSET and its SIZE is an i32")
 
 
 def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfig:

@@ -22,6 +22,10 @@ _FIXED_BYTES = R.record_size(0, 0, 0)           # a record with empty body, topi
 _MAGIC, _BLANK = R.MAGIC_CODE, R.BLANK_MAGIC_CODE
 _F = R.FIELD
 _PROPERTY_END = R.PROPERTY_SEP.encode()[0]
+_TLEN, _PLEN = R.TOPIC_LEN.size, R.PROPS_LEN.size
+# Where sound_at finds each field in the header tuple it unpacked (records.HEADER_INDEX).
+_TOTAL, _MAGIC_I, _QID, _QOFF, _PHYS, _BLEN = (R.HEADER_INDEX[n] for n in (
+    "total_size", "magic", "queue_id", "queue_offset", "phys_offset", "body_length"))
 
 
 def sound_at(mm, rel: int, end: int, file_bytes: int, base: int):
@@ -33,17 +37,17 @@ def sound_at(mm, rel: int, end: int, file_bytes: int, base: int):
         total, magic = _SIZE_MAGIC.unpack_from(mm, rel)
         return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
     h = _HDR.unpack_from(mm, rel)
-    total, magic, blen = h[0], h[1], h[14]
+    total, magic, blen = h[_TOTAL], h[_MAGIC_I], h[_BLEN]
     if magic != _MAGIC:
         return (0 if magic == _BLANK and R.MIN_BLANK_BYTES <= total <= file_bytes - rel else -1), None
-    if (not _FIXED_BYTES <= total <= end - rel or h[6] != base + rel or h[3] < 0 or h[5] < 0
+    if (not _FIXED_BYTES <= total <= end - rel or h[_PHYS] != base + rel or h[_QID] < 0 or h[_QOFF] < 0
             or not 0 <= blen <= total - _FIXED_BYTES):
         return -1, None
     ppos = rel + _HDR_BYTES + blen
-    ppos += 1 + mm[ppos]
+    ppos += _TLEN + mm[ppos]
     stop = rel + total
-    if ppos + 2 > stop or ppos + 2 + ((mm[ppos] << 8) | mm[ppos + 1]) != stop or \
-            (ppos + 2 != stop and mm[stop - 1] != _PROPERTY_END):
+    if ppos + _PLEN > stop or ppos + _PLEN + ((mm[ppos] << 8) | mm[ppos + 1]) != stop or \
+            (ppos + _PLEN != stop and mm[stop - 1] != _PROPERTY_END):
         return -1, None
     return total, h
 

@@ -15,7 +15,7 @@ from hostmq import records as R
 from hostmq.semantics.retry import retry_record
 from hostmq.semantics.schedule import timeup_record
 from hostmq.semantics.transaction import HALF_TOPIC, commit_record
-from hostmq.broker.validate import single_record
+from hostmq.record_check import single_record
 from hostmq.message import MessageExt
 from hostmq.store.message_store import MessageStore
 from tests.store.conftest import small_config

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hostmq import Message, records as R
-from hostmq.broker.validate import frame_records, record_starts, single_record
+from hostmq.record_check import frame_records, record_starts, single_record
 from hostmq.errors import ValidationError
 from hostmq.store.encode import encode_records, properties_bytes
 
@@ -204,7 +204,7 @@ def test_an_empty_body_is_refused_in_both_paths():
 
 
 def test_the_topic_name_is_passed_through_for_the_topic_table_to_judge():
-    # Documented: validate.py does not apply the topic name rules (the writer's topic table holds only
+    # Documented: record_check.py does not apply the topic name rules (the writer's topic table holds only
     # valid names and refuses frames for any other), so a name the rules refuse comes back as is.
     r = rec(topic=b"not a valid name!")
     assert single_record(r, FOUR_MIB, PROPS_LIMIT)[0] == b"not a valid name!"

@@ -1,5 +1,11 @@
 """Checking what a producer put in its ingress ring before any of it reaches the commitlog (pure).
 
+Part of the V1 record codec's spec, beside ``hostmq/records.py``: :func:`py_single_record` is the
+reference that ``hostmq/_codec.c``'s ``single_record`` mirrors (same results, same exceptions and
+messages; tests/test_codec_native.py compares them), and it lives here, on the codec's own layer, so the
+ground-floor C codec mirrors a ground-floor module and not the broker that happens to call it (the
+writer, ``hostmq/broker/writer.py``).
+
 The writer trusts nothing in a frame: a record that is torn, lies about its lengths, fails its body
 CRC, is larger than the broker allows, carries properties no decoder accepts or two decoders read apart
 (``records.check_properties``: UTF-8, ``name\x01value\x02`` pairs, no empty value, no name twice,
@@ -11,7 +17,8 @@ private copy of the ring bytes (``IngressRing.frames``): what was checked is wha
 
 :func:`frame_records` is the writer's hot path for batches: record starts are found with one
 vectorised check when the records have equal sizes (the usual batch), header fields of all records
-are gathered at once with numpy, and only the body CRC costs one C call per record.
+are gathered at once with numpy (``records.MSG_HEADER_DTYPE``, by field name), and only the body CRC
+costs one C call per record.
 """
 from __future__ import annotations
 
@@ -21,14 +28,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import records as R
-from ..errors import ValidationError
+from . import records as R
+from .errors import ValidationError
 
 _HDR = R.MSG_HEADER.size
 _HDR_COLS = np.arange(_HDR, dtype=np.int64)
 _MIN = R.MIN_RECORD_BYTES
-_SIZE = struct.Struct(">i")
+_SIZE = struct.Struct(">i")   # TOTALSIZE, the first field (FIELD["total_size"] == 0)
 _MAGIC_BE = np.uint32(R.MAGIC_CODE)
+_TLEN = R.TOPIC_LEN.size      # TOPICLENGTH, u8
+_PLEN = R.PROPS_LEN.size      # PROPERTIESLENGTH, u16 (big-endian)
 
 
 class FrameRecords(NamedTuple):
@@ -82,34 +91,34 @@ def frame_records(payload, count: int, max_body_bytes: int, max_props_bytes: int
     if (hdr["magic"] != _MAGIC_BE).any():
         raise ValidationError(f"record {_first(hdr['magic'] != _MAGIC_BE)} has a bad magic code")
     blen = hdr["body_length"].astype(np.int64)
-    if ((blen <= 0) | (blen > max_body_bytes) | (_HDR + blen + R.TOPIC_LEN.size > sizes)).any():
-        bad = _first((blen <= 0) | (blen > max_body_bytes) | (_HDR + blen + 1 > sizes))
+    if ((blen <= 0) | (blen > max_body_bytes) | (_HDR + blen + _TLEN > sizes)).any():
+        bad = _first((blen <= 0) | (blen > max_body_bytes) | (_HDR + blen + _TLEN > sizes))
         raise ValidationError(f"record {bad}: body of {int(blen[bad])} bytes is empty, over "
                               f"{max_body_bytes} bytes, or does not fit its record")
     tpos = starts + _HDR + blen
     tlen = u8[tpos].astype(np.int64)
-    ppos = tpos + 1 + tlen
-    if ((tlen == 0) | (ppos + R.PROPS_LEN.size > starts + sizes)).any():
-        raise ValidationError(f"record {_first((tlen == 0) | (ppos + 2 > starts + sizes))}: bad topic length")
+    ppos = tpos + _TLEN + tlen
+    if ((tlen == 0) | (ppos + _PLEN > starts + sizes)).any():
+        raise ValidationError(f"record {_first((tlen == 0) | (ppos + _PLEN > starts + sizes))}: bad topic length")
     plen = (u8[ppos].astype(np.int64) << 8) | u8[ppos + 1]
-    if (ppos + 2 + plen != starts + sizes).any():
-        raise ValidationError(f"record {_first(ppos + 2 + plen != starts + sizes)}: lengths do not add up")
+    if (ppos + _PLEN + plen != starts + sizes).any():
+        raise ValidationError(f"record {_first(ppos + _PLEN + plen != starts + sizes)}: lengths do not add up")
     if (plen > max_props_bytes).any():
         raise ValidationError(f"record {_first(plen > max_props_bytes)}: properties over {max_props_bytes} bytes")
-    bad = R.check_properties_many(u8, ppos + 2, plen)
+    bad = R.check_properties_many(u8, ppos + _PLEN, plen)
     if bad >= 0:
-        p0 = int(ppos[bad]) + 2
+        p0 = int(ppos[bad]) + _PLEN
         try:
             R.check_properties(bytes(payload[p0:p0 + int(plen[bad])]))
         except ValidationError as e:
             raise ValidationError(f"record {bad}: {e}") from None
-    t0, tl0 = int(tpos[0]) + 1, int(tlen[0])
+    t0, tl0 = int(tpos[0]) + _TLEN, int(tlen[0])
     topic_b = bytes(payload[t0:t0 + tl0])
     qid = hdr["queue_id"]
     if count > 1:
         same = (tlen == tl0) & (qid == qid[0])
         if same.all():
-            same &= (u8[(tpos + 1)[:, None] + np.arange(tl0)] == u8[t0:t0 + tl0]).all(axis=1)
+            same &= (u8[(tpos + _TLEN)[:, None] + np.arange(tl0)] == u8[t0:t0 + tl0]).all(axis=1)
         if not same.all():
             raise ValidationError(f"record {_first(~same)} of a batch names another topic or queue")
     if int(qid[0]) < 0:
@@ -128,8 +137,7 @@ def _first(mask: np.ndarray) -> int:
 
 _BODY_LEN_AT = R.FIELD["body_length"]
 _QID_AT = R.FIELD["queue_id"]
-_I32 = struct.Struct(">i")
-_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")     # BODYLENGTH, QUEUEID
 
 
 def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tuple[bytes, int, int]:
@@ -148,8 +156,8 @@ def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tupl
         raise ValidationError(f"record 0: body of {blen} bytes is empty or over {max_body_bytes} bytes")
     tpos = _HDR + blen
     tlen = int(payload[tpos])     # int(): a numpy uint8 would wrap when added to an offset
-    ppos = tpos + 1 + tlen + 2
-    plen = _U16.unpack_from(payload, ppos - 2)[0]
+    ppos = tpos + _TLEN + tlen + _PLEN
+    plen = R.PROPS_LEN.unpack_from(payload, ppos - _PLEN)[0]
     if plen > max_props_bytes:
         raise ValidationError(f"record 0: properties over {max_props_bytes} bytes")
     try:
@@ -158,7 +166,7 @@ def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tupl
         raise ValidationError(f"record 0: {e}") from None
     # The topic is not checked here: the writer looks it up in its topic table, which holds only
     # valid names, and refuses the frame if it is not there.
-    topic_b = bytes(payload[tpos + 1:tpos + 1 + tlen])
+    topic_b = bytes(payload[tpos + _TLEN:tpos + _TLEN + tlen])
     qid = _I32.unpack_from(payload, _QID_AT)[0]
     if qid < 0:
         raise ValidationError(f"negative queue id {qid}")
@@ -166,7 +174,8 @@ def py_single_record(payload, max_body_bytes: int, max_props_bytes: int) -> tupl
 
 
 if R.NATIVE:
-    R.NATIVE_CODEC._bind(single_record=py_single_record)     # what the C path hands back (odd arguments)
+    # What the C path hands back (odd arguments): this module's reference, in the codec's state.
+    R.NATIVE_CODEC._bind(single_record=py_single_record)
     single_record = R.NATIVE_CODEC.single_record
 else:
     single_record = py_single_record
