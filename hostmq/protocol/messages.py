@@ -26,7 +26,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, TypedDict, Union
 
-from ..errors import ProtocolError
+from ..errors import ProtocolError, ValidationError
 
 _Self = typing.TypeVar("_Self", bound="ControlMessage")
 
@@ -50,6 +50,15 @@ class ControlMessage:
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ProtocolError(f"{cls.__name__} lacks field {f.name!r}")
         return cls(**kwargs)
+
+    @classmethod
+    def of(cls: type[_Self], **values: Any) -> _Self:
+        """Build from a caller's arguments (a client's side): a value of the wrong type is the caller's
+        bad argument, so ValidationError naming it (what a NameServer answers for it), not ProtocolError."""
+        try:
+            return cls(**values)
+        except ProtocolError as e:
+            raise ValidationError(e.why) from None
 
     def to_fields(self) -> dict:
         """The JSON-able dict of this message (values are shared, not copied)."""
