@@ -109,7 +109,8 @@ class RegisterBrokerPage(RegisterBrokerRequest):
 @dataclass(frozen=True)
 class UnregisterBrokerRequest(ControlMessage):
     """UNREGISTER_BROKER: a broker leaves (graceful stop). The NameServer acts only when it holds
-    exactly this record, ``address`` included ("" matches none)."""
+    exactly this record, ``address`` included (brokers always send it; the NameServer refuses an empty
+    one with ValidationError, as it refused a missing one before the field had a type here)."""
 
     cluster: str
     broker_name: str
@@ -284,7 +285,7 @@ class HeartbeatRequest(ControlMessage):
 
 # --- the server's side: one decode step per handler ----------------------------------------------------
 
-_Handler = typing.Callable[..., Any]
+_Handler = Callable[..., Any]
 
 
 def handles(request_type: type[ControlMessage], *,

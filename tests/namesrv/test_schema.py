@@ -113,3 +113,10 @@ def test_requests_built_from_the_schema_are_served(client):
     assert client.request(C.UNREGISTER_BROKER, gone.to_fields()).fields["removed"] is True
     with pytest.raises(NoRouteError):
         client.request(C.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequest("b").to_fields())
+
+
+def test_an_unregistration_without_its_address_is_refused_and_removes_nothing(client):
+    client.request(C.REGISTER_BROKER, REG.to_fields())
+    with pytest.raises(ValidationError, match="address"):
+        client.request(C.UNREGISTER_BROKER, {"cluster": "c1", "broker_name": "broker-a", "broker_id": 0})
+    assert client.request(C.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequest("orders").to_fields()).fields["queue_datas"]
