@@ -283,6 +283,17 @@ class HeartbeatRequest(ControlMessage):
     pid: int = 0                # the client's process (same host): the broker drops it when it is gone
 
 
+@dataclass(frozen=True)
+class PromoteRequest(ControlMessage):
+    """PROMOTE_BROKER: a slave becomes its group's master in ``role`` (ASYNC_MASTER or SYNC_MASTER), at
+    an epoch above ``epoch`` (the newest the operator's side knows of); ``force`` accepts losing what
+    the slave lacks (``broker/promotion.py``)."""
+
+    role: str = "ASYNC_MASTER"
+    force: bool = False
+    epoch: int = 0
+
+
 # --- the server's side: one decode step per handler ----------------------------------------------------
 
 _Handler = Callable[..., Any]

@@ -15,6 +15,7 @@ import pytest
 from hostmq.broker.client_handlers import ClientHandlers
 from hostmq.broker.registration import paginate
 from hostmq.broker.service import BrokerService
+from hostmq.broker.supervisor import Broker
 from hostmq.errors import ProtocolError, RemoteError, ValidationError
 from hostmq.namesrv.server import NamesrvService
 from hostmq.protocol import messages
@@ -123,13 +124,13 @@ def _declared(*classes) -> dict[str, type]:
 def test_no_request_type_is_dead():
     types = {obj for obj in vars(messages).values()
              if isinstance(obj, type) and dataclasses.is_dataclass(obj) and issubclass(obj, ControlMessage)}
-    served = set(_declared(NamesrvService, BrokerService, ClientHandlers).values())
+    served = set(_declared(NamesrvService, BrokerService, ClientHandlers, Broker).values())
     # RegisterBrokerRequest is served as its paged form (a whole registration is page 0 of 1)
     assert types - served == {RegisterBrokerRequest}
     assert issubclass(RegisterBrokerPage, RegisterBrokerRequest)
 
 
-@pytest.mark.parametrize("cls", [NamesrvService, BrokerService])
+@pytest.mark.parametrize("cls", [NamesrvService, BrokerService, Broker])
 def test_no_handler_reads_fields_by_hand(cls):
     """A handler either declares its request type or takes ``frame`` and never reads its fields."""
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
