@@ -14,6 +14,8 @@ from ..errors import ConnectError, HostMQError, MessageNotFoundError, NoRouteErr
 from ..message import MessageExt, MessageQueue
 from ..protocol.route_data import PERM_READ, PERM_WRITE
 from ..protocol.codes import RequestCode
+from ..protocol.messages import (DeleteTopicInNamesrvRequest, GroupRequest, KvConfigRequest, ResetOffsetRequest,
+                                 TopicRequest)
 from ..root import ipc_address
 from ..store.index import IndexReader
 from ..client.broker_view import BrokerView
@@ -42,14 +44,15 @@ class Admin:
         unknown = [b for b in names if b not in masters]
         if unknown:
             raise NoRouteError(f"broker(s) {', '.join(unknown)} not registered under {self.root}")
-        fields = {"topic": topic, "read_queues": queues, "write_queues": queues, "perm": PERM_READ | PERM_WRITE,
-                  "order": bool(order)}
+        fields = TopicRequest.of(topic=topic, read_queues=queues, write_queues=queues, perm=PERM_READ | PERM_WRITE,
+                                 order=bool(order)).to_fields()
         for b in names:
             self.instance.broker_request(masters[b], RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         if order:
             conf = ";".join(f"{b}:{queues}" for b in names)
-            self.instance.namesrv_request(RequestCode.PUT_KV_CONFIG, {"namespace": ORDER_TOPIC_CONFIG,
-                                                                       "key": topic, "value": conf})
+            self.instance.namesrv_request(RequestCode.PUT_KV_CONFIG,
+                                          KvConfigRequest.of(namespace=ORDER_TOPIC_CONFIG, key=topic,
+                                                             value=conf).to_fields())
         return self._await_route(topic, set(names), queues)
 
     def _await_route(self, topic: str, brokers: set[str], queues: int) -> list[MessageQueue]:
@@ -75,13 +78,15 @@ class Admin:
         for b, addr in sorted(masters.items()):
             try:
                 deleted |= self.instance.broker_request(addr, RequestCode.DELETE_TOPIC_IN_BROKER,
-                                                        {"topic": topic}).fields.get("deleted", False)
+                                                        TopicRequest.of(topic=topic).to_fields()
+                                                        ).fields.get("deleted", False)
             except ConnectError:
                 continue
         for sock in self.instance.paths.namesrv_sockets():
             try:
                 c = self.instance._namesrv(ipc_address(sock))
-                deleted |= c.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}).fields["deleted"]
+                deleted |= c.request(RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                                     DeleteTopicInNamesrvRequest.of(topic=topic).to_fields()).fields["deleted"]
             except (ConnectError, HostMQError):
                 continue
         self.instance.forget_route(topic)
@@ -153,7 +158,8 @@ class Admin:
         for broker in sorted({q.broker for q in self.route(topic)}):
             addr = self.instance.broker_address(broker, topic)
             f = self.instance.broker_request(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                                             {"group": group, "topic": topic, "timestamp_ms": timestamp_ms})
+                                             ResetOffsetRequest.of(group=group, topic=topic,
+                                                                   timestamp_ms=timestamp_ms).to_fields())
             for qid, off in f.fields["offsets"].items():
                 out[MessageQueue(topic, broker, int(qid))] = off
         return out
@@ -163,7 +169,8 @@ class Admin:
         rows = []
         for name, addr in sorted(self._masters().items()):
             try:
-                f = self.instance.broker_request(addr, RequestCode.GET_CONSUME_STATS, {"group": group}).fields
+                f = self.instance.broker_request(addr, RequestCode.GET_CONSUME_STATS,
+                                                 GroupRequest.of(group=group).to_fields()).fields
             except ConnectError:
                 continue
             for r in f["rows"]:

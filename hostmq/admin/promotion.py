@@ -36,6 +36,7 @@ from ..live import group, role
 from ..live.role_lock import PROMOTE_LOCK_TIMEOUT_S, RoleLock, starting
 from ..locks import lock_if_stopped
 from ..protocol.codes import RequestCode
+from ..protocol.messages import PromoteRequest
 from ..root import RootPaths, broker_instance, ipc_address
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ def _decide_promotion(paths: RootPaths, client, name: str, broker_id: int, targe
                 demote.append((i, instance))
         epoch = group.newest_epoch(paths.root, name)
         reply = client.broker_request(ipc_address(paths.broker_socket(target)), RequestCode.PROMOTE_BROKER,
-                                      {"role": new_role, "force": force, "epoch": epoch}, timeout_s=10.0).fields
+                                      PromoteRequest.of(role=new_role, force=force, epoch=epoch).to_fields(),
+                                      timeout_s=10.0).fields
         for i, instance in demote:
             write_json(role.instance_path(paths, instance), role.demoted(i, broker_id, reply["epoch"]).to_dict())
             log.warning("%s will join %s as a slave when it starts", instance, target)

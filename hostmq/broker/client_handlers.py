@@ -15,8 +15,8 @@ import time
 from .. import records as R
 from ..errors import ValidationError
 from ..protocol.route_data import TopicConfig
-from ..protocol.frames import Frame
-from ..protocol.messages import HeartbeatRequest, LockRequest, SendBackRequest
+from ..protocol.messages import (ClientIdRequest, GroupRequest, HeartbeatRequest, LockRequest, SendBackRequest,
+                                 handles)
 from ..transport import Reply
 from ..semantics.retry import retry_topic, send_back_target
 from ..live.state import pid_alive
@@ -51,8 +51,8 @@ class ClientHandlers:
         return [g for g in dict.fromkeys(groups)
                 if retry_topic(g) not in self.topics.topics and g not in self.members.member_groups]
 
-    def heartbeat(self, frame: Frame, token=None) -> Reply:
-        req = HeartbeatRequest.from_fields(frame.fields)
+    @handles(HeartbeatRequest)
+    def heartbeat(self, req: HeartbeatRequest, token=None) -> Reply:
         since = self.commits.changes
         uid = self.member_uid(token)
         if uid is not None:
@@ -67,10 +67,9 @@ class ClientHandlers:
         return self.commits.reply_when_committed(
             token, Reply(fields={"consumers_version": int(self.state.get("consumers_version"))}), since)
 
-    def unregister_client(self, frame: Frame, token=None) -> Reply:
-        cid = frame.fields.get("client_id")
-        if not isinstance(cid, str):
-            raise ValidationError("client_id must be a string")
+    @handles(ClientIdRequest, invalid=ValidationError)
+    def unregister_client(self, req: ClientIdRequest, token=None) -> Reply:
+        cid = req.client_id
         self.members.check_client(self.member_uid(token), cid)
         existed = cid in self.consumers.clients
         self._consumers_changed(self.consumers.unregister(cid))
@@ -78,22 +77,22 @@ class ClientHandlers:
         self.locks.release_client(cid)
         return Reply(fields={"removed": existed})
 
-    def lock_queues(self, frame: Frame, token=None) -> Reply:
-        req = LockRequest.from_fields(frame.fields)
+    @handles(LockRequest)
+    def lock_queues(self, req: LockRequest, token=None) -> Reply:
         self.members.check_client(self.member_uid(token), req.client_id)
         held = self.locks.lock(req.group, req.client_id, _queue_rows(req.queues), time.monotonic())
         return Reply(fields={"locked": [{"topic": t, "queue_id": q} for t, q in held]})
 
-    def unlock_queues(self, frame: Frame, token=None) -> Reply:
-        req = LockRequest.from_fields(frame.fields)
+    @handles(LockRequest)
+    def unlock_queues(self, req: LockRequest, token=None) -> Reply:
         self.members.check_client(self.member_uid(token), req.client_id)
         self.locks.unlock(req.group, req.client_id, _queue_rows(req.queues))
         return Reply()
 
-    def send_back(self, frame: Frame, token=None) -> Reply:
+    @handles(SendBackRequest)
+    def send_back(self, req: SendBackRequest, token=None) -> Reply:
         """CONSUMER_SEND_MSG_BACK: where a message its listener failed goes (retry or DLQ topic,
         created here); the consumer stores it there through its ring."""
-        req = SendBackRequest.from_fields(frame.fields)
         since = self.commits.changes
         R.validate_consumer_group(req.group)
         if req.reconsume_times < 0 or req.max_reconsume_times < 0:
@@ -113,11 +112,11 @@ class ClientHandlers:
             log.info("created %s", topic)
             self._topics_changed()
 
-    def consumer_list(self, frame: Frame, token=None) -> Reply:
-        group = frame.fields.get("group")
-        if not isinstance(group, str) or not group:
+    @handles(GroupRequest, invalid=ValidationError)
+    def consumer_list(self, req: GroupRequest, token=None) -> Reply:
+        if not req.group:
             raise ValidationError("group must be a non-empty string")
-        return Reply(fields={"consumer_ids": self.consumers.members(group),
+        return Reply(fields={"consumer_ids": self.consumers.members(req.group),
                              "consumers_version": int(self.state.get("consumers_version"))})
 
     def _consumers_changed(self, groups: set[str]) -> None:

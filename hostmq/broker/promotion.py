@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import PromotionRefusedError, ValidationError
-from ..protocol.frames import Frame
+from ..protocol.messages import PromoteRequest
 from ..live import group, role
 from ..live.runtime import BrokerRuntime
 from ..live.state import pid_alive
@@ -38,14 +38,13 @@ def refusal(*, is_slave: bool, replica_connected: bool, write_pos: int, master_e
     return None
 
 
-def handle(rt: BrokerRuntime, state, frame: Frame) -> role.RoleRecord:
-    """PROMOTE_BROKER on the slave's control socket: the role record it starts again with (already
-    saved), or PromotionRefusedError. ``state``: the slave's BrokerState."""
-    f = frame.fields
-    new_role, force, epoch = f.get("role", "ASYNC_MASTER"), f.get("force", False), f.get("epoch", 0)
-    if new_role not in MASTER_ROLES or not isinstance(force, bool) or type(epoch) is not int \
-            or not 0 <= epoch < role.MAX_EPOCH:
-        raise ValidationError(f"PROMOTE_BROKER takes role in {MASTER_ROLES}, force: bool and epoch ≥ 0, got {f!r}")
+def handle(rt: BrokerRuntime, state, req: PromoteRequest) -> role.RoleRecord:
+    """PROMOTE_BROKER on the slave's control socket (its types checked by the supervisor's decode
+    step): the role record it starts again with (already saved), or PromotionRefusedError.
+    ``state``: the slave's BrokerState."""
+    new_role, force, epoch = req.role, req.force, req.epoch
+    if new_role not in MASTER_ROLES or not 0 <= epoch < role.MAX_EPOCH:
+        raise ValidationError(f"PROMOTE_BROKER takes role in {MASTER_ROLES}, force: bool and epoch ≥ 0, got {req!r}")
     found = group.running_master(rt.root, rt.name)
     if found is not None:
         found[1].close()

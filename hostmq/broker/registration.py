@@ -26,6 +26,7 @@ from ..errors import ConnectError, HostMQError
 from ..remoting import RemotingClient
 from ..protocol.codes import RequestCode
 from ..protocol.frames import MAX_HEADER_BYTES
+from ..protocol.messages import RegisterBrokerPage, RegisterBrokerRequest, UnregisterBrokerRequest
 from ..root import ipc_address
 from ..live.runtime import BrokerRuntime
 
@@ -126,11 +127,15 @@ class NamesrvLink:
         self._send(r)
 
     def _send(self, r: _Round) -> None:
-        fields = {**r.fields, "topics": r.pages[r.page]}
-        if len(r.pages) > 1:
-            fields.update(page=r.page, pages=len(r.pages), registration_id=r.registration_id)
+        # The NameServer's schema (protocol.messages), built here: a page only when there are several.
         try:
-            fut = r.client.request_async(RequestCode.REGISTER_BROKER, fields)
+            if len(r.pages) > 1:
+                req: RegisterBrokerRequest = RegisterBrokerPage(
+                    **r.fields, topics=r.pages[r.page], page=r.page, pages=len(r.pages),
+                    registration_id=r.registration_id)
+            else:
+                req = RegisterBrokerRequest(**r.fields, topics=r.pages[0])
+            fut = r.client.request_async(RequestCode.REGISTER_BROKER, req.to_fields())
         except HostMQError as e:
             self._finish(r, e)
             return
@@ -175,7 +180,7 @@ class NamesrvLink:
 
     def unregister(self) -> None:
         """UNREGISTER_BROKER to every NameServer, waiting briefly for each (graceful stop)."""
-        fields = {**self._identity()}
+        fields = UnregisterBrokerRequest(**self._identity()).to_fields()
         futures = []
         for c in self._live_clients():
             try:

@@ -6,8 +6,10 @@ consumer offsets (``consumerOffset.json``), pulls with long polling (held until 
 ``dispatch_seq`` moves), offsets by time, message view by id, and the runtime info ``hostmq status``
 prints.
 
-Every handler validates its request (``protocol.messages``); a bad request gets an error response
-and changes nothing.
+Every handler that reads fields declares its request type (``protocol.messages.handles``): the
+request is decoded once before the handler runs, so a handler receives a typed request, and a field of
+the wrong type gets BAD_REQUEST naming it (MESSAGE_ILLEGAL for the group and client requests, as
+before) and changes nothing. What a type cannot say (ranges, names) the handler checks.
 
 Long polling (``long_poll.HeldPulls``): held pulls are capped per client connection and in all
 (``broker.max_held_pulls_per_client`` / ``max_held_pulls``; BrokerBusyError past them) and indexed by
@@ -38,10 +40,9 @@ from ..jsonfile import write_json
 from ..protocol.route_data import TopicConfig
 from ..protocol.codes import RequestCode, ResponseCode, code_name, response_code_for
 from ..protocol.frames import Frame
-from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest,
-                                 OffsetRequest, PullRequest,
-                                 QueueRequest, ResetOffsetRequest, TopicRequest,
-                                 ViewMessageRequest)
+from ..protocol.messages import (CheckTransactionRequest, EndTransactionRequest, GroupRequest, OffsetRequest,
+                                 PullRequest, QueueRequest, ResetOffsetRequest, TopicRequest, ViewMessageRequest,
+                                 handles)
 from ..store.commitlog import SCHEDULE_TOPIC
 from ..store.message_store import delay_levels_ms
 from ..store.reader import GetStatus
@@ -160,16 +161,16 @@ class BrokerService(ClientHandlers):
                 "transaction_timeout_s": self.rt.config.broker.transaction_timeout_s}
 
     # -- topics ---------------------------------------------------------------------------------------
-    def create_topic(self, frame: Frame, token=None) -> Reply:
-        req = TopicRequest.from_fields(frame.fields)
+    @handles(TopicRequest)
+    def create_topic(self, req: TopicRequest, token=None) -> Reply:
         config = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.order)
         since = self.commits.changes
         if self.topics.put(config):
             self._topics_changed()
         return self.commits.reply_when_committed(token, Reply(fields={"topic": req.topic, "created": True}), since)
 
-    def auto_create_topic(self, frame: Frame, token=None) -> Reply:
-        req = TopicRequest.from_fields(frame.fields)
+    @handles(TopicRequest)
+    def auto_create_topic(self, req: TopicRequest, token=None) -> Reply:
         R.validate_topic(req.topic)
         self._check_running()
         since = self.commits.changes
@@ -184,8 +185,8 @@ class BrokerService(ClientHandlers):
         return self.commits.reply_when_committed(token, Reply(fields={
             "topic": req.topic, "write_queues": t.write_queues, "read_queues": t.read_queues}), since)
 
-    def delete_topic(self, frame: Frame, token=None) -> Reply:
-        req = TopicRequest.from_fields(frame.fields)
+    @handles(TopicRequest)
+    def delete_topic(self, req: TopicRequest, token=None) -> Reply:
         since = self.commits.changes
         deleted = self.topics.delete(req.topic)
         if deleted:
@@ -264,8 +265,8 @@ class BrokerService(ClientHandlers):
         except MessageNotFoundError:
             return None
 
-    def pull(self, frame: Frame, token: ReplyToken | None = None):
-        req = PullRequest.from_fields(frame.fields)
+    @handles(PullRequest)
+    def pull(self, req: PullRequest, token: ReplyToken | None = None):
         if not 1 <= req.max_count <= MAX_PULL_COUNT or req.queue_id < 0 or req.offset < 0:
             raise ValidationError(f"pull needs 1 ≤ max_count ≤ {MAX_PULL_COUNT}, queue_id ≥ 0, offset ≥ 0")
         if len(req.expression) > MAX_EXPRESSION_CHARS:
@@ -347,37 +348,37 @@ class BrokerService(ClientHandlers):
         if self.server is not None:
             self.server.reply(h.token, reply)
 
-    def max_offset(self, frame: Frame, token=None) -> Reply:
-        req = QueueRequest.from_fields(frame.fields)
+    @handles(QueueRequest)
+    def max_offset(self, req: QueueRequest, token=None) -> Reply:
         return Reply(fields={"offset": self._reader().refresh_queue(req.topic, req.queue_id)})
 
-    def min_offset(self, frame: Frame, token=None) -> Reply:
-        req = QueueRequest.from_fields(frame.fields)
+    @handles(QueueRequest)
+    def min_offset(self, req: QueueRequest, token=None) -> Reply:
         r = self._reader()
         r.refresh_queue(req.topic, req.queue_id)
         return Reply(fields={"offset": r.min_offset(req.topic, req.queue_id)})
 
-    def search_offset(self, frame: Frame, token=None) -> Reply:
-        req = QueueRequest.from_fields(frame.fields)
+    @handles(QueueRequest)
+    def search_offset(self, req: QueueRequest, token=None) -> Reply:
         r = self._reader()
         r.refresh_queue(req.topic, req.queue_id)
         return Reply(fields={"offset": r.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)})
 
-    def view_message(self, frame: Frame, token=None) -> Reply:
-        req = ViewMessageRequest.from_fields(frame.fields)
+    @handles(ViewMessageRequest)
+    def view_message(self, req: ViewMessageRequest, token=None) -> Reply:
         m = self._reader().view(req.msg_id)
         return Reply(fields={"broker": self.rt.name}, bodies=[bytes(m.raw)])
 
     # -- offsets and clients ----------------------------------------------------------------------------
-    def query_offset(self, frame: Frame, token=None) -> Reply:
-        req = OffsetRequest.from_fields(frame.fields)
+    @handles(OffsetRequest)
+    def query_offset(self, req: OffsetRequest, token=None) -> Reply:
         off = self.offsets.query(req.group, req.topic, req.queue_id)
         if off is None:
             return Reply(ResponseCode.QUERY_NOT_FOUND, fields={"offset": -1}, remark="no offset committed")
         return Reply(fields={"offset": off})
 
-    def update_offset(self, frame: Frame, token=None) -> Reply:
-        req = OffsetRequest.from_fields(frame.fields)
+    @handles(OffsetRequest)
+    def update_offset(self, req: OffsetRequest, token=None) -> Reply:
         uid = self.member_uid(token)
         if uid is not None:                 # a member's commit names a queue that exists, of a group it may add
             self._read_queue(req.topic, req.queue_id)
@@ -389,8 +390,8 @@ class BrokerService(ClientHandlers):
         self.offsets.commit(req.group, req.topic, req.queue_id, req.offset)
         return Reply(fields={"ignored": False})
 
-    def reset_offset(self, frame: Frame, token=None) -> Reply:
-        req = ResetOffsetRequest.from_fields(frame.fields)
+    @handles(ResetOffsetRequest)
+    def reset_offset(self, req: ResetOffsetRequest, token=None) -> Reply:
         if not self.topics.get(req.topic):
             raise NoRouteError(f"topic {req.topic!r} does not exist on broker {self.rt.name}")
         reader = self._reader_or_none()
@@ -408,13 +409,13 @@ class BrokerService(ClientHandlers):
         return Reply(fields={"offsets": {str(q): o for q, o in offsets.items()}})
 
     # -- transactions (transaction_check) -----------------------------------------------------------
-    def end_transaction(self, frame: Frame, token=None) -> Reply:
-        req = EndTransactionRequest.from_fields(frame.fields)
+    @handles(EndTransactionRequest)
+    def end_transaction(self, req: EndTransactionRequest, token=None) -> Reply:
         return Reply(fields=self.transactions.end(self._reader_or_none(), req.group, req.queue_offset,
                                                   req.phys_offset, req.state))
 
-    def transaction_checks(self, frame: Frame, token=None) -> Reply:
-        req = CheckTransactionRequest.from_fields(frame.fields)
+    @handles(CheckTransactionRequest)
+    def transaction_checks(self, req: CheckTransactionRequest, token=None) -> Reply:
         rows, bodies = self.transactions.poll(req.group, req.max_count)
         return Reply(fields={"checks": rows}, bodies=bodies)
 
@@ -424,10 +425,11 @@ class BrokerService(ClientHandlers):
         if reader is not None:
             self.transactions.walk(reader, int(time.time() * 1000))
 
-    def consume_stats(self, frame: Frame, token=None) -> Reply:
+    @handles(GroupRequest, invalid=ValidationError)
+    def consume_stats(self, req: GroupRequest, token=None) -> Reply:
         """A group's committed offset beside each queue's max offset (RocketMQ ``ConsumeStats``)."""
-        group = frame.fields.get("group")
-        if not isinstance(group, str) or not group:
+        group = req.group
+        if not group:
             raise ValidationError("group must be a non-empty string")
         rows = []
         reader = self._reader_or_none()

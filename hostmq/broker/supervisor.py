@@ -43,7 +43,7 @@ import psutil
 
 from .. import records as R
 from ..access import control_policy
-from ..errors import ConfigError, ConnectError, StoreLockedError
+from ..errors import ConfigError, ConnectError, StoreLockedError, ValidationError
 from ..fsutil import ensure_dir, fsync_dir, open_file
 from ..process import EXIT_CLEAN, EXIT_UNCLEAN, Child, Supervisor, describe_exit
 from ..sdnotify import Watchdog, sd_notify, stale_heartbeats
@@ -54,7 +54,7 @@ from ..store.message_store import MessageStore
 from ..store.recovery import RecoveryProgress
 from ..store.transient_pool import TransientStorePool
 from ..protocol.codes import RequestCode
-from ..protocol.frames import Frame
+from ..protocol.messages import PromoteRequest, handles
 from ..transport import Reply, Server
 from ..jsonfile import read_json, write_json
 from . import fencing, promotion
@@ -378,9 +378,11 @@ class Broker:
             fencing.fence(self.rt, self.state, newer)
             self.start_again(f"as a slave: {newer[0]} is the master of epoch {newer[1]}")
 
-    def promote(self, frame: Frame, token=None) -> Reply:
-        """PROMOTE_BROKER (``broker/promotion.py``): answer, then start again as the master."""
-        record = promotion.handle(self.rt, self.state, frame)
+    @handles(PromoteRequest, invalid=ValidationError)
+    def promote(self, req: PromoteRequest, token=None) -> Reply:
+        """PROMOTE_BROKER (``broker/promotion.py``): answer, then start again as the master. Bad fields
+        get MESSAGE_ILLEGAL (ValidationError at the operator's side), as they always did."""
+        record = promotion.handle(self.rt, self.state, req)
         self.start_again(f"as {record.role} (epoch {record.epoch})")
         return Reply(fields={"epoch": record.epoch, "write_pos": int(self.state.get("write_pos")),
                              "instance": self.rt.instance})

@@ -16,6 +16,7 @@ from ..message import MessageQueue
 from ..protocol.route_data import PERM_READ, PERM_WRITE, BrokerData, TopicRouteData, cluster_info_from_dict
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
+from ..protocol.messages import GetRouteInfoRequest
 from ..root import RootPaths, ipc_address
 from ..remoting import RemotingClient, listening
 
@@ -77,7 +78,7 @@ class ClientInstance:
         if cached is not None and not refresh and now - cached[0] < self.route_max_age_s:
             return cached[1]
         data = TopicRouteData.from_dict(self.namesrv_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                             {"topic": topic}).fields)
+                                                             GetRouteInfoRequest.of(topic=topic).to_fields()).fields)
         self._routes[topic] = (now, data)
         return data
 

@@ -20,6 +20,7 @@ from .. import records as R
 from ..errors import HostMQError
 from ..message import MessageQueue
 from ..protocol.codes import RequestCode
+from ..protocol.messages import ClientIdRequest, GroupRequest, HeartbeatRequest
 from .rebalance import Strategy, allocate
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ class GroupMember:
                     brokers.setdefault(mq.broker, None)
             except HostMQError as e:
                 log.info("heartbeat: no route for %s yet: %s", topic, e)
-        fields = {"client_id": self.client_id, "producer_groups": [], "consumer_groups": [self.group],
-                  "pid": os.getpid()}
+        fields = HeartbeatRequest(client_id=self.client_id, producer_groups=[], consumer_groups=[self.group],
+                                  pid=os.getpid()).to_fields()
         for broker in sorted(brokers):
             try:
                 addresses = self.instance.broker_addresses(broker)
@@ -93,7 +94,7 @@ class GroupMember:
             for address in addresses:
                 try:
                     self.instance.broker_request(address, RequestCode.UNREGISTER_CLIENT,
-                                                 {"client_id": self.client_id}, timeout_s=1.0)
+                                                 ClientIdRequest(self.client_id).to_fields(), timeout_s=1.0)
                 except HostMQError as e:
                     log.debug("unregistering from %s (%s): %s", broker, address, e)
         self.brokers.clear()
@@ -109,7 +110,7 @@ class GroupMember:
         for broker in sorted({q.broker for q in queues}):
             try:
                 f = self.instance.read_request(broker, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                               {"group": self.group}, timeout_s=2.0).fields
+                                               GroupRequest(self.group).to_fields(), timeout_s=2.0).fields
                 return list(f["consumer_ids"])
             except HostMQError as e:
                 log.info("consumer list of %s from %s failed: %s", self.group, broker, e)

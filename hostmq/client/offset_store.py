@@ -16,6 +16,7 @@ from ..errors import ValidationError
 from ..jsonfile import read_json, write_json
 from ..message import MessageQueue
 from ..protocol.codes import RequestCode, ResponseCode, error_for_response
+from ..protocol.messages import OffsetRequest
 
 
 class BrokerOffsets:
@@ -24,8 +25,8 @@ class BrokerOffsets:
         self.group = group
 
     def query(self, mq: MessageQueue) -> int | None:
-        f = self.instance.read_request(mq.broker, RequestCode.QUERY_CONSUMER_OFFSET,
-                                       {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
+        req = OffsetRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        f = self.instance.read_request(mq.broker, RequestCode.QUERY_CONSUMER_OFFSET, req.to_fields(),
                                        topic=mq.topic, raw=True)
         if f.code == ResponseCode.QUERY_NOT_FOUND:
             return None
@@ -36,9 +37,9 @@ class BrokerOffsets:
     def store(self, mq: MessageQueue, offset: int, reset_version: int | None = None) -> bool:
         """Commit; False if the broker refused it because the group was reset since ``reset_version``
         (the caller reloads its offsets)."""
-        f = self.instance.read_request(mq.broker, RequestCode.UPDATE_CONSUMER_OFFSET,
-                                       {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                        "offset": offset, "reset_version": reset_version}, topic=mq.topic)
+        req = OffsetRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=offset,
+                            reset_version=reset_version)
+        f = self.instance.read_request(mq.broker, RequestCode.UPDATE_CONSUMER_OFFSET, req.to_fields(), topic=mq.topic)
         return not f.fields.get("ignored", False)
 
     def flush(self) -> None:

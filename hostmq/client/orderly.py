@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..errors import HostMQError
 from ..message import ConsumeResult, MessageExt, MessageQueue
 from ..protocol.codes import RequestCode
+from ..protocol.messages import LockRequest
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -162,10 +163,9 @@ class OrderlyService:
         held: set[MessageQueue] = set()
         for broker, mqs in sorted(by_broker.items()):
             try:
-                f = inst.broker_request(inst.broker_address(broker), code,
-                                        {"group": c.group, "client_id": member.client_id,
-                                         "queues": [{"topic": q.topic, "queue_id": q.queue_id} for q in mqs]},
-                                        timeout_s=2.0)
+                req = LockRequest(group=c.group, client_id=member.client_id,
+                                  queues=[{"topic": q.topic, "queue_id": q.queue_id} for q in mqs])
+                f = inst.broker_request(inst.broker_address(broker), code, req.to_fields(), timeout_s=2.0)
                 held |= {MessageQueue(r["topic"], broker, r["queue_id"]) for r in f.fields.get("locked", [])}
             except HostMQError as e:
                 log.info("%s: queue locks on %s: %s", c.group, broker, e)

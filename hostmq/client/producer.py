@@ -26,6 +26,7 @@ from ..config import Config
 from ..errors import BrokerBusyError, ConnectError, HostMQError, NoRouteError, ValidationError
 from ..message import Message, MessageQueue, SendResult
 from ..protocol.codes import RequestCode
+from ..protocol.messages import TopicRequest
 from ..root import RootPaths
 from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
@@ -322,8 +323,8 @@ class Producer:
             if not b.master_address:
                 continue
             try:
-                self.instance.broker_request(b.master_address, RequestCode.AUTO_CREATE_TOPIC, {"topic": topic},
-                                             timeout_s=2.0)
+                self.instance.broker_request(b.master_address, RequestCode.AUTO_CREATE_TOPIC,
+                                             TopicRequest.of(topic=topic).to_fields(), timeout_s=2.0)
                 created += 1
             except HostMQError as e:
                 errors.append(f"{name}: {e}")

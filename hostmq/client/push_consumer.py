@@ -41,6 +41,7 @@ from .. import records as R
 from ..semantics.retry import RETRY_PREFIX, retry_record, retry_topic
 from ..errors import HostMQError, ValidationError
 from ..protocol.codes import RequestCode
+from ..protocol.messages import SendBackRequest
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S
 from .offset_store import LocalOffsets, local_offsets_path
@@ -350,10 +351,9 @@ class PushConsumer:
     def _send_back(self, m: MessageExt, delay_level: int = 0) -> None:
         inst = self.pull.instance
         address = inst.broker_address(m.broker)
-        f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK,
-                                {"group": self.group, "reconsume_times": m.reconsume_times,
-                                 "max_reconsume_times": self.max_reconsume_times,
-                                 "delay_level": delay_level}).fields
+        req = SendBackRequest(group=self.group, reconsume_times=m.reconsume_times,
+                              max_reconsume_times=self.max_reconsume_times, delay_level=delay_level)
+        f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK, req.to_fields()).fields
         session = self._sessions.get(m.broker)
         if session is None or session.broken is not None:
             session = self._sessions[m.broker] = ProducerSession(inst, m.broker, address, data_bytes=4 << 20,

@@ -7,6 +7,11 @@ table alone (one thread: requests and the expiry scan both run in the server loo
 config file ``ROOT/namesrv[-N].kv.json`` (written atomically). It never dies from what a client
 sends: malformed requests get BAD_REQUEST, bad fields MESSAGE_ILLEGAL, unknown codes
 REQUEST_CODE_NOT_SUPPORTED (see ``hostmq.transport``).
+
+Every handler that reads fields declares its request type (``protocol.messages.handles``): the
+request is decoded once against the schema the brokers and clients build their requests from, and a
+field of the wrong type is answered MESSAGE_ILLEGAL naming it (ValidationError at the client, as it
+always was here). What the schema cannot say — topic names, ranges, epochs — the route table checks.
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from ..fsutil import ensure_dir, open_file
 from ..sdnotify import Watchdog, sd_notify
 from ..protocol.codes import RequestCode
 from ..protocol.frames import Frame
+from ..protocol.messages import (DeleteTopicInNamesrvRequest, GetRouteInfoRequest, KvConfigRequest,
+                                 RegisterBrokerPage, TopicsByClusterRequest, UnregisterBrokerRequest, handles)
 from ..root import RootPaths, ipc_address
 from ..transport import Reply, Server
 from .assembly import PagedRegistrations
@@ -47,24 +54,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _field(fields: dict, name: str, kind: type):
-    value = fields.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ValidationError(f"{name}: expected {kind.__name__}, got {value!r:.80}")
-    return value
-
-
-def _optional_int(fields: dict, name: str, default: int) -> int:
-    return _field(fields, name, int) if name in fields else default
-
-
 def _topic_configs(topics_in: dict) -> dict[str, TopicConfig]:
-    """A registration's ``topics`` object as TopicConfigs; ValidationError naming the first bad one."""
+    """A registration's ``topics`` (their types already checked by RegisterBrokerPage) as TopicConfigs;
+    ValidationError naming the first bad name or value (what a type cannot say: ranges, names)."""
     topics = {}
     for name, cfg in topics_in.items():
         check_topic("topics", name)
-        if not isinstance(cfg, dict):
-            raise ValidationError(f"topics[{name!r}]: expected an object")
         topics[name] = TopicConfig.from_dict({**cfg, "topic_name": name})
     return topics
 
@@ -93,51 +88,46 @@ class NamesrvService:
         }
 
     # -- brokers ----------------------------------------------------------------------------------
-    def register_broker(self, frame: Frame, token=None) -> Reply:
+    @handles(RegisterBrokerPage, invalid=ValidationError)
+    def register_broker(self, req: RegisterBrokerPage, token=None) -> Reply:
         """REGISTER_BROKER, whole or one page of a paged registration (``assembly``).
 
         A page answers ``{"complete": false}`` until the last, which applies the whole topic table at
         once; page 0 of a registration whose data version the table already holds for this record
         answers ``{"complete": true, "unchanged": true}`` (the broker sends no more pages).
         """
-        f = frame.fields
-        ident = (_field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
-                 _field(f, "address", str))
-        ha, version = f.get("ha_address") or None, _field(f, "data_version", int)
-        page, pages = _optional_int(f, "page", 0), _optional_int(f, "pages", 1)
-        epoch = _optional_int(f, "epoch", 0)
+        ident = (req.cluster, req.broker_name, req.broker_id, req.address)
+        ha, version, page, pages = req.ha_address or None, req.data_version, req.page, req.pages
         try:
-            self.table.check_epoch(ident[1], ident[2], epoch)       # before any page is kept
+            self.table.check_epoch(req.broker_name, req.broker_id, req.epoch)       # before any page is kept
         except FencedError as e:
-            log.warning("refused a registration from %s: %s", ident[3][:200], e)
+            log.warning("refused a registration from %s: %s", req.address[:200], e)
             raise
-        raw_topics = _field(f, "topics", dict)
-        topics = _topic_configs(raw_topics)                   # every page is validated when it arrives
+        topics = _topic_configs(req.topics)                   # every page is validated when it arrives
         now = self.clock_ms()
         if pages == 1 and page == 0:
-            return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, epoch).to_dict(),
+            return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, req.epoch).to_dict(),
                                  "complete": True})
         if page == 0 and self.table.registration_current(*ident, version):
-            self.pending.discard(ident[3])
-            result = self.table.register_broker(*ident, ha, {}, version, now, epoch)    # liveness only
+            self.pending.discard(req.address)
+            result = self.table.register_broker(*ident, ha, {}, version, now, req.epoch)    # liveness only
             return Reply(fields={**result.to_dict(), "complete": True, "unchanged": True})
         self.table.keep_alive(*ident, now)                    # its old routes stay while pages come
-        parts = self.pending.add(ident[3], (*ident[:3], ha, version), _optional_int(f, "registration_id", 0),
-                                 page, pages, orjson.dumps(raw_topics), now)
+        parts = self.pending.add(req.address, (*ident[:3], ha, version), req.registration_id,
+                                 page, pages, orjson.dumps(req.topics), now)
         if parts is None:
             return Reply(fields={"complete": False, "page": page})
         topics = {}
         for part in parts:
             topics.update(_topic_configs(orjson.loads(part)))
-        log.info("broker %s registered %d topics in %d pages", ident[1], len(topics), pages)
-        return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, epoch).to_dict(),
+        log.info("broker %s registered %d topics in %d pages", req.broker_name, len(topics), pages)
+        return Reply(fields={**self.table.register_broker(*ident, ha, topics, version, now, req.epoch).to_dict(),
                              "complete": True})
 
-    def unregister_broker(self, frame: Frame, token=None) -> Reply:
-        f = frame.fields
-        removed = self.table.unregister_broker(
-            _field(f, "cluster", str), _field(f, "broker_name", str), _field(f, "broker_id", int),
-            _field(f, "address", str), self.clock_ms())
+    @handles(UnregisterBrokerRequest, invalid=ValidationError)
+    def unregister_broker(self, req: UnregisterBrokerRequest, token=None) -> Reply:
+        removed = self.table.unregister_broker(req.cluster, req.broker_name, req.broker_id, req.address,
+                                               self.clock_ms())
         return Reply(fields={"removed": removed})
 
     def scan(self) -> list[str]:
@@ -150,11 +140,11 @@ class NamesrvService:
         return gone
 
     # -- routes -----------------------------------------------------------------------------------
-    def route(self, frame: Frame, token=None) -> Reply:
-        topic = _field(frame.fields, "topic", str)
-        data = self.table.topic_route(topic)
+    @handles(GetRouteInfoRequest, invalid=ValidationError)
+    def route(self, req: GetRouteInfoRequest, token=None) -> Reply:
+        data = self.table.topic_route(req.topic)
         if data is None:
-            raise NoRouteError(f"no route for topic {topic!r}")
+            raise NoRouteError(f"no route for topic {req.topic!r}")
         return Reply(fields=data.to_dict())
 
     def cluster_info(self, frame: Frame, token=None) -> Reply:
@@ -163,27 +153,29 @@ class NamesrvService:
     def all_topics(self, frame: Frame, token=None) -> Reply:
         return Reply(fields={"topics": self.table.all_topics()})
 
-    def topics_by_cluster(self, frame: Frame, token=None) -> Reply:
-        return Reply(fields={"topics": self.table.topics_by_cluster(_field(frame.fields, "cluster", str))})
+    @handles(TopicsByClusterRequest, invalid=ValidationError)
+    def topics_by_cluster(self, req: TopicsByClusterRequest, token=None) -> Reply:
+        return Reply(fields={"topics": self.table.topics_by_cluster(req.cluster)})
 
-    def delete_topic(self, frame: Frame, token=None) -> Reply:
-        cluster = frame.fields.get("cluster")
-        return Reply(fields={"deleted": self.table.delete_topic(_field(frame.fields, "topic", str), cluster)})
+    @handles(DeleteTopicInNamesrvRequest, invalid=ValidationError)
+    def delete_topic(self, req: DeleteTopicInNamesrvRequest, token=None) -> Reply:
+        return Reply(fields={"deleted": self.table.delete_topic(req.topic, req.cluster)})
 
     # -- KV config --------------------------------------------------------------------------------
-    def put_kv(self, frame: Frame, token=None) -> Reply:
-        f = frame.fields
-        self.table.put_kv(_field(f, "namespace", str), _field(f, "key", str), _field(f, "value", str))
+    @handles(KvConfigRequest, invalid=ValidationError)
+    def put_kv(self, req: KvConfigRequest, token=None) -> Reply:
+        """PUT_KV_CONFIG; a missing ``value`` (None) is refused by the table (ValidationError)."""
+        self.table.put_kv(req.namespace, req.key, req.value)
         self._save_kv()
         return Reply()
 
-    def get_kv(self, frame: Frame, token=None) -> Reply:
-        f = frame.fields
-        return Reply(fields={"value": self.table.get_kv(_field(f, "namespace", str), _field(f, "key", str))})
+    @handles(KvConfigRequest, invalid=ValidationError)
+    def get_kv(self, req: KvConfigRequest, token=None) -> Reply:
+        return Reply(fields={"value": self.table.get_kv(req.namespace, req.key)})
 
-    def delete_kv(self, frame: Frame, token=None) -> Reply:
-        f = frame.fields
-        removed = self.table.delete_kv(_field(f, "namespace", str), _field(f, "key", str))
+    @handles(KvConfigRequest, invalid=ValidationError)
+    def delete_kv(self, req: KvConfigRequest, token=None) -> Reply:
+        removed = self.table.delete_kv(req.namespace, req.key)
         self._save_kv()
         return Reply(fields={"removed": removed})
 

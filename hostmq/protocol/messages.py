@@ -11,6 +11,10 @@ accepted), ``X | None``, ``list[X]``, ``dict[str, X]``, a bare ``dict`` (any JSO
 ``TypedDict`` classes (required keys checked, unknown keys kept as they are). Unknown top-level keys
 in ``fields`` are ignored, so a newer peer may add fields without breaking an older one.
 
+One schema at both ends: a client builds its request as one of these and sends ``to_fields()``; a
+server's handler is declared with :func:`handles`, so the request is decoded once, before the handler
+runs, and the handler receives the typed request — no handler reads ``frame.fields`` by hand.
+
 Pure: no I/O.
 """
 from __future__ import annotations
@@ -20,9 +24,9 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, TypedDict, Union
+from typing import Any, Callable, TypedDict, Union
 
-from ..errors import ProtocolError
+from ..errors import ProtocolError, ValidationError
 
 _Self = typing.TypeVar("_Self", bound="ControlMessage")
 
@@ -47,6 +51,15 @@ class ControlMessage:
                 raise ProtocolError(f"{cls.__name__} lacks field {f.name!r}")
         return cls(**kwargs)
 
+    @classmethod
+    def of(cls: type[_Self], **values: Any) -> _Self:
+        """Build from a caller's arguments (a client's side): a value of the wrong type is the caller's
+        bad argument, so ValidationError naming it (what a NameServer answers for it), not ProtocolError."""
+        try:
+            return cls(**values)
+        except ProtocolError as e:
+            raise ValidationError(e.why) from None
+
     def to_fields(self) -> dict:
         """The JSON-able dict of this message (values are shared, not copied)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -54,11 +67,16 @@ class ControlMessage:
 
 # --- NameServer ⇄ broker ------------------------------------------------------------------------------
 
-class TopicConfigData(TypedDict):
-    """One topic as a broker registers it (RocketMQ ``TopicConfig``)."""
-
+class _TopicQueues(TypedDict):
     read_queues: int
     write_queues: int
+
+
+class TopicConfigData(_TopicQueues, total=False):
+    """One topic as a broker registers it (RocketMQ ``TopicConfig``). ``perm`` and ``order`` may be
+    left out (RocketMQ's defaults, 6 and false, as ``route_data.TopicConfig`` has them); the queue
+    counts may not."""
+
     perm: int            # RocketMQ PermName bits: 4 = read, 2 = write, 1 = inherit
     order: bool
 
@@ -78,12 +96,26 @@ class RegisterBrokerRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
+class RegisterBrokerPage(RegisterBrokerRequest):
+    """REGISTER_BROKER as the NameServer reads it: a whole registration is page 0 of 1; a broker whose
+    topics do not fit one frame sends ``pages`` pages of one ``registration_id``, each with a part of
+    ``topics`` (``namesrv/assembly.py``)."""
+
+    page: int = 0
+    pages: int = 1
+    registration_id: int = 0
+
+
+@dataclass(frozen=True)
 class UnregisterBrokerRequest(ControlMessage):
-    """UNREGISTER_BROKER: a broker leaves (graceful stop)."""
+    """UNREGISTER_BROKER: a broker leaves (graceful stop). The NameServer acts only when it holds
+    exactly this record, ``address`` included (brokers always send it; the NameServer refuses an empty
+    one with ValidationError, as it refused a missing one before the field had a type here)."""
 
     cluster: str
     broker_name: str
     broker_id: int
+    address: str = ""
 
 
 # --- clients ⇄ NameServer -----------------------------------------------------------------------------
@@ -93,6 +125,21 @@ class GetRouteInfoRequest(ControlMessage):
     """GET_ROUTEINFO_BY_TOPIC."""
 
     topic: str
+
+
+@dataclass(frozen=True)
+class TopicsByClusterRequest(ControlMessage):
+    """GET_TOPICS_BY_CLUSTER."""
+
+    cluster: str
+
+
+@dataclass(frozen=True)
+class DeleteTopicInNamesrvRequest(ControlMessage):
+    """DELETE_TOPIC_IN_NAMESRV: forget a topic's route, or (``cluster``) only that cluster's part."""
+
+    topic: str
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +260,20 @@ class ViewMessageRequest(ControlMessage):
 
 
 @dataclass(frozen=True)
+class GroupRequest(ControlMessage):
+    """GET_CONSUMER_LIST_BY_GROUP / GET_CONSUME_STATS: about one consumer group."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class ClientIdRequest(ControlMessage):
+    """UNREGISTER_CLIENT: a client leaves every group it joined on this broker."""
+
+    client_id: str
+
+
+@dataclass(frozen=True)
 class HeartbeatRequest(ControlMessage):
     """HEART_BEAT: a client announces itself and its groups."""
 
@@ -220,6 +281,50 @@ class HeartbeatRequest(ControlMessage):
     producer_groups: list[str]
     consumer_groups: list[str]
     pid: int = 0                # the client's process (same host): the broker drops it when it is gone
+
+
+@dataclass(frozen=True)
+class PromoteRequest(ControlMessage):
+    """PROMOTE_BROKER: a slave becomes its group's master in ``role`` (ASYNC_MASTER or SYNC_MASTER), at
+    an epoch above ``epoch`` (the newest the operator's side knows of); ``force`` accepts losing what
+    the slave lacks (``broker/promotion.py``)."""
+
+    role: str = "ASYNC_MASTER"
+    force: bool = False
+    epoch: int = 0
+
+
+# --- the server's side: one decode step per handler ----------------------------------------------------
+
+_Handler = Callable[..., Any]
+
+
+def handles(request_type: type[ControlMessage], *,
+            invalid: Callable[[str], Exception] | None = None) -> Callable[[_Handler], _Handler]:
+    """Declare the request type of a control handler method ``fn(self, request, token=None)``.
+
+    The decorated method is what ``transport.Server``'s handler table holds and what tests call:
+    ``method(frame, token=None)``. It decodes ``frame.fields`` once with ``request_type.from_fields``
+    and calls ``fn`` with the typed request, so a handler never sees an unchecked field. A decode
+    failure is a ProtocolError (BAD_REQUEST at the client), or ``invalid(why)`` where a server has
+    always answered bad fields with another error — the NameServer's MESSAGE_ILLEGAL, which clients
+    raise as ValidationError — so what a client receives does not depend on where a check sits.
+    ``method.request_type`` names the schema (for tests and tools that list what a server reads).
+    """
+    def declare(fn: _Handler) -> _Handler:
+        @functools.wraps(fn)
+        def handler(self: Any, frame: Any, token: Any = None) -> Any:
+            try:
+                request = request_type.from_fields(frame.fields)
+            except ProtocolError as e:
+                if invalid is None:
+                    raise
+                raise invalid(e.why) from None
+            return fn(self, request, token)
+
+        handler.request_type = request_type          # type: ignore[attr-defined]
+        return handler
+    return declare
 
 
 # --- schema checking -----------------------------------------------------------------------------------
