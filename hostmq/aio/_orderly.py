@@ -1,5 +1,6 @@
-"""Orderly consumption for the asyncio push consumer: the sync ``ConsumeMessageOrderlyService`` (queue locks on
-the brokers, taken over and let go by the pull thread) whose per-queue task is a task on the loop.
+"""Orderly consumption for the asyncio push consumer: the sync ``ConsumeMessageOrderlyService``
+(queue locks on the brokers, taken over and let go by the pull thread) whose per-queue task is a
+task on the loop.
 
 As in the sync consumer, one task per locked queue runs the listener on that queue's messages one
 batch at a time, in queue order; on ``RECONSUME_LATER`` (or an exception) the queue is suspended for

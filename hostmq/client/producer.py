@@ -217,10 +217,10 @@ class Producer:
         def frame(mq: MessageQueue, session: ProducerSession) -> tuple:
             rec = self.record(topic_b, body, props, sys_flag, mq, msg, session)
             return R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut)
-        self._publish_async(msg, queue, selector, arg, sharding_key, deadline, frame)
+        self.publish_frame(msg, queue, selector, arg, sharding_key, deadline, frame)
 
-    def _publish_async(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
-                       frame: Callable) -> None:
+    def publish_frame(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
+                      frame: Callable) -> None:
         """Publish the frame ``frame(queue, session)`` builds — ``(kind, payload, count, waiter)`` —
         without waiting for it; on another broker if this one is gone or busy (unless the queue is
         pinned); the last error otherwise. Async sends and auto-batches (``accumulator``)."""
