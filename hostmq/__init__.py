@@ -25,6 +25,7 @@ from .store.reader import MessageBatch
 
 if TYPE_CHECKING:               # what the lazily loaded names are, for type checkers (py.typed)
     from .client.accumulator import BatchConfig
+    from .client.consume_service import ConsumeConcurrentlyContext, ConsumeOrderlyContext
     from .admin.admin import Admin
     from .client.producer import Producer
     from .client.pull_consumer import PullConsumer
@@ -38,7 +39,8 @@ if TYPE_CHECKING:               # what the lazily loaded names are, for type che
 _LAZY = {"Producer": ".client.producer", "PullConsumer": ".client.pull_consumer", "Admin": ".admin.admin",
          "PushConsumer": ".client.push_consumer", "TransactionProducer": ".client.transaction_producer",
          "TransactionSendResult": ".client.transaction_producer", "BatchConfig": ".client.accumulator",
-         "LocalCluster": ".cluster"}
+         "LocalCluster": ".cluster", "ConsumeConcurrentlyContext": ".client.consume_service",
+         "ConsumeOrderlyContext": ".client.consume_service"}
 
 
 def __getattr__(name: str):
@@ -64,5 +66,5 @@ __all__ = [
     "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "TransactionState",
     "ConsumeResult", "MessageModel", "ConsumeFrom", "MessageBatch", "tag_hash", "allocate", "SQL",
     "Producer", "TransactionProducer", "TransactionSendResult", "PullConsumer", "PushConsumer", "Admin",
-    "LocalCluster", "BatchConfig",
+    "LocalCluster", "BatchConfig", "ConsumeConcurrentlyContext", "ConsumeOrderlyContext",
 ]

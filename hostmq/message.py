@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from . import records
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, ValidationError
 from .records import PROP_KEYS, PROP_TAGS, PROP_DELAY, KEY_SEPARATOR
 
 
@@ -166,6 +166,13 @@ class MessageExt(Message):
     def raw(self) -> bytes:
         """The record exactly as stored in the commitlog."""
         return self._raw
+
+    def show_as(self, topic: str | None) -> None:
+        """Show this message under ``topic`` (a retried message under its original topic, as RocketMQ's
+        ``resetRetryAndNamespace``); None or "" shows the stored topic again."""
+        if topic is not None and not isinstance(topic, str):
+            raise ValidationError(f"topic must be a str or None, got {topic!r}")
+        self._topic = topic or None
 
     @property
     def topic(self) -> str:  # type: ignore[override]

@@ -65,9 +65,9 @@ class _Engine(_SyncProducer):
         self._fresh[topic] = (time.monotonic() + inst.route_max_age_s, queues)
         return queues
 
-    def _forget(self, broker: str, topic: str, error: Exception) -> None:
+    def forget(self, broker: str, topic: str, error: Exception) -> None:
         self._fresh.pop(topic, None)
-        super()._forget(broker, topic, error)
+        super().forget(broker, topic, error)
 
 
 class Producer:
@@ -102,7 +102,7 @@ class Producer:
     async def start(self) -> "Producer":
         if self.closed:
             raise ValidationError("the producer is closed")
-        if not self._engine._started:
+        if not self._engine.started:
             await self._worker.call(self._engine.start)
         self._engine.loop_thread = threading.get_ident()
         return self
@@ -132,10 +132,10 @@ class Producer:
         """Send and await the broker's answer; retried on another broker on failure (as the sync
         ``send``). ``queue`` / ``selector(queues, msg, arg)`` / ``sharding_key`` pin the queue."""
         deadline = await self._deadline(timeout)
-        topic_b, body, sys_flag, props = self._engine._prepare(msg)
+        topic_b, body, sys_flag, props = self._engine.prepare(msg)
 
         def frame(mq: MessageQueue, session: ProducerSession) -> Frame:
-            rec = self._engine._record(topic_b, body, props, sys_flag, mq, msg, session)
+            rec = self._engine.record(topic_b, body, props, sys_flag, mq, msg, session)
             return R.FRAME_MESSAGE, rec, 1, None
         return await self._retrying(msg, queue, selector, arg, sharding_key, deadline, frame)
 
@@ -166,10 +166,10 @@ class Producer:
             raise ValidationError(f"a batch holds messages of one topic ({topic!r})")
         if m.delay_level:
             raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
-        return self._engine._prepare(m, compress=False)
+        return self._engine.prepare(m, compress=False)
 
     async def _deadline(self, timeout: float | None) -> float:
-        if not self._engine._started or self._engine.loop_thread != threading.get_ident():
+        if not self._engine.started or self._engine.loop_thread != threading.get_ident():
             await self.start()
         return time.monotonic() + (self._engine.send_timeout_s if timeout is None else timeout)
 
@@ -187,12 +187,12 @@ class Producer:
             t0 = time.monotonic()
             try:
                 result = await self._attempt(mq, frame, deadline)
-                eng._latency(mq.broker, t0, False)
+                eng.note_latency(mq.broker, t0, False)
                 return result
             except (ConnectError, BrokerBusyError, NoRouteError) as e:
                 error, last_failed = e, mq.broker
-                eng._latency(mq.broker, t0, True)
-                await self._worker.call(eng._forget, mq.broker, msg.topic, e)   # may close a session
+                eng.note_latency(mq.broker, t0, True)
+                await self._worker.call(eng.forget, mq.broker, msg.topic, e)   # may close a session
                 if time.monotonic() >= deadline:
                     break
         assert error is not None
@@ -202,15 +202,15 @@ class Producer:
                       arg: Any, sharding_key: str | None, last_failed: str | None, deadline: float) -> MessageQueue:
         args = (msg, queue, selector, arg, sharding_key, last_failed, deadline)
         try:
-            return self._engine._choose(*args)
+            return self._engine.choose(*args)
         except _WouldBlock:
-            return await self._worker.call(self._engine._choose, *args)
+            return await self._worker.call(self._engine.choose, *args)
 
     async def _attempt(self, mq: MessageQueue, frame: FrameFn, deadline: float) -> SendResult:
         """Publish ``frame`` on ``mq`` and await its completion."""
         loop = asyncio.get_running_loop()
         future: concurrent.futures.Future = concurrent.futures.Future()
-        session = self._engine._sessions.get(mq.broker)
+        session = self._engine.cached_session(mq.broker)
         if self._handed == self._finished and session is not None and session.broken is None:
             kind, payload, count, sizes = frame(mq, session)
             try:    # a deadline already past: one try to write, never a wait for room on the loop
@@ -238,7 +238,7 @@ class Producer:
     def _publish(self, mq: MessageQueue, frame: FrameFn, deadline: float, future: concurrent.futures.Future) -> None:
         """On the worker: open the session if needed and publish, waiting for room up to ``deadline``."""
         try:
-            session = self._engine._session(mq)
+            session = self._engine.session(mq)
             kind, payload, count, sizes = frame(mq, session)
             session.submit(kind, payload, count, Waiter(mq, sizes, future), deadline, is_async=True)
         finally:

@@ -49,7 +49,7 @@ class _Engine(_SyncPullConsumer):
     first message the asyncio side still holds."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, commit_position=self.held_position, **kwargs)
         self._wake_words = np.zeros(1, np.int64)        # private memory: only this process posts it
         self.wake = FutexWord(self._wake_words, 0)
         self._token = 0
@@ -104,7 +104,9 @@ class _Engine(_SyncPullConsumer):
                 self.held_first.pop(q, None)
                 self.held_count.pop(q, None)
 
-    def commit_position(self, mq: MessageQueue) -> int | None:
+    def held_position(self, mq: MessageQueue) -> int | None:
+        """What ``commit`` stores for ``mq``: the first message the loop still holds, else the
+        position read to (the sync consumer's ``commit_position`` callback)."""
         with self.held_lock:
             first = self.held_first.get(mq)
         return self.positions[mq] if first is None else first

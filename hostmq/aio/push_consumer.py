@@ -15,7 +15,9 @@ message whose listener has not finished: a crash re-delivers only unfinished mes
 ``close`` stops fetching, lets running listeners finish (``close_timeout_s``), sends failed ones
 back, commits, leaves the group and joins both threads (the pull thread and the worker that
 started it). ``register(fn, orderly=True)``: the sync consumer's orderly service (queue locks on the
-brokers), its per-queue tasks on the loop (``_orderly``).
+brokers), its per-queue tasks on the loop (``_orderly``). Both are the sync consumer's consume
+services (``client.consume_service``), installed through its ``service_factory``, with a batch's
+listener run on the loop; a listener taking ``(msgs, context)`` gets the same consume contexts.
 """
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ import logging
 import threading
 from typing import Any, Awaitable, Callable, cast
 
-from ..semantics.retry import RETRY_PREFIX
-from .. import records as R
+from ..client.consume_service import (ConsumeConcurrentlyContext, ConsumeMessageConcurrentlyService,
+                                      ConsumeMessageService, ConsumeOrderlyContext, takes_context)
 from ..client.process_queue import ProcessQueue
-from ..client.push_consumer import PushConsumer as _SyncPushConsumer
+from ..client.push_consumer import PushConsumer as _SyncPushConsumer, default_context, show_original_topics
 from ..errors import ValidationError
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from ..client.sql92 import SQL
@@ -53,16 +55,19 @@ class _ListenersDone:
             self.event.wait(CLOSE_TIMEOUT_S)
 
 
-class _Engine(_SyncPushConsumer):
-    """The sync push consumer whose batches go to the loop (``front``) instead of a thread pool."""
+class AsyncConcurrently(ConsumeMessageConcurrentlyService):
+    """The sync concurrent consume service whose batches go to the loop (``front``) instead of a
+    thread pool, and whose local retries wait there."""
 
-    front: "PushConsumer"
+    def __init__(self, consumer: _SyncPushConsumer, front: "PushConsumer") -> None:
+        super().__init__(consumer)
+        self.front = front
 
-    def _submit(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        self.front.call_soon(self.front._start, pq, batch, attempt)
+    def submit_batch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        self.front.call_soon(self.front.start_batch, self, mq, pq, batch, attempt)
 
-    def _retry_later(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        self.front.call_soon(self.front._later, pq, batch, attempt)
+    def consume_later(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        self.front.call_soon(self.front.later, self, mq, pq, batch, attempt)
 
 
 class PushConsumer:
@@ -78,9 +83,11 @@ class PushConsumer:
         ``heartbeat_interval_s``, ``retry_delay_s``)."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValidationError(f"concurrency must be an int ≥ 1, got {concurrency!r}")
-        self._engine = _Engine(root, group, model, consume_from, consume_timestamp_ms, allocate,
-                               max_reconsume_times, batch_size, 1, **options)
-        self._engine.front = self
+        if "service_factory" in options:
+            raise ValidationError("service_factory is this consumer's own (its listeners run on the loop)")
+        self._engine = _SyncPushConsumer(root, group, model, consume_from, consume_timestamp_ms, allocate,
+                                         max_reconsume_times, batch_size, 1, service_factory=self._service,
+                                         **options)
         self.concurrency = concurrency
         self._worker = Worker(f"hostmq-aio-push {group}")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,7 +97,12 @@ class PushConsumer:
         self._done = _ListenersDone()
         self._closing = asyncio.Event()
         self.listener: Listener | None = None
+        self.listener_takes_context = False
         self.closed = False
+
+    def _service(self, consumer: _SyncPushConsumer, orderly: bool) -> ConsumeMessageService:
+        """The sync consumer's ``service_factory``: its consume services, run on this loop."""
+        return AsyncOrderly(consumer, self) if orderly else AsyncConcurrently(consumer, self)
 
     @property
     def group(self) -> str:
@@ -106,13 +118,12 @@ class PushConsumer:
         self._engine.subscribe(topic, expression)
 
     def register(self, fn: Listener, orderly: bool = False) -> None:
-        """``fn(msgs) -> ConsumeResult``, an ``async def`` (a plain function returning a
-        ConsumeResult works too). ``orderly``: queues locked on their broker, one queue's messages
-        one batch at a time in queue order (``_orderly``)."""
+        """``fn(msgs) -> ConsumeResult`` (or ``fn(msgs, context)``), an ``async def`` (a plain
+        function returning a ConsumeResult works too). ``orderly``: queues locked on their broker,
+        one queue's messages one batch at a time in queue order (``_orderly``)."""
         self._engine.register(cast(Any, fn), orderly)   # it runs here, on the loop, not in the sync pool
-        if orderly:
-            self._engine.orderly = AsyncOrderly(self._engine, self)
         self.listener = fn
+        self.listener_takes_context = takes_context(fn)
 
     async def start(self) -> "PushConsumer":
         """Join the group and start fetching (returns once the first rebalance is done)."""
@@ -149,44 +160,52 @@ class PushConsumer:
             return False
         return True
 
-    def _start(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+    def start_batch(self, service: AsyncConcurrently, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt],
+                    attempt: int) -> None:
+        """On the loop: a task for one batch of the concurrent service."""
         if not self._engine.stopping.is_set():
-            self._spawn(self._running, self._consume(pq, batch, attempt))
+            self._spawn(self._running, self._consume(service, mq, pq, batch, attempt))
 
-    def _start_orderly(self, service: AsyncOrderly, mq: MessageQueue, pq: ProcessQueue) -> None:
+    def start_orderly(self, service: AsyncOrderly, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """On the loop: the task of one locked queue of the orderly service."""
         if self._engine.stopping.is_set():
             service.stopped(mq)
         else:
             self._spawn(self._running, service.consume(mq, pq))
 
-    def _later(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+    def later(self, service: AsyncConcurrently, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt],
+              attempt: int) -> None:
+        """On the loop: the batch again after ``retry_delay_s``."""
         if not self._engine.stopping.is_set():
-            self._spawn(self._delayed, self._consume_later(pq, batch, attempt))
+            self._spawn(self._delayed, self._consume_later(service, mq, pq, batch, attempt))
 
     def _spawn(self, tasks: set[asyncio.Task], coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    async def _consume_later(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+    async def _consume_later(self, service: AsyncConcurrently, mq: MessageQueue, pq: ProcessQueue,
+                             batch: list[MessageExt], attempt: int) -> None:
         await asyncio.sleep(self._engine.retry_delay_s)
-        self._start(pq, batch, attempt)
+        self.start_batch(service, mq, pq, batch, attempt)
 
-    async def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        """One batch through the listener, and what its verdict means (as the sync ``_consume``)."""
+    async def _consume(self, service: AsyncConcurrently, mq: MessageQueue, pq: ProcessQueue,
+                       batch: list[MessageExt], attempt: int) -> None:
+        """One batch through the listener, and what its verdict means (as the sync service's ``consume``)."""
         eng = self._engine
         assert self._limit is not None
+        ctx = ConsumeConcurrentlyContext(mq)
         async with self._limit:
             if pq.dropped or eng.stopping.is_set():
                 return                  # another member owns the queue now; it re-reads from the commit
-            ok = await self._call_listener(batch) == ConsumeResult.SUCCESS
-        eng._settle(pq, batch, attempt, ok, self._later)
+            result = await self._call_listener(batch, ctx)
+        service.settle(mq, pq, batch, attempt, result, ctx)
 
-    async def _consume_one(self, batch: list[MessageExt]) -> ConsumeResult:
+    async def consume_one(self, batch: list[MessageExt], ctx: ConsumeOrderlyContext) -> ConsumeResult:
         """The listener's verdict on ``batch``, within the ``concurrency`` limit (orderly tasks)."""
         assert self._limit is not None
         async with self._limit:
-            return await self._call_listener(batch)
+            return await self._call_listener(batch, ctx)
 
     async def pause(self, delay_s: float) -> None:
         """Sleep ``delay_s``, or less if the consumer closes meanwhile."""
@@ -195,14 +214,17 @@ class PushConsumer:
         except TimeoutError:
             pass
 
-    async def _call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
-        for m in batch:
-            if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
-                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)     # type: ignore[assignment]
+    async def _call_listener(self, batch: list[MessageExt],
+                             ctx: ConsumeConcurrentlyContext | ConsumeOrderlyContext | None = None) -> ConsumeResult:
+        show_original_topics(batch)
         listener = self.listener
         assert listener is not None         # start() refuses to run without one
         try:
-            result: Any = listener(batch)
+            if self.listener_takes_context:
+                result: Any = cast(Any, listener)(batch, ctx if ctx is not None else
+                                                  default_context(batch, self._engine.orderly is not None))
+            else:
+                result = listener(batch)
             if inspect.isawaitable(result):
                 result = await result
         except Exception:
@@ -233,10 +255,7 @@ class PushConsumer:
                 for t in late:
                     t.cancel()
             self._done.event.set()
-            thread = eng._thread
-            if thread is not None:
-                await self._worker.call(thread.join, timeout_s)
-                eng._thread = None
+            await self._worker.call(eng.join, timeout_s)
         finally:
             self._done.event.set()
             self._worker.shutdown()

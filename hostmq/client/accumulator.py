@@ -121,7 +121,7 @@ class Accumulator:
                 self._publish(b)
 
     def _publish(self, b: _Open) -> None:
-        """One batch frame on a queue the producer chooses (``Producer._publish_async``: another broker
+        """One batch frame on a queue the producer chooses (``Producer.publish_frame``: another broker
         if this one is gone or busy); its futures fail together otherwise."""
         def frame(mq, session) -> tuple:
             payload, sizes = encode_records(b.topic_b, b.bodies, b.props, queue_id=mq.queue_id, flags=b.flags,
@@ -129,7 +129,7 @@ class Accumulator:
                                             store_host=session.store_host)
             return R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes, futures=b.futures)
         try:
-            self.producer._publish_async(b.first_msg, None, None, None, None, b.deadline, frame)
+            self.producer.publish_frame(b.first_msg, None, None, None, None, b.deadline, frame)
             return
         except HostMQError as e:
             error = e

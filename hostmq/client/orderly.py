@@ -16,7 +16,11 @@ messages one batch at a time, in queue order. How a queue changes hands without 
 
 On ``RECONSUME_LATER`` (or an exception) the queue is suspended for ``retry_delay_s`` and the same
 messages are consumed again, up to ``max_reconsume_times``; then they go to the DLQ and the queue
-goes on.
+goes on. The listener's ``ConsumeOrderlyContext`` may set how long the queue is suspended
+(``suspend_current_queue_time_millis``).
+
+This is the push consumer's ``ConsumeMessageService`` for orderly listeners
+(``consume_service``); ``OrderlyService`` is its earlier name.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from ..errors import HostMQError
 from ..message import ConsumeResult, MessageExt, MessageQueue
 from ..protocol.codes import RequestCode
 from ..protocol.messages import LockRequest
+from .consume_service import DELAY_DLQ, ConsumeMessageService, ConsumeOrderlyContext, SendBack
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -39,15 +44,17 @@ log = logging.getLogger(__name__)
 LOCK_RENEW_S = 20.0             # RocketMQ: an orderly member renews its queue locks every 20 s
 LOCK_RETRY_S = 0.5              # ... and asks again for queues it owns but could not lock this often
 REVOKE_WAIT_S = 1.0             # how long a revoked queue's running batch may finish before the commit
-DLQ_LEVEL = -1                  # send-back delay level that means "straight to the DLQ"
+DLQ_LEVEL = DELAY_DLQ           # send-back delay level that means "straight to the DLQ"
 
 
-class OrderlyService:
-    """State is guarded by the consumer's lock; ``maintain`` and ``dispatch`` run on the pull thread,
+class ConsumeMessageOrderlyService(ConsumeMessageService):
+    """State is guarded by the consumer's lock; ``maintain`` and ``submit`` run on the pull thread,
     ``_consume`` on the listener pool."""
 
+    orderly = True
+
     def __init__(self, consumer: "PushConsumer") -> None:
-        self.c = consumer
+        super().__init__(consumer)
         self.locked: set[MessageQueue] = set()
         self.pending: dict[MessageQueue, collections.deque] = {}     # fetched, not yet consumed
         self.running: set[MessageQueue] = set()                      # a task is consuming it
@@ -66,7 +73,7 @@ class OrderlyService:
         """Owned queues this member may not fetch from (under the consumer's lock)."""
         return {mq for mq in self.c.queues if mq not in self.locked}
 
-    def dispatch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+    def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
         with self.c.lock:
             if self.c.queues.get(mq) is not pq or mq not in self.locked:
                 return                      # fetched before the lock: dropped when it is granted
@@ -144,6 +151,15 @@ class OrderlyService:
         log.warning("%s: a listener still runs on a revoked queue after %.1f s; its batch may come again",
                     c.group, REVOKE_WAIT_S)
 
+    def consume_later(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        """A dead letter that could not be sent back: the queue consumes it again, in its place
+        (RocketMQ suspends the queue and consumes the message again)."""
+        with self.c.lock:
+            if self.c.queues.get(mq) is not pq or mq not in self.locked:
+                return                      # the queue moved on: its next owner reads from the commit
+            self.pending.setdefault(mq, collections.deque()).extendleft(reversed(batch))
+        self._kick(mq, pq)
+
     def commit_allowed(self, mq: MessageQueue) -> bool:
         return mq in self.locked            # under the consumer's lock
 
@@ -196,31 +212,64 @@ class OrderlyService:
         attempts = 0
         try:
             while True:
-                with c.lock:
-                    pending = self.pending.get(mq)
-                    if pq.dropped or c.stopping.is_set() or not pending or mq not in self.locked:
-                        return
-                    batch = [pending[i] for i in range(min(c.batch_size, len(pending)))]
-                result = c.call_listener(batch)
-                if result == ConsumeResult.SUCCESS:
+                taken = self.next_batch(mq, pq)
+                if taken is None:
+                    return
+                pending, batch = taken
+                ctx = ConsumeOrderlyContext(mq)
+                if c.call_listener(batch, ctx) == ConsumeResult.SUCCESS:
                     attempts = 0
-                    with c.lock:
-                        for _ in batch:
-                            pending.popleft()
-                        pq.remove([m.queue_offset for m in batch])
+                    self.done(pending, pq, batch)
                     continue
                 attempts += 1
                 if attempts > c.max_reconsume_times:
                     # Given up after the maximum: to the DLQ; the queue goes on in order after it
                     # (its offset is committed past the batch once the send-back is stored).
-                    with c.lock:
-                        for _ in batch:
-                            pending.popleft()
-                    c.failed.put((pq, batch, DLQ_LEVEL))
+                    self.give_up(mq, pending, pq, batch)
                     attempts = 0
                     continue
-                c.stopping.wait(c.retry_delay_s)   # suspend this queue, then the same messages again
+                c.stopping.wait(self.suspend_s(ctx))   # suspend this queue, then the same messages again
         finally:
             with c.lock:
                 self.running.discard(mq)
             self._kick(mq, pq)              # messages that came while the task was leaving
+
+    # -- one queue's task, shared with hostmq.aio's loop task -----------------------------------------
+    def next_batch(self, mq: MessageQueue, pq: ProcessQueue) -> tuple[collections.deque, list[MessageExt]] | None:
+        """The queue's pending deque (this one: a take-over replaces it) and its next batch; None
+        when the task should end (dropped, stopping, nothing pending, lock lost)."""
+        c = self.c
+        with c.lock:
+            pending = self.pending.get(mq)
+            if pq.dropped or c.stopping.is_set() or not pending or mq not in self.locked:
+                return None
+            return pending, [pending[i] for i in range(min(c.batch_size, len(pending)))]
+
+    def done(self, pending: collections.deque, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        """``batch`` consumed: off the pending deque, its offsets released."""
+        with self.c.lock:
+            for _ in batch:
+                pending.popleft()
+            pq.remove([m.queue_offset for m in batch])
+
+    def give_up(self, mq: MessageQueue, pending: collections.deque, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        """``batch`` failed ``max_reconsume_times`` times: off the pending deque, to the DLQ (its
+        offsets are released once the send-back is stored)."""
+        with self.c.lock:
+            for _ in batch:
+                pending.popleft()
+        self.c.failed.put((mq, pq, tuple(SendBack(m, DELAY_DLQ) for m in batch)))
+
+    def suspend_s(self, ctx: ConsumeOrderlyContext) -> float:
+        """How long the queue waits before a failed batch is consumed again: the listener's
+        ``suspend_current_queue_time_millis`` if it set one (≥ 0), else ``retry_delay_s``."""
+        ms = ctx.suspend_current_queue_time_millis
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms < 0:
+            if ms != -1:
+                log.error("listener of %s set suspend_current_queue_time_millis=%r (a number ≥ 0 is expected); "
+                          "suspending for retry_delay_s", self.c.group, ms)
+            return self.c.retry_delay_s
+        return ms / 1000.0
+
+
+OrderlyService = ConsumeMessageOrderlyService      # the earlier name

@@ -87,6 +87,11 @@ class Producer:
         self._started = True
         return self
 
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` ran (and ``shutdown`` has not since)."""
+        return self._started
+
     def flush(self) -> None:
         """Publish every message ``send_async`` holds in an open batch (``auto_batch``) now."""
         if self._accumulator is not None:
@@ -118,10 +123,10 @@ class Producer:
              selector: Callable | None = None, arg=None, sharding_key: str | None = None) -> SendResult:
         """Send and wait for the broker's answer (SendResult); retried on another broker on failure."""
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
-        topic_b, body, sys_flag, props = self._prepare(msg)
+        topic_b, body, sys_flag, props = self.prepare(msg)
 
         def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
-            rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
+            rec = self.record(topic_b, body, props, sys_flag, mq, msg, session)
             return session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), deadline)
         return self._retrying(msg, queue, selector, arg, sharding_key, deadline, attempt)[1]
 
@@ -135,7 +140,7 @@ class Producer:
             fut.add_done_callback(callback)
         if self.batch_config is not None and queue is None and selector is None and sharding_key is None \
                 and isinstance(msg, Message) and not msg.delay_level:
-            topic_b, body, sys_flag, props = self._prepare(msg, compress=False)
+            topic_b, body, sys_flag, props = self.prepare(msg, compress=False)
             if len(body) <= self.compress_over_bytes:
                 acc = self._accumulator
                 if acc is None:
@@ -168,7 +173,7 @@ class Producer:
                 raise ValidationError(f"a batch holds messages of one topic ({topic!r})")
             if m.delay_level:
                 raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
-            prepared.append(self._prepare(m, compress=False))
+            prepared.append(self.prepare(m, compress=False))
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
 
         def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
@@ -192,50 +197,53 @@ class Producer:
         pinned = queue is not None or selector is not None or sharding_key is not None
         last_failed, error = None, None
         for _ in range(1 + (0 if pinned else self.retries)):
-            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
+            mq = self.choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             t0 = time.monotonic()
             try:
-                out = attempt(mq, self._session(mq))
-                self._latency(mq.broker, t0, False)
+                out = attempt(mq, self.session(mq))
+                self.note_latency(mq.broker, t0, False)
                 return mq, out
             except (ConnectError, BrokerBusyError, NoRouteError) as e:
                 error, last_failed = e, mq.broker
-                self._latency(mq.broker, t0, True)
-                self._forget(mq.broker, msg.topic, e)
+                self.note_latency(mq.broker, t0, True)
+                self.forget(mq.broker, msg.topic, e)
                 if time.monotonic() >= deadline:
                     break
         raise error
 
     def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut, prepared=None) -> None:
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
-        topic_b, body, sys_flag, props = prepared or self._prepare(msg)
+        topic_b, body, sys_flag, props = prepared or self.prepare(msg)
 
         def frame(mq: MessageQueue, session: ProducerSession) -> tuple:
-            rec = self._record(topic_b, body, props, sys_flag, mq, msg, session)
+            rec = self.record(topic_b, body, props, sys_flag, mq, msg, session)
             return R.FRAME_MESSAGE, rec, 1, Waiter(mq, None, fut)
-        self._publish_async(msg, queue, selector, arg, sharding_key, deadline, frame)
+        self.publish_frame(msg, queue, selector, arg, sharding_key, deadline, frame)
 
-    def _publish_async(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
-                       frame: Callable) -> None:
+    def publish_frame(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
+                      frame: Callable) -> None:
         """Publish the frame ``frame(queue, session)`` builds — ``(kind, payload, count, waiter)`` —
         without waiting for it; on another broker if this one is gone or busy (unless the queue is
         pinned); the last error otherwise. Async sends and auto-batches (``accumulator``)."""
         pinned = queue is not None or selector is not None or sharding_key is not None
         last_failed, error = None, None
         for _ in range(1 + (0 if pinned else self.retries)):
-            mq = self._choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
+            mq = self.choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             try:
-                session = self._session(mq)
+                session = self.session(mq)
                 kind, payload, count, waiter = frame(mq, session)
                 session.submit(kind, payload, count, waiter, deadline, is_async=True)
                 return
             except (ConnectError, BrokerBusyError) as e:
                 error, last_failed = e, mq.broker
-                self._latency(mq.broker, time.monotonic(), True)
-                self._forget(mq.broker, msg.topic, e)
+                self.note_latency(mq.broker, time.monotonic(), True)
+                self.forget(mq.broker, msg.topic, e)
         raise error
 
-    def _prepare(self, msg: Message, compress: bool = True) -> tuple[bytes, bytes, int, bytes]:
+    # The pieces of a send below are public so that ``hostmq.aio.Producer`` composes its sends from
+    # them (prepare, choose, session / cached_session, record, note_latency, forget) without reaching
+    # into this class; they are not part of docs/api.md.
+    def prepare(self, msg: Message, compress: bool = True) -> tuple[bytes, bytes, int, bytes]:
         """Validate; ``(topic bytes, body to store, sys flag, properties bytes)``. Nothing is sent
         for a message that fails here."""
         if not isinstance(msg, Message):
@@ -266,8 +274,9 @@ class Producer:
         return body, 0
 
     @staticmethod
-    def _record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, mq: MessageQueue, msg: Message,
-                session: ProducerSession) -> bytes:
+    def record(topic_b: bytes, body: bytes, props: bytes, sys_flag: int, mq: MessageQueue, msg: Message,
+               session: ProducerSession) -> bytes:
+        """The stored record of a prepared message for ``mq`` (a delayed one under the schedule topic)."""
         queue_id = mq.queue_id
         if msg.delay_level:             # stored under the schedule topic until due (broker.schedule)
             topic_b, queue_id, props = schedule_parts(mq.topic, queue_id, props, msg.delay_level,
@@ -279,8 +288,10 @@ class Producer:
                                born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
                                store_host=session.store_host)
 
-    def _choose(self, msg: Message, queue, selector, arg, sharding_key, last_failed,
-                deadline: float) -> MessageQueue:
+    def choose(self, msg: Message, queue, selector, arg, sharding_key, last_failed,
+               deadline: float) -> MessageQueue:
+        """The queue a send goes to: ``queue`` if pinned, else ``selector``'s or ``sharding_key``'s,
+        else the next one round-robin, avoiding ``last_failed`` and brokers the latency fault marks."""
         if queue is not None:
             if not isinstance(queue, MessageQueue) or queue.topic != msg.topic:
                 raise ValidationError(f"queue {queue!r} is not a queue of topic {msg.topic!r}")
@@ -332,8 +343,14 @@ class Producer:
             raise NoRouteError(f"no route for topic {topic!r} and no broker created it"
                                + (f" ({'; '.join(errors)})" if errors else " (no broker is registered)"))
 
-    def _session(self, mq: MessageQueue) -> ProducerSession:
+    def session(self, mq: MessageQueue) -> ProducerSession:
+        """The session to ``mq``'s broker, opened (a connect, a ring mapped) on first use."""
         return self._broker_session(mq.broker, mq.topic)
+
+    def cached_session(self, broker: str) -> ProducerSession | None:
+        """The session to ``broker`` if one was opened (broken or not), without opening one: what a
+        caller that must not block may use."""
+        return self._sessions.get(broker)
 
     def _broker_session(self, broker: str, topic: str | None = None) -> ProducerSession:
         """The session (ingress ring) to ``broker``, opened on first use (its address from ``topic``'s
@@ -353,11 +370,13 @@ class Producer:
             self._sessions[broker] = s
             return s
 
-    def _latency(self, broker: str, t0: float, failed: bool) -> None:
+    def note_latency(self, broker: str, t0: float, failed: bool) -> None:
+        """A send to ``broker`` begun at ``t0`` ended (``failed``: isolate it a while) — the latency
+        fault tolerance's input."""
         if self.fault is not None:
             self.fault.update(broker, (time.monotonic() - t0) * 1000, time.time() * 1000, isolation=failed)
 
-    def _forget(self, broker: str, topic: str, error: Exception) -> None:
+    def forget(self, broker: str, topic: str, error: Exception) -> None:
         """After a failure: drop a broken session and the topic's cached route."""
         s = self._sessions.get(broker)
         if s is not None and s.broken is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -55,7 +55,20 @@ class PullConsumer:
                  auto_commit_interval_s: float = 5.0, max_poll_records: int = 32, spin_s: float = 50e-6,
                  timeout_s: float = 3.0, allocate: Strategy = "average",
                  rebalance_interval_s: float = REBALANCE_INTERVAL_S,
-                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, offset_store=None) -> None:
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, offset_store=None,
+                 on_assign: Callable[[list[MessageQueue]], None] | None = None,
+                 on_revoke: Callable[[list[MessageQueue]], None] | None = None,
+                 commit_position: Callable[[MessageQueue], int | None] | None = None) -> None:
+        """Hooks (RocketMQ's ``MessageQueueListener`` and the push consumer's offset rule), called on
+        the polling thread: ``on_assign(queues)`` after a rebalance gives this member ``queues``
+        (positions set); ``on_revoke(queues)`` before the commit of queues a rebalance takes away;
+        ``commit_position(mq)`` the offset ``commit`` stores for ``mq`` (None: nothing now), instead
+        of the next offset to read. The methods of those names call them (a subclass may override
+        the methods instead)."""
+        for name, fn in (("on_assign", on_assign), ("on_revoke", on_revoke), ("commit_position", commit_position)):
+            if fn is not None and not callable(fn):
+                raise ValidationError(f"{name} must be callable, got {fn!r}")
+        self._on_assign, self._on_revoke, self._commit_position = on_assign, on_revoke, commit_position
         R.validate_consumer_group(group)
         if not isinstance(consume_from, ConsumeFrom):
             raise ValidationError(f"consume_from must be a hostmq.ConsumeFrom, got {consume_from!r}")
@@ -166,6 +179,8 @@ class PullConsumer:
                 self._seen.pop(q, None)
         for q in gained:
             self.positions[q] = self._initial_offset(q)
+        if gained:
+            self.on_assign(gained)
         if lost or gained:
             log.info("%s %s: rebalanced: %d queues (-%d +%d)", self.group, m.client_id, len(self.positions),
                      len(lost), len(gained))
@@ -408,7 +423,16 @@ class PullConsumer:
 
     def on_revoke(self, queues: list[MessageQueue]) -> None:
         """Called when a rebalance takes ``queues`` away, before their offsets are committed (a push
-        consumer lets the batches being consumed finish, so the commit covers them)."""
+        consumer lets the batches being consumed finish, so the commit covers them): the
+        ``on_revoke`` callback, if one was given."""
+        if self._on_revoke is not None:
+            self._on_revoke(queues)
+
+    def on_assign(self, queues: list[MessageQueue]) -> None:
+        """Called when a rebalance gives this member ``queues`` (their positions set): the
+        ``on_assign`` callback, if one was given."""
+        if self._on_assign is not None:
+            self._on_assign(queues)
 
     def reload_position(self, mq: MessageQueue) -> int:
         """Continue ``mq`` from the group's committed offset as it is now (or the ``consume_from``
@@ -422,7 +446,10 @@ class PullConsumer:
 
     def commit_position(self, mq: MessageQueue) -> int | None:
         """The offset ``commit`` stores for ``mq``: the next one to read (a push consumer stores the
-        first one its listener has not finished; None: nothing to store for it now)."""
+        first one its listener has not finished; None: nothing to store for it now) — the
+        ``commit_position`` callback's answer, if one was given."""
+        if self._commit_position is not None:
+            return self._commit_position(mq)
         return self.positions[mq]
 
     def committed(self, mq: MessageQueue) -> int | None:

@@ -24,7 +24,11 @@ the dispatcher posts on arrival (the shared-memory form of RocketMQ's 15 s broke
   batch is consumed again here after ``retry_delay_s`` (RocketMQ's local fallback); its offset is not
   committed past it meanwhile.
 * ``register(fn, orderly=True)``: queues locked on their broker, one queue's messages one at a time
-  in queue order (``orderly.OrderlyService``).
+  in queue order (``orderly.ConsumeMessageOrderlyService``).
+* The listener runs in a consume service chosen by ``register`` (``consume_service``: RocketMQ's
+  ``ConsumeMessageConcurrentlyService`` / ``ConsumeMessageOrderlyService``); a listener that takes a
+  second positional parameter is called ``fn(msgs, context)`` with the batch's consume context
+  (``ConsumeConcurrentlyContext`` / ``ConsumeOrderlyContext``), else ``fn(msgs)`` as always.
 * BROADCASTING: every instance reads every queue; offsets are kept per ``instance_name`` under the
   root (``offset_store.LocalOffsets``).
 """
@@ -41,11 +45,12 @@ from .. import records as R
 from ..semantics.retry import RETRY_PREFIX, retry_record, retry_topic
 from ..errors import HostMQError, ValidationError
 from ..protocol.codes import RequestCode
-from ..protocol.messages import SendBackRequest
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from .membership import HEARTBEAT_INTERVAL_S, REBALANCE_INTERVAL_S
 from .offset_store import LocalOffsets, local_offsets_path
-from .orderly import OrderlyService
+from .consume_service import (ConsumeConcurrentlyContext, ConsumeMessageConcurrentlyService, ConsumeMessageService,
+                              ConsumeOrderlyContext, SendBack, takes_context)
+from .orderly import ConsumeMessageOrderlyService
 from .process_queue import ProcessQueue
 from .pull_consumer import PullConsumer
 from .rebalance import Strategy
@@ -61,6 +66,22 @@ RETRY_DELAY_S = 1.0
 POLL_ERROR_PAUSE_S = 1.0        # the pull thread's pause after an unexpected error of a poll
 
 
+ServiceFactory = Callable[["PushConsumer", bool], ConsumeMessageService]
+
+
+def show_original_topics(batch: list[MessageExt]) -> None:
+    """A retried message is shown under its own topic (RocketMQ ``resetRetryAndNamespace``)."""
+    for m in batch:
+        if m.queue.topic.startswith(RETRY_PREFIX):
+            m.show_as(m.properties.get(R.PROP_RETRY_TOPIC))
+
+
+def default_context(batch: list[MessageExt], orderly: bool) -> ConsumeConcurrentlyContext | ConsumeOrderlyContext:
+    """A context for a caller of ``call_listener`` that passed none: the batch's queue as shown."""
+    mq = batch[0].queue if batch else MessageQueue("", "", 0)
+    return ConsumeOrderlyContext(mq) if orderly else ConsumeConcurrentlyContext(mq)
+
+
 class PushConsumer:
     def __init__(self, root=None, group: str = "DEFAULT_CONSUMER", model: MessageModel = MessageModel.CLUSTERING,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp_ms: int | None = None,
@@ -68,7 +89,13 @@ class PushConsumer:
                  threads: int = 4, *, instance_name: str = "DEFAULT", pull_batch_size: int = 32,
                  max_held_messages: int = MAX_HELD_MESSAGES, max_held_bytes: int = MAX_HELD_BYTES,
                  auto_commit_interval_s: float = 5.0, rebalance_interval_s: float = REBALANCE_INTERVAL_S,
-                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, retry_delay_s: float = RETRY_DELAY_S) -> None:
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, retry_delay_s: float = RETRY_DELAY_S,
+                 service_factory: ServiceFactory | None = None) -> None:
+        """``service_factory(consumer, orderly)``: the consume service ``register`` installs (default:
+        ``ConsumeMessageOrderlyService`` or ``ConsumeMessageConcurrentlyService``); ``hostmq.aio``
+        passes services that run listeners on its event loop."""
+        if service_factory is not None and not callable(service_factory):
+            raise ValidationError(f"service_factory must be callable, got {service_factory!r}")
         if not isinstance(model, MessageModel):
             raise ValidationError(f"model must be a hostmq.MessageModel, got {model!r}")
         for name, v in (("batch_size", batch_size), ("threads", threads), ("pull_batch_size", pull_batch_size),
@@ -86,19 +113,21 @@ class PushConsumer:
         self.rebalance_interval_s, self.heartbeat_interval_s = rebalance_interval_s, heartbeat_interval_s
         self.retry_delay_s = retry_delay_s
         self.subscriptions: dict[str, str | SQL] = {}
-        self.listener: Callable[[list[MessageExt]], ConsumeResult] | None = None
+        self.listener: Callable[..., ConsumeResult] | None = None
+        self.listener_takes_context = False     # called fn(msgs, context) rather than fn(msgs)
+        self.service_factory = service_factory
+        self.service: ConsumeMessageService | None = None
         self.pull: PullConsumer | None = None
         self.queues: dict[MessageQueue, ProcessQueue] = {}
-        # What the consume services (``orderly.OrderlyService``, ``hostmq.aio``) share with this consumer:
-        # ``lock`` (process queues and orderly state), ``stopping``, ``pool`` (the listener threads),
-        # ``failed`` (batches to send back) and :meth:`call_listener`.
+        # What the consume services (``consume_service``, ``orderly``, ``hostmq.aio``) share with this
+        # consumer: ``queues``, ``lock`` (process queues and service state), ``stopping``, ``pool`` (the
+        # listener threads), ``failed`` (send-backs for the pull thread), ``pull`` and :meth:`call_listener`.
         self.stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.pool: ThreadPoolExecutor | None = None
-        self._timers: set[threading.Timer] = set()
-        self.failed: queue.SimpleQueue = queue.SimpleQueue()   # (process queue, batch) to send back
+        # (queue, process queue, tuple of SendBack): failed messages the pull thread sends back
+        self.failed: queue.SimpleQueue = queue.SimpleQueue()
         self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
-        self.orderly: OrderlyService | None = None
         self.lock = threading.Lock()
         self.error: BaseException | None = None
 
@@ -114,26 +143,45 @@ class PushConsumer:
         R.validate_topic(topic)
         self.subscriptions[topic] = expression
 
-    def register(self, fn: Callable[[list[MessageExt]], ConsumeResult], orderly: bool = False) -> None:
+    def register(self, fn: Callable[..., ConsumeResult], orderly: bool = False) -> None:
+        """``fn(msgs)`` or ``fn(msgs, context)`` → ``ConsumeResult``; ``orderly`` picks the orderly
+        consume service (RocketMQ: registering a ``MessageListenerOrderly``)."""
         if not callable(fn):
             raise ValidationError("the listener must be callable")
         if orderly and self.model != MessageModel.CLUSTERING:
             raise ValidationError("orderly consumption needs MessageModel.CLUSTERING (queues are locked per group)")
-        self.orderly = OrderlyService(self) if orderly else None
+        if self.pull is not None:
+            raise ValidationError("register before start()")
+        if self.service_factory is not None:
+            service = self.service_factory(self, bool(orderly))
+            if not isinstance(service, ConsumeMessageService):
+                raise ValidationError(f"service_factory returned {service!r}, not a ConsumeMessageService")
+        else:
+            service = ConsumeMessageOrderlyService(self) if orderly else ConsumeMessageConcurrentlyService(self)
+        self.service = service
         self.listener = fn
+        self.listener_takes_context = takes_context(fn)
+
+    @property
+    def orderly(self) -> ConsumeMessageOrderlyService | None:
+        """The orderly consume service, if the listener is orderly (else None)."""
+        s = self.service
+        return s if isinstance(s, ConsumeMessageOrderlyService) else None
 
     def start(self) -> "PushConsumer":
         if self.pull is not None:
             return self
         if not self.subscriptions:
             raise ValidationError("subscribe to at least one topic before start()")
-        if self.listener is None:
+        if self.listener is None or self.service is None:
             raise ValidationError("register a listener before start()")
+        service = self.service
         store = None
         pull = PullConsumer(self.root, group=self.group, auto_commit=False, consume_from=self.consume_from,
                             consume_timestamp_ms=self.consume_timestamp_ms, max_poll_records=self.pull_batch_size,
                             allocate=self.allocate, rebalance_interval_s=self.rebalance_interval_s,
                             heartbeat_interval_s=self.heartbeat_interval_s,
+                            on_revoke=service.on_revoke, commit_position=self._commit_position,
                             # No spin: a spinning thread holds the GIL, and the listener threads that
                             # must run the messages just fetched would wait for it to sleep.
                             spin_s=0.0)
@@ -141,9 +189,6 @@ class PushConsumer:
             if self.model == MessageModel.BROADCASTING:
                 store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))
                 pull.offsets = store
-            pull.commit_position = self._commit_position
-            if self.orderly is not None:
-                pull.on_revoke = self.orderly.on_revoke
             self.pull = pull
             self._setup_queues()
         except BaseException:
@@ -151,6 +196,7 @@ class PushConsumer:
             self.pull = None
             raise
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"hostmq-consume {self.group}")
+        service.start()
         self._thread = threading.Thread(target=self._run, name=f"hostmq-pull {self.group}", daemon=True)
         self._thread.start()
         return self
@@ -188,8 +234,7 @@ class PushConsumer:
                     next_route = time.monotonic() + self.rebalance_interval_s
                     self._broadcast_assign()
                 self._sync_queues()
-                if self.orderly is not None:
-                    self.orderly.maintain()
+                self.service.maintain()
                 self._flow_control()
                 try:
                     msgs = pull.poll(0.2)
@@ -214,15 +259,13 @@ class PushConsumer:
             log.exception("pull thread of %s failed", self.group)
         finally:
             self.pool.shutdown(wait=True)
-            for t in list(self._timers):
-                t.cancel()
+            self.service.shutdown()
             self._send_back_failed()
             self._commit()
-            if self.orderly is not None:
-                try:
-                    self.orderly.unlock_all()
-                except HostMQError as e:
-                    log.warning("unlocking the queues of %s failed: %s", self.group, e)
+            try:
+                self.service.unlock_all()
+            except HostMQError as e:
+                log.warning("unlocking the queues of %s failed: %s", self.group, e)
             for session in self._sessions.values():
                 session.close(1.0)
             pull.close()
@@ -234,8 +277,7 @@ class PushConsumer:
         with self.lock:
             for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
-                if self.orderly is not None:
-                    self.orderly.dropped(mq)
+                self.service.dropped(mq)
             for mq, off in positions.items():
                 if mq not in self.queues:
                     self.queues[mq] = ProcessQueue(off)
@@ -254,8 +296,7 @@ class PushConsumer:
     def _flow_control(self) -> None:
         with self.lock:
             full = {mq for mq, pq in self.queues.items() if pq.is_full(self.max_held_messages, self.max_held_bytes)}
-            if self.orderly is not None:    # only what this member holds the lock of is fetched
-                full |= self.orderly.unlocked()
+            full |= self.service.unlocked()     # orderly: only what this member holds the lock of is fetched
         pull = self.pull
         if full != pull.paused:
             pull.resume(pull.paused - full)
@@ -271,48 +312,20 @@ class PushConsumer:
                 if pq is None:
                     continue
                 pq.add([(m.queue_offset, m.store_size) for m in batch], self.pull.positions.get(mq, 0))
-            if self.orderly is not None:
-                self.orderly.dispatch(mq, pq, batch)
-                continue
-            for i in range(0, len(batch), self.batch_size):
-                self._submit(pq, batch[i:i + self.batch_size], 0)
+            self.service.submit(mq, pq, batch)
 
-    def _submit(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+    def call_listener(self, batch: list[MessageExt],
+                      context: ConsumeConcurrentlyContext | ConsumeOrderlyContext | None = None) -> ConsumeResult:
+        """The listener's verdict on a batch, ``context`` passed if it takes one (built here if none is
+        given); an exception or a wrong return value counts as RECONSUME_LATER (logged)."""
+        show_original_topics(batch)
         try:
-            self.pool.submit(self._consume, pq, batch, attempt)
-        except RuntimeError:                # the pool is shutting down: the offset stays uncommitted
-            pass
-
-    def _consume(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
-        if pq.dropped or self.stopping.is_set():
-            return                          # another member owns the queue now; it re-reads from the commit
-        self._settle(pq, batch, attempt, self.call_listener(batch) == ConsumeResult.SUCCESS, self._retry_later)
-
-    def _settle(self, pq: ProcessQueue, batch: list[MessageExt], attempt: int, ok: bool, later) -> None:
-        """What the listener's verdict on ``batch`` (``ok``) means: done (its offsets released); to the
-        retry topic (or the DLQ) by the pull thread, on a clustering consumer's first failure; else the
-        batch again after ``retry_delay_s`` through ``later(pq, batch, attempt)`` (hostmq.aio passes
-        its event loop's own)."""
-        if ok:
-            with self.lock:
-                pq.remove([m.queue_offset for m in batch])
-            return
-        if self.model == MessageModel.CLUSTERING and attempt == 0:
-            self.failed.put((pq, batch))        # to the retry topic (or the DLQ), by the pull thread
-            return
-        if attempt + 1 >= self.max_reconsume_times:
-            log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
-                      self.group, len(batch), attempt + 1, self.retry_delay_s)
-        later(pq, batch, attempt + 1)
-
-    def call_listener(self, batch: list[MessageExt]) -> ConsumeResult:
-        """The listener's verdict on a batch; an exception or a wrong return value counts as
-        RECONSUME_LATER (logged)."""
-        for m in batch:
-            if m.queue.topic.startswith(RETRY_PREFIX):    # a retried message is shown under its own topic
-                m._topic = m.properties.get(R.PROP_RETRY_TOPIC)
-        try:
-            result = self.listener(batch)
+            if self.listener_takes_context:
+                if context is None:
+                    context = default_context(batch, self.orderly is not None)
+                result = self.listener(batch, context)
+            else:
+                result = self.listener(batch)
         except Exception:
             log.exception("listener of %s failed; consuming again later", self.group)
             return ConsumeResult.RECONSUME_LATER
@@ -321,39 +334,36 @@ class PushConsumer:
             return ConsumeResult.RECONSUME_LATER
         return result
 
-    def _retry(self, pq: ProcessQueue, batch, attempt: int) -> None:
-        with self.lock:
-            self._timers.discard(threading.current_thread())
-        if not self.stopping.is_set():
-            self._submit(pq, batch, attempt)
-
     # -- retries --------------------------------------------------------------------------------------
     def _send_back_failed(self) -> None:
-        """Send failed batches back to their broker (retry topic after a back-off, or the DLQ); a
-        message that cannot be sent back is consumed again here after ``retry_delay_s``."""
+        """Send failed messages back to their broker (retry topic after a back-off, or the DLQ); a
+        message that cannot be sent back is consumed again here (the service's ``consume_later``)."""
         while True:
             try:
-                pq, batch, *level = self.failed.get_nowait()
+                mq, pq, backs = self.failed.get_nowait()
             except queue.Empty:
                 return
             done = []
-            for m in batch:
+            for back in backs:
+                m = back.msg
                 try:
-                    self._send_back(m, level[0] if level else 0)
+                    self.send_back(back)
                     done.append(m.queue_offset)
                 except HostMQError as e:
                     log.warning("%s: sending %s back failed (%s); consuming it again here later",
                                 self.group, m.msg_id, e)
-                    self._retry_later(pq, [m], 1)
+                    self.service.consume_later(mq, pq, [m], 1)
             with self.lock:
                 pq.remove(done)
 
-    def _send_back(self, m: MessageExt, delay_level: int = 0) -> None:
+    def send_back(self, back: SendBack) -> None:
+        """Store ``back.msg`` where its broker says (retry topic or DLQ), through this consumer's
+        ring to that broker (pull thread only)."""
+        m = back.msg
         inst = self.pull.instance
         address = inst.broker_address(m.broker)
-        req = SendBackRequest(group=self.group, reconsume_times=m.reconsume_times,
-                              max_reconsume_times=self.max_reconsume_times, delay_level=delay_level)
-        f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK, req.to_fields()).fields
+        f = inst.broker_request(address, RequestCode.CONSUMER_SEND_MSG_BACK,
+                                back.request(self.group, self.max_reconsume_times).to_fields()).fields
         session = self._sessions.get(m.broker)
         if session is None or session.broken is not None:
             session = self._sessions[m.broker] = ProducerSession(inst, m.broker, address, data_bytes=4 << 20,
@@ -365,18 +375,11 @@ class PushConsumer:
         if f["delay_level"] == 0:
             log.warning("%s: %s failed %d times; moved to %s", self.group, m.msg_id, m.reconsume_times + 1, f["topic"])
 
-    def _retry_later(self, pq: ProcessQueue, batch, attempt: int) -> None:
-        timer = threading.Timer(self.retry_delay_s, self._retry, (pq, batch, attempt))
-        timer.daemon = True
-        with self.lock:
-            self._timers.add(timer)
-        timer.start()
-
     # -- offsets --------------------------------------------------------------------------------------
     def _commit_position(self, mq: MessageQueue) -> int | None:
         with self.lock:
-            if self.orderly is not None and not self.orderly.commit_allowed(mq):
-                return None                 # not locked: another member may be consuming it
+            if not self.service.commit_allowed(mq):
+                return None                 # orderly, not locked: another member may be consuming it
             pq = self.queues.get(mq)
             return pq.safe_offset() if pq is not None else self.pull.positions[mq]
 
@@ -390,9 +393,7 @@ class PushConsumer:
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop fetching, let running listeners finish, commit, leave the group."""
         self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        self.join(timeout_s)
 
     def assignment(self) -> list[MessageQueue]:
         with self.lock:
@@ -403,6 +404,13 @@ class PushConsumer:
         """Stored records the pull thread passed over because they cannot be decoded (logged once each)."""
         pull = self.pull
         return pull.skipped_records if pull is not None else 0
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the pull thread to end (after ``stopping`` was set): it has sent failed messages
+        back, committed and left the group."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
 
     def __enter__(self) -> "PushConsumer":
         return self.start()

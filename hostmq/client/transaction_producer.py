@@ -89,7 +89,7 @@ class TransactionProducer(Producer):
         if isinstance(msg, Message) and msg.delay_level:
             raise ValidationError("a transactional message cannot be a delay message (as in RocketMQ)")
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
-        _, body, sys_flag, props = self._prepare(msg)
+        _, body, sys_flag, props = self.prepare(msg)
         tx_id = R.decode_properties(props).get(R.PROP_UNIQ_KEY, "")
         half = b""
 

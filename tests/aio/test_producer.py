@@ -185,7 +185,7 @@ def test_cancelled_sends_leave_the_session_usable(aio_cluster):
             queues = await a.create_topic("cancel", queues=2)
         async with aio.Producer(root) as p:
             await p.send(Message("cancel", b"warm-up"))    # the route is cached, the session open
-            session = p.sync._sessions["broker-a"]
+            session = p.sync.cached_session("broker-a")
             published = session._seq
             tasks = [asyncio.ensure_future(p.send(Message("cancel", b"c%d" % i))) for i in range(400)]
             await asyncio.sleep(0)                  # every send has published its frame and waits

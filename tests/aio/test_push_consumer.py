@@ -14,6 +14,7 @@ import hostmq
 from hostmq import ConsumeFrom, ConsumeResult, Message, MessageExt
 from hostmq import aio
 from hostmq import records as R
+from hostmq.client.consume_service import ConsumeConcurrentlyContext
 from tests.aio.conftest import eventually, run
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,6 +135,36 @@ def test_a_message_that_always_fails_goes_to_the_dlq(aio_cluster):
         assert dead.body == b"poison" and dead.keys == ("order-7",)
         assert dead.properties[R.PROP_ORIGIN_MSG_ID] == original.msg_id
         assert seen == [0, 1]                       # the first delivery and one retry
+    run(main())
+
+
+def test_a_context_listener_sees_its_queue_and_its_delay_level_sends_to_the_dlq(aio_cluster):
+    root = aio_cluster.root
+    seen: list[tuple[int, hostmq.MessageQueue]] = []
+
+    async def listener(msgs: list[MessageExt], ctx: ConsumeConcurrentlyContext) -> ConsumeResult:
+        seen.append((msgs[0].reconsume_times, ctx.message_queue))
+        ctx.delay_level_when_next_consume = -1          # no retries: to the DLQ at once
+        return ConsumeResult.RECONSUME_LATER
+
+    async def main() -> None:
+        async with aio.Admin(root) as a:
+            await a.create_topic("ctx-t", queues=1)
+            async with push(root, listener, "ctx-t", "ctx-g", max_reconsume_times=5):
+                async with aio.Producer(root) as p:
+                    sent = await p.send(Message("ctx-t", b"poison"))
+
+                async def dlq():
+                    try:
+                        return await a.route("%DLQ%ctx-g")
+                    except hostmq.NoRouteError:
+                        return None
+                queues = await eventually(dlq, 30, "the DLQ topic")
+            async with aio.PullConsumer(root, group="dlq-reader", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+                pc.assign(queues)
+                dead = await asyncio.wait_for(pc.__anext__(), 30)
+        assert dead.body == b"poison"
+        assert seen == [(0, sent.queue)]            # once, with its queue; no retry before the DLQ
     run(main())
 
 

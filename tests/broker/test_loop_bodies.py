@@ -6,7 +6,7 @@ state segment, the control service and the session server — its socket bound a
 running — but no child. Each test constructs ``Writer``, ``Dispatcher`` and ``Flusher`` itself, as
 the spawned processes do, and calls their ``run_once``. Producers are real ``ProducerSession``\\ s:
 their rings are handed over ``session.sock`` and the writer opens the broker's descriptor of them
-through ``/proc/PID/fd``; frames are encoded by the client's own code (``Producer._record``,
+through ``/proc/PID/fd``; frames are encoded by the client's own code (``Producer.record``,
 ``encode_records``). Nothing of hostmq's is mocked; the crash tests only make a writer raise at a
 chosen step of a batch (``CrashingWriter``) and leave what it wrote behind, as a kill would.
 """
@@ -219,7 +219,7 @@ class Sent:
         msgs = [Message(topic, b) for b in bodies]
         props = [properties_bytes(m, R.new_unique_id(), p.max_properties_bytes) for m in msgs]
         if len(bodies) == 1:            # Producer.send
-            payload = Producer._record(topic_b, bodies[0], props[0], 0, self.queue, msgs[0], p)
+            payload = Producer.record(topic_b, bodies[0], props[0], 0, self.queue, msgs[0], p)
             self.kind = R.FRAME_MESSAGE
             self.waiter = Waiter(self.queue)
         else:                           # Producer.send_batch

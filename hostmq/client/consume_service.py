@@ -1,0 +1,237 @@
+"""How a push consumer runs its listener (RocketMQ ``ConsumeMessageService`` and its consume contexts).
+
+The push consumer's pull thread fetches; a consume service runs the listener on what was fetched
+and says what a verdict means. Which service a consumer has follows the listener it registered
+(RocketMQ: ``MessageListenerConcurrently`` or ``MessageListenerOrderly``):
+
+* :class:`ConsumeMessageConcurrentlyService` (here): batches of ``batch_size`` messages of one queue
+  on the listener pool, in any order; a failed message is sent back to the broker (a
+  :class:`SendBack`), or consumed again here after ``retry_delay_s``.
+* ``orderly.ConsumeMessageOrderlyService``: queues locked on their broker, one queue's messages one
+  batch at a time in queue order.
+
+Both implement :class:`ConsumeMessageService`; the consumer calls only that interface, so
+``hostmq.aio`` runs the same services with its listeners on an event loop (it overrides where a
+batch runs, nothing else).
+
+A listener is called as before — ``fn(msgs)`` — or, if it takes a second positional parameter,
+``fn(msgs, context)`` with the batch's consume context (RocketMQ's ``consumeMessage(msgs, context)``):
+
+* :class:`ConsumeConcurrentlyContext` — ``message_queue``; ``delay_level_when_next_consume`` (0: the
+  broker's back-off, 3 + times consumed; -1: straight to the DLQ; n > 0: delay level n) for the
+  messages of a failed batch; ``ack_index`` — on SUCCESS, messages after it count as failed (sent
+  back), as in RocketMQ.
+* :class:`ConsumeOrderlyContext` — ``message_queue``; ``suspend_current_queue_time_millis`` (how long
+  the queue waits before a failed batch is consumed again; -1: ``retry_delay_s``); ``auto_commit``
+  (kept for RocketMQ's shape: a queue's consumed offsets are always committed here, since
+  ``ConsumeResult`` has no ``COMMIT``).
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import ValidationError
+from ..message import ConsumeResult, MessageExt, MessageModel, MessageQueue
+from ..protocol.messages import SendBackRequest
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .push_consumer import PushConsumer
+
+log = logging.getLogger(__name__)
+
+ACK_ALL = 2 ** 31 - 1           # RocketMQ's ackIndex default (Integer.MAX_VALUE): every message acknowledged
+DELAY_BROKER = 0                # delay_level_when_next_consume: the broker's back-off (3 + times consumed)
+DELAY_DLQ = -1                  # ... straight to the DLQ
+
+
+@dataclass
+class ConsumeConcurrentlyContext:
+    """What a concurrent listener may read and set for one batch (RocketMQ's class of that name)."""
+
+    message_queue: MessageQueue
+    delay_level_when_next_consume: int = DELAY_BROKER
+    ack_index: int = ACK_ALL
+
+
+@dataclass
+class ConsumeOrderlyContext:
+    """What an orderly listener may read and set for one batch (RocketMQ's class of that name)."""
+
+    message_queue: MessageQueue
+    auto_commit: bool = True
+    suspend_current_queue_time_millis: int = -1
+
+
+@dataclass(frozen=True)
+class SendBack:
+    """One failed message for the broker (RocketMQ ``sendMessageBack``): built by a consume service,
+    sent by the consumer's pull thread. ``delay_level`` as ``delay_level_when_next_consume``."""
+
+    msg: MessageExt
+    delay_level: int = DELAY_BROKER
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.msg, MessageExt):
+            raise ValidationError(f"a send-back holds a MessageExt, got {self.msg!r}")
+        if not isinstance(self.delay_level, int) or isinstance(self.delay_level, bool) or self.delay_level < -1:
+            raise ValidationError(f"delay_level must be an int ≥ -1, got {self.delay_level!r}")
+
+    def request(self, group: str, max_reconsume_times: int) -> SendBackRequest:
+        """The CONSUMER_SEND_MSG_BACK request that asks the broker where the message goes."""
+        return SendBackRequest(group=group, reconsume_times=self.msg.reconsume_times,
+                               max_reconsume_times=max_reconsume_times, delay_level=self.delay_level)
+
+
+def takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether a listener takes ``(msgs, context)`` — a second positional parameter — rather than
+    ``(msgs)``: listeners written before the contexts existed keep their one-argument call."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):         # a builtin without a signature: the old call
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+class ConsumeMessageService:
+    """The interface the push consumer's pull thread calls (RocketMQ ``ConsumeMessageService``).
+
+    ``submit`` runs on the pull thread; everything else a service keeps is guarded by the
+    consumer's ``lock``. The defaults here are those of a service that locks nothing (concurrent)."""
+
+    orderly = False
+
+    def __init__(self, consumer: "PushConsumer") -> None:
+        self.c = consumer
+
+    def start(self) -> None:
+        """The consumer started (its pool exists)."""
+
+    def shutdown(self) -> None:
+        """The pull thread is stopping, the pool has finished: drop timers."""
+
+    def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        """Messages just fetched from ``mq`` (already held in ``pq``): consume them."""
+        raise NotImplementedError
+
+    def consume_later(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        """Messages that could not be sent back: consume them again here (``attempt`` > 0)."""
+        raise NotImplementedError
+
+    # -- the pull thread's questions (queue locks; nothing to do for a concurrent service) ------------
+    def maintain(self) -> None:
+        """Once per pull-thread round, before flow control."""
+
+    def dropped(self, mq: MessageQueue) -> None:
+        """``mq`` left this member's share (under the consumer's lock)."""
+
+    def unlocked(self) -> set[MessageQueue]:
+        """Owned queues this member may not fetch from (under the consumer's lock)."""
+        return set()
+
+    def on_revoke(self, queues: list[MessageQueue]) -> None:
+        """A rebalance gives ``queues`` away, before their offsets are committed."""
+
+    def commit_allowed(self, mq: MessageQueue) -> bool:
+        """Whether ``mq``'s offset may be committed now (under the consumer's lock)."""
+        return True
+
+    def unlock_all(self) -> None:
+        """At shutdown, after the last commit."""
+
+
+class ConsumeMessageConcurrentlyService(ConsumeMessageService):
+    """Batches on the listener pool (RocketMQ ``ConsumeMessageConcurrentlyService``): a failed
+    message of a CLUSTERING consumer goes back to the broker on its first failure (the pull thread
+    sends it); one that cannot be sent back, or any in BROADCASTING, is consumed again here after
+    ``retry_delay_s``. ``submit_batch`` and ``consume_later`` say where a batch runs (``hostmq.aio``
+    overrides them to run it on its loop)."""
+
+    def __init__(self, consumer: "PushConsumer") -> None:
+        super().__init__(consumer)
+        self._timers: set[threading.Timer] = set()
+
+    def shutdown(self) -> None:
+        with self.c.lock:
+            timers, self._timers = list(self._timers), set()
+        for t in timers:
+            t.cancel()
+
+    def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        size = self.c.batch_size
+        for i in range(0, len(batch), size):
+            self.submit_batch(mq, pq, batch[i:i + size], 0)
+
+    def submit_batch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        """One batch to the listener pool."""
+        pool = self.c.pool
+        if pool is None:
+            return
+        try:
+            pool.submit(self.consume, mq, pq, batch, attempt)
+        except RuntimeError:                # the pool is shutting down: the offset stays uncommitted
+            pass
+
+    def consume(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        c = self.c
+        if pq.dropped or c.stopping.is_set():
+            return                          # another member owns the queue now; it re-reads from the commit
+        ctx = ConsumeConcurrentlyContext(mq)
+        self.settle(mq, pq, batch, attempt, c.call_listener(batch, ctx), ctx)
+
+    def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,
+               result: ConsumeResult, ctx: ConsumeConcurrentlyContext) -> None:
+        """What the listener's verdict on ``batch`` means (RocketMQ ``processConsumeResult``): the
+        messages up to ``ctx.ack_index`` on SUCCESS are done (their offsets released); the others go
+        to the retry topic (or the DLQ) by the pull thread on a clustering consumer's first failure,
+        at ``ctx.delay_level_when_next_consume``; else again after ``retry_delay_s`` (``consume_later``)."""
+        c = self.c
+        ack, level = _verdict(c.group, result, ctx, len(batch))
+        done, failed = batch[:ack + 1], batch[ack + 1:]
+        if done:
+            with c.lock:
+                pq.remove([m.queue_offset for m in done])
+        if not failed:
+            return
+        if c.model == MessageModel.CLUSTERING and attempt == 0:
+            c.failed.put((mq, pq, tuple(SendBack(m, level) for m in failed)))
+            return
+        if attempt + 1 >= c.max_reconsume_times:
+            log.error("%s: %d messages failed %d times; retrying every %.1f s until they succeed",
+                      c.group, len(failed), attempt + 1, c.retry_delay_s)
+        self.consume_later(mq, pq, failed, attempt + 1)
+
+    def consume_later(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        timer = threading.Timer(self.c.retry_delay_s, self._retry, (mq, pq, batch, attempt))
+        timer.daemon = True
+        with self.c.lock:
+            self._timers.add(timer)
+        timer.start()
+
+    def _retry(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        with self.c.lock:
+            self._timers.discard(threading.current_thread())    # type: ignore[arg-type]
+        if not self.c.stopping.is_set():
+            self.submit_batch(mq, pq, batch, attempt)
+
+
+def _verdict(group: str, result: ConsumeResult, ctx: ConsumeConcurrentlyContext, n: int) -> tuple[int, int]:
+    """``(index of the last message acknowledged, delay level for the others)`` from a verdict and
+    what the listener set in its context; a context field of the wrong type counts as failure of
+    the whole batch at the broker's back-off (logged: the listener cannot be handed an error)."""
+    ack, level = ctx.ack_index, ctx.delay_level_when_next_consume
+    if not isinstance(level, int) or isinstance(level, bool) or level < DELAY_DLQ:
+        log.error("listener of %s set delay_level_when_next_consume=%r (an int ≥ -1 is expected); "
+                  "using the broker's back-off", group, level)
+        level = DELAY_BROKER
+    if result != ConsumeResult.SUCCESS:
+        return -1, level
+    if not isinstance(ack, int) or isinstance(ack, bool):
+        log.error("listener of %s set ack_index=%r (an int is expected); consuming the batch again", group, ack)
+        return -1, level
+    return max(-1, min(ack, n - 1)), level
