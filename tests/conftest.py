@@ -9,8 +9,10 @@ therefore begins by unlinking hostmq segments whose owner process is dead
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 
 import psutil
 
@@ -150,3 +152,45 @@ def root(tmp_path):
     r = tmp_path / "root"
     r.mkdir()
     return str(r)
+
+
+# -- a control server on a thread ---------------------------------------------------------------------
+class Running:
+    """A control Server whose loop runs on a thread of the test process."""
+
+    def __init__(self, server, path: str) -> None:
+        self.server = server
+        self.path = path
+        self.address = server.address
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=server.run, args=(self._stop,), name=f"server {server.name}")
+
+    def start(self) -> "Running":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if not self.server.closed:
+            self._stop.set()
+            if self._thread.ident is not None:
+                self._thread.join(10)
+                assert not self._thread.is_alive()
+            self.server.close()
+
+
+@contextlib.contextmanager
+def served(handlers, path: str, name: str = "test"):
+    """``handlers`` served on ``path`` by a Server on a thread, and a RemotingClient of it; both closed
+    at the end."""
+    from hostmq.remoting import RemotingClient
+    from hostmq.root import ipc_address
+    from hostmq.transport import Server
+    server = Server(ipc_address(path), handlers, name=name)
+    server.bind()
+    r = Running(server, path).start()
+    c = RemotingClient(server.address, timeout_s=10.0)
+    try:
+        yield c
+    finally:
+        c.close()
+        r.stop()

@@ -28,6 +28,7 @@ from hostmq.root import ipc_address
 from hostmq.protocol.permissions import ControlPolicy, PeerCred
 from hostmq.transport import DEFER, Reply, ReplyToken, Server, ServerLimits
 from tests.conftest import wait_until
+from tests.conftest import Running
 from zmq.utils.garbage import GarbageCollectorThread
 
 pytestmark = pytest.mark.timeout(60)
@@ -68,29 +69,6 @@ def ctx():
 @pytest.fixture
 def sock_path(tmp_path):
     return str(tmp_path / "s.sock")
-
-
-class Running:
-    """A Server whose loop runs on a thread of the test process."""
-
-    def __init__(self, server: Server, path: str) -> None:
-        self.server = server
-        self.path = path
-        self.address = server.address
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=server.run, args=(self._stop,), name=f"server {server.name}")
-
-    def start(self) -> "Running":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if not self.server.closed:
-            self._stop.set()
-            if self._thread.ident is not None:
-                self._thread.join(WAIT_S)
-                assert not self._thread.is_alive()
-            self.server.close()
 
 
 @pytest.fixture

@@ -53,6 +53,16 @@ async def _true(v: bool) -> bool:
     return v
 
 
+async def dlq_queues(admin, group: str):
+    """The queues of ``group``'s DLQ topic, once the broker created it (30 s at most)."""
+    async def route():
+        try:
+            return await admin.route(f"%DLQ%{group}")
+        except hostmq.NoRouteError:
+            return None
+    return await eventually(route, 30, f"the DLQ topic of {group}")
+
+
 def test_two_members_receive_every_message_once(aio_cluster):
     root = aio_cluster.root
 
@@ -122,13 +132,7 @@ def test_a_message_that_always_fails_goes_to_the_dlq(aio_cluster):
             async with push(root, never, "poison-t", "dead-g", max_reconsume_times=1):
                 async with aio.Producer(root) as p:
                     original = await p.send(Message("poison-t", b"poison", keys=["order-7"]))
-
-                async def dlq():
-                    try:
-                        return await a.route("%DLQ%dead-g")
-                    except hostmq.NoRouteError:
-                        return None
-                queues = await eventually(dlq, 30, "the DLQ topic")
+                queues = await dlq_queues(a, "dead-g")
             async with aio.PullConsumer(root, group="dlq-reader", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
                 pc.assign(queues)
                 dead = await asyncio.wait_for(pc.__anext__(), 30)
@@ -153,13 +157,7 @@ def test_a_context_listener_sees_its_queue_and_its_delay_level_sends_to_the_dlq(
             async with push(root, listener, "ctx-t", "ctx-g", max_reconsume_times=5):
                 async with aio.Producer(root) as p:
                     sent = await p.send(Message("ctx-t", b"poison"))
-
-                async def dlq():
-                    try:
-                        return await a.route("%DLQ%ctx-g")
-                    except hostmq.NoRouteError:
-                        return None
-                queues = await eventually(dlq, 30, "the DLQ topic")
+                queues = await dlq_queues(a, "ctx-g")
             async with aio.PullConsumer(root, group="dlq-reader", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
                 pc.assign(queues)
                 dead = await asyncio.wait_for(pc.__anext__(), 30)
@@ -253,12 +251,7 @@ def test_an_orderly_listener_keeps_queue_order_retries_in_place_then_dead_letter
         assert calls["key-1"].count(10) == 3 and calls["key-0"].count(20) == 3     # 1 + 2 retries each
         assert all(calls[k].count(s) == 1 for k in ("key-2", "key-3") for s in range(per_key))
         async with aio.Admin(root) as a:
-            async def dlq():
-                try:
-                    return await a.route("%DLQ%ord-g")
-                except hostmq.NoRouteError:
-                    return None
-            queues = await eventually(dlq, 30, "the DLQ")
+            queues = await dlq_queues(a, "ord-g")
         async with aio.PullConsumer(root, group="ord-dlq", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
             pc.assign(queues)
             dead = await asyncio.wait_for(pc.__anext__(), 30)

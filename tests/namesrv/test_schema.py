@@ -5,7 +5,6 @@ this replaced answered — while the server keeps serving. Served in-process on 
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
@@ -18,9 +17,7 @@ from hostmq.protocol.frames import Frame
 from hostmq.protocol.messages import (DeleteTopicInNamesrvRequest, GetRouteInfoRequest, KvConfigRequest,
                                       RegisterBrokerPage, RegisterBrokerRequest, TopicsByClusterRequest,
                                       UnregisterBrokerRequest)
-from hostmq.remoting import RemotingClient
-from hostmq.root import ipc_address
-from hostmq.transport import Server
+from tests.conftest import served
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,21 +37,8 @@ DECLARED = {
 @pytest.fixture
 def client(tmp_path):
     """A RemotingClient of a NamesrvService served on a thread of the test process."""
-    svc = NamesrvService(NamesrvConfig())
-    server = Server(ipc_address(str(tmp_path / "ns.sock")), svc.handlers(), name="namesrv-test")
-    server.bind()
-    stop = threading.Event()
-    loop = threading.Thread(target=server.run, args=(stop,), name="namesrv-test")
-    loop.start()
-    c = RemotingClient(server.address, timeout_s=10.0)
-    try:
+    with served(NamesrvService(NamesrvConfig()).handlers(), str(tmp_path / "ns.sock"), "namesrv-test") as c:
         yield c
-    finally:
-        c.close()
-        stop.set()
-        loop.join(10)
-        assert not loop.is_alive()
-        server.close()
 
 
 def test_every_handler_that_reads_fields_declares_its_request_type():

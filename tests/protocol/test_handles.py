@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import threading
 
 import pytest
 
@@ -23,9 +22,8 @@ from hostmq.protocol.codes import RequestCode, ResponseCode
 from hostmq.protocol.frames import Frame
 from hostmq.protocol.messages import (ControlMessage, GetRouteInfoRequest, GroupRequest, KvConfigRequest,
                                       RegisterBrokerPage, RegisterBrokerRequest, TopicRequest, handles)
-from hostmq.remoting import RemotingClient
-from hostmq.root import ipc_address
-from hostmq.transport import Reply, Server
+from hostmq.transport import Reply
+from tests.conftest import served
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,22 +79,9 @@ def test_of_names_a_callers_bad_argument_as_a_validation_error():
 @pytest.fixture
 def client(tmp_path):
     p = Probe()
-    server = Server(ipc_address(str(tmp_path / "p.sock")), {RequestCode.GET_ROUTEINFO_BY_TOPIC: p.strict,
-                                                           RequestCode.GET_CONSUME_STATS: p.lenient},
-                    name="probe")
-    server.bind()
-    stop = threading.Event()
-    loop = threading.Thread(target=server.run, args=(stop,), name="probe")
-    loop.start()
-    c = RemotingClient(server.address, timeout_s=10.0)
-    try:
+    with served({RequestCode.GET_ROUTEINFO_BY_TOPIC: p.strict, RequestCode.GET_CONSUME_STATS: p.lenient},
+                str(tmp_path / "p.sock"), "probe") as c:
         yield c, p
-    finally:
-        c.close()
-        stop.set()
-        loop.join(10)
-        assert not loop.is_alive()
-        server.close()
 
 
 def test_served_a_mistyped_field_gets_the_typed_error_reply_and_the_server_survives(client):
