@@ -16,7 +16,7 @@ from ..client.consume_service import ConsumeOrderlyContext
 from ..client.orderly import ConsumeMessageOrderlyService
 from ..client.process_queue import ProcessQueue
 from ..client.push_consumer import PushConsumer as _SyncPushConsumer
-from ..message import ConsumeResult, MessageQueue
+from ..message import MessageQueue
 
 if TYPE_CHECKING:
     from .push_consumer import PushConsumer
@@ -46,17 +46,10 @@ class AsyncOrderly(ConsumeMessageOrderlyService):
                     return
                 pending, batch = taken
                 ctx = ConsumeOrderlyContext(mq)
-                if await self.front.consume_one(batch, ctx) == ConsumeResult.SUCCESS:
-                    attempts = 0
-                    self.done(pending, pq, batch)
-                    continue
-                attempts += 1
-                if attempts > self.c.max_reconsume_times:
-                    # given up: to the DLQ, and the queue goes on in order after it
-                    self.give_up(mq, pending, pq, batch)
-                    attempts = 0
-                    continue
-                await self.front.pause(self.suspend_s(ctx))   # suspend the queue, then the same again
+                attempts, pause_s = self.after(await self.front.consume_one(batch, ctx), attempts, mq, pending,
+                                               pq, batch, ctx)
+                if pause_s:
+                    await self.front.pause(pause_s)     # suspend the queue, then the same again
         finally:
             self.stopped(mq)
             if not self.c.stopping.is_set():

@@ -28,9 +28,10 @@ import threading
 from typing import Any, Awaitable, Callable, cast
 
 from ..client.consume_service import (ConsumeConcurrentlyContext, ConsumeMessageConcurrentlyService,
-                                      ConsumeMessageService, ConsumeOrderlyContext, takes_context)
+                                      ConsumeMessageService, ConsumeOrderlyContext)
 from ..client.process_queue import ProcessQueue
-from ..client.push_consumer import PushConsumer as _SyncPushConsumer, default_context, show_original_topics
+from ..client.push_consumer import (PushConsumer as _SyncPushConsumer, listener_raised, listener_verdict,
+                                    show_original_topics)
 from ..errors import ValidationError
 from ..message import ConsumeFrom, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from ..client.sql92 import SQL
@@ -97,7 +98,6 @@ class PushConsumer:
         self._done = _ListenersDone()
         self._closing = asyncio.Event()
         self.listener: Listener | None = None
-        self.listener_takes_context = False
         self.closed = False
 
     def _service(self, consumer: _SyncPushConsumer, orderly: bool) -> ConsumeMessageService:
@@ -123,7 +123,6 @@ class PushConsumer:
         one queue's messages one batch at a time in queue order (``_orderly``)."""
         self._engine.register(cast(Any, fn), orderly)   # it runs here, on the loop, not in the sync pool
         self.listener = fn
-        self.listener_takes_context = takes_context(fn)
 
     async def start(self) -> "PushConsumer":
         """Join the group and start fetching (returns once the first rebalance is done)."""
@@ -220,20 +219,12 @@ class PushConsumer:
         listener = self.listener
         assert listener is not None         # start() refuses to run without one
         try:
-            if self.listener_takes_context:
-                result: Any = cast(Any, listener)(batch, ctx if ctx is not None else
-                                                  default_context(batch, self._engine.orderly is not None))
-            else:
-                result = listener(batch)
+            result: Any = cast(Any, listener)(*self._engine.listener_args(batch, ctx))
             if inspect.isawaitable(result):
                 result = await result
         except Exception:
-            log.exception("listener of %s failed; consuming again later", self.group)
-            return ConsumeResult.RECONSUME_LATER
-        if not isinstance(result, ConsumeResult):
-            log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
-            return ConsumeResult.RECONSUME_LATER
-        return result
+            return listener_raised(self.group)
+        return listener_verdict(self.group, result)
 
     # -- life -----------------------------------------------------------------------------------------
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:

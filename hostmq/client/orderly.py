@@ -217,24 +217,31 @@ class ConsumeMessageOrderlyService(ConsumeMessageService):
                     return
                 pending, batch = taken
                 ctx = ConsumeOrderlyContext(mq)
-                if c.call_listener(batch, ctx) == ConsumeResult.SUCCESS:
-                    attempts = 0
-                    self.done(pending, pq, batch)
-                    continue
-                attempts += 1
-                if attempts > c.max_reconsume_times:
-                    # Given up after the maximum: to the DLQ; the queue goes on in order after it
-                    # (its offset is committed past the batch once the send-back is stored).
-                    self.give_up(mq, pending, pq, batch)
-                    attempts = 0
-                    continue
-                c.stopping.wait(self.suspend_s(ctx))   # suspend this queue, then the same messages again
+                attempts, pause_s = self.after(c.call_listener(batch, ctx), attempts, mq, pending, pq, batch, ctx)
+                if pause_s:
+                    c.stopping.wait(pause_s)    # suspend this queue, then the same messages again
         finally:
             with c.lock:
                 self.running.discard(mq)
             self._kick(mq, pq)              # messages that came while the task was leaving
 
     # -- one queue's task, shared with hostmq.aio's loop task -----------------------------------------
+    def after(self, verdict: ConsumeResult, attempts: int, mq: MessageQueue, pending: collections.deque,
+              pq: ProcessQueue, batch: list[MessageExt], ctx: ConsumeOrderlyContext) -> tuple[int, float]:
+        """What the queue's task does with the listener's verdict on ``batch`` (its ``attempts``-th
+        failure so far): ``(attempts now, seconds to suspend the queue before the same batch again,
+        0 for none)``. Success commits; after ``max_reconsume_times`` failures the batch is given up
+        to the DLQ and the queue goes on in order after it (its offset committed past the batch once
+        the send-back is stored)."""
+        if verdict == ConsumeResult.SUCCESS:
+            self.done(pending, pq, batch)
+            return 0, 0.0
+        attempts += 1
+        if attempts > self.c.max_reconsume_times:
+            self.give_up(mq, pending, pq, batch)
+            return 0, 0.0
+        return attempts, self.suspend_s(ctx)
+
     def next_batch(self, mq: MessageQueue, pq: ProcessQueue) -> tuple[collections.deque, list[MessageExt]] | None:
         """The queue's pending deque (this one: a take-over replaces it) and its next batch; None
         when the task should end (dropped, stopping, nothing pending, lock lost)."""

@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable
 
 from .. import records as R
 from ..semantics.retry import RETRY_PREFIX, retry_record, retry_topic
@@ -80,6 +80,20 @@ def default_context(batch: list[MessageExt], orderly: bool) -> ConsumeConcurrent
     """A context for a caller of ``call_listener`` that passed none: the batch's queue as shown."""
     mq = batch[0].queue if batch else MessageQueue("", "", 0)
     return ConsumeOrderlyContext(mq) if orderly else ConsumeConcurrentlyContext(mq)
+
+
+def listener_raised(group: str) -> ConsumeResult:
+    """A listener raised (called in the ``except``): logged, the batch is consumed again later."""
+    log.exception("listener of %s failed; consuming again later", group)
+    return ConsumeResult.RECONSUME_LATER
+
+
+def listener_verdict(group: str, result: Any) -> ConsumeResult:
+    """A listener's return value as a verdict: anything but a ConsumeResult is RECONSUME_LATER (logged)."""
+    if not isinstance(result, ConsumeResult):
+        log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", group, result)
+        return ConsumeResult.RECONSUME_LATER
+    return result
 
 
 class PushConsumer:
@@ -320,19 +334,19 @@ class PushConsumer:
         given); an exception or a wrong return value counts as RECONSUME_LATER (logged)."""
         show_original_topics(batch)
         try:
-            if self.listener_takes_context:
-                if context is None:
-                    context = default_context(batch, self.orderly is not None)
-                result = self.listener(batch, context)
-            else:
-                result = self.listener(batch)
+            result = self.listener(*self.listener_args(batch, context))
         except Exception:
-            log.exception("listener of %s failed; consuming again later", self.group)
-            return ConsumeResult.RECONSUME_LATER
-        if not isinstance(result, ConsumeResult):
-            log.error("listener of %s returned %r (not a ConsumeResult); consuming again later", self.group, result)
-            return ConsumeResult.RECONSUME_LATER
-        return result
+            return listener_raised(self.group)
+        return listener_verdict(self.group, result)
+
+    def listener_args(self, batch: list[MessageExt],
+                      context: ConsumeConcurrentlyContext | ConsumeOrderlyContext | None) -> tuple:
+        """What the listener is called with: ``(batch, context)`` if it takes a context (one for this
+        consumer's mode when none is given), else ``(batch,)``."""
+        if not self.listener_takes_context:
+            return (batch,)
+        return batch, context if context is not None else default_context(batch, self.orderly is not None)
+
 
     # -- retries --------------------------------------------------------------------------------------
     def _send_back_failed(self) -> None:
