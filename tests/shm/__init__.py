@@ -210,3 +210,18 @@ def pingpong_child(seg_name: str, n: int, spin_s: float, conn) -> None:
 def kill(p) -> None:
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
+
+
+def broker_that_dies(state_name: str, pool_name: str, heartbeat_ms: int, conn) -> None:
+    """A 'broker' that creates its state segment (heartbeat ``heartbeat_ms``) and a pool segment, says
+    so, and exits without unlinking them — what a SIGKILLed broker leaves."""
+    from hostmq.live.state import BrokerState
+    st = BrokerState.create(state_name, store_host=b"\0" * 8, commitlog_file_bytes=1 << 20,
+                            consume_queue_file_entries=1000, index_slots=100, index_entries=100,
+                            sync_flush=False, start_pos=0, last_store_ts_ms=0)
+    st.set("control_heartbeat_ms", heartbeat_ms)
+    pool = Segment.create(pool_name, 4096, "pool", 1)
+    st.close()
+    pool.close()
+    conn.send("made")
+    conn.close()

@@ -13,7 +13,7 @@ from hostmq import records as R
 from hostmq.errors import HostMQError, SegmentError, SegmentExistsError, SegmentNotFoundError
 from hostmq.shm import (Segment, list_segments, list_semaphores, read_info, reclaim_stale)
 from hostmq.shm.segment import boot_id, process_alive, process_start_ticks
-from tests.shm import SPAWN, kill, owner_child
+from tests.shm import SPAWN, broker_that_dies, kill, owner_child
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -270,3 +270,24 @@ def test_an_unsealed_or_foreign_descriptor_is_refused(tmp_path):
             Segment.from_fd(fd, "probe", 1)
     finally:
         os.close(fd)
+
+
+def test_a_test_session_leaves_a_just_killed_brokers_segments_to_its_restart(shm, spawn):
+    """The test session's clean-up of killed runs (tests/conftest.py) must not take the state segment
+    and transient-pool buffers of a broker killed moments ago — they hold what it acknowledged until
+    its restart commits it (broker/pool_salvage.py); once its heartbeats are old, they are junk."""
+    from tests.conftest import RECENT_BROKER_S, reclaim_killed_runs
+    state, pool = shm.name("state"), shm.name("pool")
+    parent, child = SPAWN.Pipe()
+    p = spawn(broker_that_dies, state, pool, int(time.time() * 1000), child)
+    assert parent.poll(30) and parent.recv() == "made"
+    p.join(30)
+    assert p.exitcode == 0                                  # its owner is dead now
+    assert reclaim_killed_runs(shm.prefix) == []            # ... but it beat a moment ago
+    assert sorted(list_segments(shm.prefix)) == sorted([state, pool])
+    from hostmq.live.state import BrokerState
+    st = BrokerState.attach(state)
+    st.set("control_heartbeat_ms", int((time.time() - RECENT_BROKER_S - 60) * 1000))
+    st.close()
+    assert sorted(reclaim_killed_runs(shm.prefix)) == sorted([pool, state])
+    assert list_segments(shm.prefix) == []
