@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .waiting import IdleStrategy
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -71,9 +72,15 @@ class BrokerConfig:
     session_slots: int = 256             # producer sessions (ingress rings) served at once
     waiter_slots: int = 256              # ignored: consumers now sleep on the broker's dispatch_seq futex
     offset_persist_interval_s: float = 5.0   # consumerOffset.json is rewritten this often (if changed)
-    writer_spin_s: float = 50e-6         # writer spins this long for new frames before it blocks (idle)
-    writer_busy_spin_s: float = 200e-6   # ... and this long within 2 ms of its last work (0: block only)
-    dispatcher_spin_s: float = 50e-6     # dispatcher spins this long for new records before it blocks
+    writer_idle: str = "auto"            # how the writer waits for frames: spin | yield | backoff | sleep | auto,
+                                         # optionally ":" and a spin budget in µs ("backoff:50"); without one the
+                                         # budget is writer_spin_s. auto: backoff where the process may use more
+                                         # cores than the 4 hot-path processes, else sleep (docs/tuning.md)
+    writer_spin_s: float = 50e-6         # the writer's spin budget before it blocks (idle) ...
+    writer_busy_spin_s: float = 200e-6   # ... and within 2 ms of its last work (0: block only)
+    dispatcher_idle: str = "auto"        # how the dispatcher waits for records (as writer_idle; budget dispatcher_spin_s)
+    dispatcher_spin_s: float = 50e-6     # the dispatcher's spin budget before it blocks
+    flusher_idle: str = "auto"           # how a SYNC_FLUSH flusher waits for requests (as writer_idle; budget writer_spin_s)
     dispatcher_nice: int = 10            # the dispatcher yields the CPU to producer ↔ writer hand-offs (0: no)
     writer_batch_bytes: int = 1 << 20    # ring bytes the writer takes from one producer per turn
     child_stop_timeout_s: float = 10.0   # a child that has not stopped this long after being told is killed
@@ -137,10 +144,17 @@ class BrokerConfig:
                               f"got {self.access_message_in_memory_max_ratio!r}")
         if min(self.max_held_pulls_per_client, self.max_held_pulls, self.register_page_topics) < 1:
             raise ConfigError("broker.max_held_pulls_per_client, max_held_pulls and register_page_topics must be ≥ 1")
+        for who in ("writer", "dispatcher", "flusher"):
+            self.idle_strategy(who)             # a bad string fails here, naming its key
         caps = ("max_groups_per_uid", "max_groups", "max_auto_topics_per_uid", "max_auto_topics",
                 "max_clients_per_uid", "max_clients", "max_heartbeat_groups")
         if min(getattr(self, k) for k in caps) < 1:
             raise ConfigError(f"broker.{', '.join(caps)} must be ≥ 1")
+
+    def idle_strategy(self, who: str) -> IdleStrategy:
+        """The idle strategy of the broker's ``writer``, ``dispatcher`` or ``flusher`` on this machine."""
+        budget_s = self.dispatcher_spin_s if who == "dispatcher" else self.writer_spin_s
+        return IdleStrategy.parse(getattr(self, f"{who}_idle"), spin_us=budget_s * 1e6, what=f"broker.{who}_idle")
 
 
 # File sizes per store profile: "production" keeps RocketMQ's (a first root takes ~1.5 GB of disk:

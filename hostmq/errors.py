@@ -18,6 +18,10 @@ class ConfigError(HostMQError, ValueError):
     """A configuration key or value is unknown or out of range."""
 
 
+class IdleStrategyError(ConfigError):
+    """An idle strategy (``"backoff:50"``, a config key, a client's ``idle=``) is not one hostmq knows."""
+
+
 class NoRouteError(HostMQError):
     """No broker serves the topic (or no NameServer answered)."""
 

@@ -5,6 +5,7 @@ segment or semaphore behind. No timing is asserted."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 import os
 import shutil
@@ -20,8 +21,10 @@ from hostmq.root import root_hash
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT_DIR, "bench", "latency.py")
-HOSTMQ = ["hostmq_poll", "hostmq_push", "hostmq_poll_batch"]
+HOSTMQ = ["hostmq_poll", "hostmq_poll_sleep", "hostmq_poll_backoff", "hostmq_poll_spin", "hostmq_push",
+          "hostmq_poll_batch"]                        # the default idle strategy, then one row per strategy
 PEERS = ["shm_ring", "zmq_ipc", "mp_queue"]          # always available (redis only with redis-server)
+ZENOH = importlib.util.find_spec("zenoh") is not None  # eclipse-zenoh (the dev and bench extras)
 QUANTILES = ["p50", "p90", "p99", "p99.9", "max"]
 RUN_ENV = "HQLAT_TEST_RUN"                            # every child inherits it: how leftovers are found
 
@@ -67,6 +70,10 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
         assert set(HOSTMQ + PEERS) <= systems
         if "redis" not in systems:
             assert "not measured: redis" in report, report[:2000]
+        if ZENOH:
+            assert "zenoh" in systems
+        else:
+            assert "zenoh" not in systems and "not measured: zenoh — eclipse-zenoh not installed" in report
         want = {(s, n) for s in systems for n in ("quiet", "busy loop")}
         assert {(r["system"], r["neighbour"]) for r in rows} == want       # one pacing with --quick
         for r in rows:
@@ -76,10 +83,11 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
                 for q in QUANTILES:
                     v = float(r[q])
                     assert math.isfinite(v) and v > 0, (r["system"], q, v)
-                for base in ("shm", "redis") if "redis" in systems else ("shm",):
+                for base in ["shm"] + [b for b in ("redis", "zenoh") if b in systems]:
                     assert float(r[f"p50_x_{base}"]) > 0, r
-        for s in HOSTMQ + PEERS:
+        for s in HOSTMQ + PEERS + (["zenoh"] if ZENOH else []):
             assert f"| {s} |" in report
+        assert "×zenoh" in report and "idle strategies:" in report
         assert "sync send p50" in report and "PING" in report and "poll_batch" in report
         import matplotlib.image
         img = matplotlib.image.imread(out / "latency_hist.png")

@@ -12,9 +12,15 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
 
   shm_ring           pure-Python shared-memory ring + POSIX semaphore: the floor for Python code
   zmq_ipc            pyzmq PUSH → PULL over ipc (no store, no acknowledgement)
+  zenoh              Zenoh (eclipse-zenoh): peer mode, unixsock-stream locator, express publisher, a Python
+                     callback subscriber (no store, no acknowledgement; skipped with a note when not installed)
   redis              Redis Streams, XADD → XREAD BLOCK (redis-py, a private redis-server)
   mp_queue           multiprocessing.Queue
-  hostmq_poll        hostmq Producer.send → PullConsumer.poll
+  hostmq_poll        hostmq Producer.send → PullConsumer.poll (both with their default idle strategy, auto)
+  hostmq_poll_sleep  ... both with idle="sleep" (a futex wake-up per message)
+  hostmq_poll_backoff ... both with idle="backoff:50" (10 µs busy, then yields, then the futex)
+  hostmq_poll_spin   ... both with idle="spin:50": for machines with spare cores (on 2 vCPUs the spinners
+                     take the CPU the writer and the dispatcher need)
   hostmq_push        hostmq Producer.send → PushConsumer listener
   hostmq_poll_batch  hostmq Producer.send → PullConsumer.poll_batch
 
@@ -24,7 +30,9 @@ send (p50, sends/s), batches of 100, hostmq send_async; a control round trip (ho
 and of the NameServer against a raw pyzmq REQ/REP over ipc); hostmq consume rates (poll_batch, poll)
 over the topic those sends filled.
 
-Prints the tables (hostmq figures with their ratio to the shm ring and to Redis) and writes
+The broker's own waits (writer, dispatcher) use its default strategy unless ``--broker-idle`` names one.
+
+Prints the tables (hostmq figures with their ratio to the shm ring, Zenoh and Redis) and writes
 ``latency.csv``, ``report.md`` and ``latency_hist.png`` to DIR. Every process, temporary directory,
 redis-server, shared-memory segment and semaphore the run makes is removed on every way out.
 """
@@ -34,6 +42,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import importlib.util
 import multiprocessing
 import os
 import platform
@@ -48,6 +57,7 @@ import numpy as np
 import hostmq
 from hostmq.bench import latency_workers as W
 from hostmq.bench.runner import RedisServer
+from hostmq.config import Config
 
 SPAWN = multiprocessing.get_context("spawn")
 # The checkout this module runs from (an editable install), else the working directory: where the
@@ -55,7 +65,9 @@ SPAWN = multiprocessing.get_context("spawn")
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPO = _HERE if os.path.isdir(os.path.join(_HERE, "bench", "results")) else os.getcwd()
 OUT = os.path.join(REPO, "bench", "results", "latency") if REPO == _HERE else os.path.join(REPO, "hostmq-latency")
-SYSTEMS = ["shm_ring", "zmq_ipc", "redis", "mp_queue", "hostmq_poll", "hostmq_push", "hostmq_poll_batch"]
+SYSTEMS = ["shm_ring", "zmq_ipc", "zenoh", "redis", "mp_queue", "hostmq_poll", *W.IDLE_ROWS, "hostmq_push",
+           "hostmq_poll_batch"]
+BASES = {"shm_ring": "shm", "zenoh": "zenoh", "redis": "redis"}     # what hostmq rows are divided by
 HOSTMQ = [s for s in SYSTEMS if s.startswith("hostmq")]
 QUANTILES = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)]
 WAIT_COUNTERS = ["blocked", "wakeups", "slice_timeouts", "rescued"]
@@ -153,6 +165,8 @@ def system_setup(system: str, row_id: int, env: dict, stack: contextlib.ExitStac
         return {"shm_name": shm_name, "sem_name": sem_name}
     if system == "zmq_ipc":
         return {"address": f"ipc://{env['tmp']}/zmq-{row_id}.sock"}
+    if system == "zenoh":
+        return {"path": f"{env['tmp']}/zenoh-{row_id}.sock"}
     if system == "redis":
         import redis
         key = f"lat{row_id}"
@@ -165,7 +179,7 @@ def system_setup(system: str, row_id: int, env: dict, stack: contextlib.ExitStac
         return {"queue": q}
     topic = f"lat{row_id}"                  # a fresh topic per row: a new group from FIRST_OFFSET reads only it
     prime_topic(env, topic)
-    return {"root": env["root"], "topic": topic, "group": f"lat{row_id}"}
+    return {"root": env["root"], "topic": topic, "group": f"lat{row_id}", "idle": W.IDLE_ROWS.get(system)}
 
 
 def prime_topic(env: dict, topic: str) -> None:
@@ -263,31 +277,30 @@ def ratio(v, ref) -> str:
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """``<q>_x_shm`` / ``<q>_x_redis`` on every hostmq row: its quantile over the same pacing and
-    neighbour's shm_ring / redis quantile."""
+    """``<q>_x_shm`` / ``<q>_x_zenoh`` / ``<q>_x_redis`` on every hostmq row: its quantile over the same
+    pacing and neighbour's shm_ring / zenoh / redis quantile ("" where that peer was not measured)."""
     ref = {(r["system"], r["pacing"], r["neighbour"]): r for r in rows}
     for r in rows:
         if r["system"] not in HOSTMQ:
             continue
-        for base in ("shm_ring", "redis"):
+        for base, short in BASES.items():
             b = ref.get((base, r["pacing"], r["neighbour"]))
             for name, _ in QUANTILES:
-                short = "shm" if base == "shm_ring" else "redis"
                 r[f"{name}_x_{short}"] = round(r[name] / b[name], 3) if b and b[name] else ""
 
 
 def latency_tables(rows: list[dict]) -> list[str]:
     out = []
-    head = "| system | measured | load | " + " | ".join(f"{n} µs | ×shm | ×redis" for n, _ in QUANTILES) + " |"
+    head = "| system | measured | load | " + " | ".join(f"{n} µs | ×shm | ×zenoh | ×redis" for n, _ in QUANTILES) + " |"
     for pacing in dict.fromkeys(r["pacing"] for r in rows):
         for nb in ("quiet", "busy loop"):
             sel = [r for r in rows if r["pacing"] == pacing and r["neighbour"] == nb]
             out += [f"### One message {pacing}, {'quiet' if nb == 'quiet' else 'beside a CPU-bound busy loop'}",
-                    "", head, "|" + "---|" * (3 + 3 * len(QUANTILES))]
+                    "", head, "|" + "---|" * (3 + 4 * len(QUANTILES))]
             for r in sel:
                 cells = [r["system"], fmt(r["measured"]), fmt(r["loadavg_1m"], 1)]
                 for name, _ in QUANTILES:
-                    cells += [fmt(r[name]), fmt_x(r.get(f"{name}_x_shm")), fmt_x(r.get(f"{name}_x_redis"))]
+                    cells += [fmt(r[name])] + [fmt_x(r.get(f"{name}_x_{short}")) for short in BASES.values()]
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
     hm = [r for r in rows if r["system"] in HOSTMQ]
@@ -355,7 +368,8 @@ def machine(env: dict) -> list[str]:
             f"- kernel: {platform.release()}", f"- Python: {platform.python_version()}",
             f"- git commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- hostmq cluster root (removed at the end): {env['root']}; config overrides {env['config']}",
-            f"- redis: {env['redis_desc']}"]
+            f"- redis: {env['redis_desc']}", f"- zenoh: {env['zenoh_desc']}",
+            f"- idle strategies: {env['idle_desc']}"]
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -392,11 +406,11 @@ def write_outputs(out_dir: str, results: list[dict], sends: dict, env: dict, pl:
         w.writerows(rows)
     tables = latency_tables(rows) + send_tables(sends)
     missing = [s for s in SYSTEMS if s not in {r["system"] for r in rows}]
-    notes = [f"- not measured: {s} — {env['redis_note']}" for s in missing if s == "redis"]
+    notes = [f"- not measured: {s} — {env['notes'][s]}" for s in missing if s in env["notes"]]
     text = ["# Delivery latency, producer process → consumer process (bench/latency.py)", "",
             f"100-byte messages; warm-up of {pl['warmup']} messages dropped per row; latencies in µs from the "
-            "send timestamp in the body (CLOCK_MONOTONIC) to the consumer's receive; ×shm / ×redis: the hostmq "
-            "figure over the shm ring's / Redis's at the same pacing and neighbour; load: the 1-minute load "
+            "send timestamp in the body (CLOCK_MONOTONIC) to the consumer's receive; ×shm / ×zenoh / ×redis: the hostmq "
+            "figure over the shm ring's / Zenoh's / Redis's at the same pacing and neighbour; load: the 1-minute load "
             "average when the row ended (the host is shared with other work). "
             f"Run took {elapsed_s:.0f} s.", "", *machine(env), *notes, "", *tables]
     with open(os.path.join(out_dir, "report.md"), "w") as f:
@@ -413,6 +427,26 @@ def _redis_version() -> str:
         return ""
 
 
+def _zenoh_version() -> str | None:
+    """eclipse-zenoh's version, "" if it has none to tell; None when it is not installed."""
+    if importlib.util.find_spec("zenoh") is None:
+        return None
+    from importlib import metadata
+    try:
+        return metadata.version("eclipse-zenoh")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _idle_desc(config) -> str:
+    from hostmq.waiting import IdleStrategy, available_cores
+    auto = IdleStrategy.parse("auto")
+    return (f"{available_cores()} cores available to the bench, so auto = {auto} for clients; broker writer "
+            f"{config.broker.idle_strategy('writer')}, dispatcher {config.broker.idle_strategy('dispatcher')}; "
+            f"rows {', '.join(f'{k} = {v}' for k, v in W.IDLE_ROWS.items())} (producer and consumer); "
+            "spin is for machines with spare cores")
+
+
 # -- main ----------------------------------------------------------------------------------------------------
 def _terminate(signum, frame):
     raise SystemExit(128 + signum)          # so every finally below runs
@@ -426,6 +460,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=OUT, help=f"output directory (default {OUT})")
     ap.add_argument("--dispatcher-nice", type=int, default=None,
                     help="broker.dispatcher_nice for the cluster (default: the broker's default, 10)")
+    ap.add_argument("--broker-idle", default=None,
+                    help="broker.writer_idle and dispatcher_idle for the cluster, e.g. spin:50 (default: auto)")
     ap.add_argument("--root-dir", default=None, help="where the temporary directory goes (default: $TMPDIR)")
     args = ap.parse_args(argv)
     if args.messages < 0 or args.warmup < 0:
@@ -450,14 +486,25 @@ def main(argv=None) -> int:
         env["redis_desc"] = redis_desc or env["redis_note"]
         config = {"store": {"commitlog_file_bytes": 256 << 20}}
         if args.dispatcher_nice is not None:
-            config["broker"] = {"dispatcher_nice": args.dispatcher_nice}
+            config.setdefault("broker", {})["dispatcher_nice"] = args.dispatcher_nice
+        if args.broker_idle is not None:
+            config.setdefault("broker", {}).update(writer_idle=args.broker_idle, dispatcher_idle=args.broker_idle)
         env["config"] = config
+        env["notes"] = {"redis": env["redis_note"]}
+        zenoh_version = _zenoh_version()
+        if zenoh_version is None:
+            env["notes"]["zenoh"] = "eclipse-zenoh not installed (pip install 'hostmq[bench]')"
+        env["zenoh_desc"] = (f"eclipse-zenoh {zenoh_version}, peer mode, unixsock-stream, express publisher, "
+                             "callback subscriber" if zenoh_version is not None else env["notes"]["zenoh"])
+        env["idle_desc"] = _idle_desc(Config.load(config))
         stack.enter_context(hostmq.LocalCluster(env["root"], config=config))
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
         stack.callback(procs.kill_all)                        # children go before the cluster stops
-        systems = [s for s in SYSTEMS if s != "redis" or redis_server.proc is not None]
-        if redis_server.proc is None:
-            print(f"redis row skipped: {env['redis_note']}", flush=True)
+        systems = [s for s in SYSTEMS if (s != "redis" or redis_server.proc is not None)
+                   and (s != "zenoh" or zenoh_version is not None)]
+        for s in SYSTEMS:
+            if s not in systems:
+                print(f"{s} row skipped: {env['notes'][s]}", flush=True)
         row_id = 0
         for pacing in pl["pacings"]:
             for with_nb in (False, True):
@@ -466,7 +513,7 @@ def main(argv=None) -> int:
                     r = latency_row(system, pacing, with_nb, row_id, env, pl)
                     results.append(r)
                     x = r["row"]
-                    print(f"[{time.monotonic() - t0:5.0f} s] {system:18} {x['pacing']:13} {x['neighbour']:9} "
+                    print(f"[{time.monotonic() - t0:5.0f} s] {system:20} {x['pacing']:13} {x['neighbour']:9} "
                           f"p50 {x['p50']:8.1f}  p99 {x['p99']:8.1f}  max {x['max']:9.1f} µs  "
                           f"({x['measured']} measured)", flush=True)
         sends = send_table(env, pl)

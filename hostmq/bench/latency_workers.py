@@ -228,6 +228,53 @@ def redis_consumer(conn, cfg: dict) -> None:
     r.close()
 
 
+# -- Zenoh: peer mode over a unix socket, express publisher, Python callback subscriber ------------------
+ZENOH_KEY = "hqlat/bench"
+
+
+def _zenoh_session(path: str, listen: bool):
+    """A Zenoh peer session on ``unixsock-stream/PATH`` (the consumer listens, the producer connects),
+    with multicast scouting off: the two find each other only through the socket."""
+    import json
+    import zenoh
+    conf = zenoh.Config()
+    conf.insert_json5("mode", '"peer"')
+    endpoints = json.dumps([f"unixsock-stream/{path}"])
+    conf.insert_json5("listen/endpoints", endpoints if listen else "[]")
+    if not listen:
+        conf.insert_json5("connect/endpoints", endpoints)
+    conf.insert_json5("scouting/multicast/enabled", "false")
+    return zenoh.open(conf)
+
+
+def zenoh_producer(conn, cfg: dict) -> None:
+    s = _zenoh_session(cfg["path"], listen=False)
+    try:
+        pub = s.declare_publisher(ZENOH_KEY, express=True)
+        deadline = time.monotonic() + 30            # the subscriber is declared before "ready": wait for it
+        while not pub.matching_status.matching and time.monotonic() < deadline:
+            time.sleep(0.005)
+        _produce(conn, cfg, pub.put)
+        pub.undeclare()
+    finally:
+        s.close()
+
+
+def zenoh_consumer(conn, cfg: dict) -> None:
+    """The subscriber's callback (on a Zenoh thread) stamps the receive time, as a push listener does."""
+    arrived: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+
+    def callback(sample) -> None:
+        arrived.put((time.perf_counter_ns(), sample.payload.to_bytes()))
+    s = _zenoh_session(cfg["path"], listen=True)
+    try:
+        sub = s.declare_subscriber(ZENOH_KEY, callback)
+        _consume_stamped(conn, cfg, arrived, None, None)
+        sub.undeclare()
+    finally:
+        s.close()
+
+
 # -- multiprocessing.Queue (pickled through a pipe by a feeder thread) -----------------------------------
 def mpq_producer(conn, cfg: dict) -> None:
     q = cfg["queue"]
@@ -249,8 +296,9 @@ def mpq_consumer(conn, cfg: dict) -> None:
 
 # -- hostmq ------------------------------------------------------------------------------------------------
 def hostmq_producer(conn, cfg: dict) -> None:
+    """``cfg["idle"]``: the producer's idle strategy (how a send waits for its completion); None: its default."""
     import hostmq
-    with hostmq.Producer(cfg["root"], group="lat") as p:
+    with hostmq.Producer(cfg["root"], group="lat", idle=cfg.get("idle")) as p:
         topic = cfg["topic"]
         _produce(conn, cfg, lambda body: p.send(hostmq.Message(topic, body)))
 
@@ -276,7 +324,7 @@ def _pull_consumer(cfg: dict):
     with hostmq.Admin(cfg["root"]) as a:
         queues = a.route(cfg["topic"])
     c = hostmq.PullConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
-                            auto_commit=False)
+                            auto_commit=False, idle=cfg.get("idle"))
     c.assign(queues)
     c.poll(0.05)                                # maps the store files before the clock runs
     return c
@@ -319,7 +367,7 @@ def hostmq_push_consumer(conn, cfg: dict) -> None:
             lag.add(m.body, m.store_timestamp_ms)
         return hostmq.ConsumeResult.SUCCESS
     c = hostmq.PushConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
-                            threads=1)
+                            threads=1, idle=cfg.get("idle"))
     c.subscribe(cfg["topic"])
     c.register(listener)
     c.start()
@@ -332,22 +380,27 @@ def hostmq_push_consumer(conn, cfg: dict) -> None:
         c.shutdown()
 
 
-def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag, counters) -> None:
-    """``_consume`` of what the listener handed over with its own receive time."""
+def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag | None, counters) -> None:
+    """``_consume`` of what the listener (or a Zenoh callback) handed over with its own receive time."""
     def receive() -> list:
         try:
             return [arrived.get(timeout=POLL_S)]
         except queue_mod.Empty:
             return []
-    _consume(conn, cfg, receive, counters, stamped=True, to_store=lag.by_seq)
+    _consume(conn, cfg, receive, counters, stamped=True, to_store=lag.by_seq if lag is not None else None)
 
 
-CONSUMERS = {"shm_ring": shm_consumer, "zmq_ipc": zmq_consumer, "redis": redis_consumer,
+# hostmq poll once per idle strategy (producer and consumer both; the broker's own is --broker-idle):
+# hostmq_poll is the default (auto), hostmq_poll_<kind> names one.
+IDLE_ROWS = {"hostmq_poll_sleep": "sleep", "hostmq_poll_backoff": "backoff:50", "hostmq_poll_spin": "spin:50"}
+CONSUMERS = {"shm_ring": shm_consumer, "zmq_ipc": zmq_consumer, "zenoh": zenoh_consumer, "redis": redis_consumer,
              "mp_queue": mpq_consumer, "hostmq_poll": hostmq_poll_consumer,
-             "hostmq_push": hostmq_push_consumer, "hostmq_poll_batch": hostmq_poll_batch_consumer}
-PRODUCERS = {"shm_ring": shm_producer, "zmq_ipc": zmq_producer, "redis": redis_producer,
+             "hostmq_push": hostmq_push_consumer, "hostmq_poll_batch": hostmq_poll_batch_consumer,
+             **{k: hostmq_poll_consumer for k in IDLE_ROWS}}
+PRODUCERS = {"shm_ring": shm_producer, "zmq_ipc": zmq_producer, "zenoh": zenoh_producer, "redis": redis_producer,
              "mp_queue": mpq_producer, "hostmq_poll": hostmq_producer,
-             "hostmq_push": hostmq_producer, "hostmq_poll_batch": hostmq_producer}
+             "hostmq_push": hostmq_producer, "hostmq_poll_batch": hostmq_producer,
+             **{k: hostmq_producer for k in IDLE_ROWS}}
 
 
 # -- the neighbour ------------------------------------------------------------------------------------------

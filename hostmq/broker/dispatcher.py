@@ -51,7 +51,7 @@ class Dispatcher:
     def __init__(self, rt: BrokerRuntime) -> None:
         self.rt = rt
         cfg = rt.config
-        self.spin_s = cfg.broker.dispatcher_spin_s
+        self.idle = cfg.broker.idle_strategy("dispatcher")
         self.flush_interval_s = cfg.store.flush_cq_interval_ms / 1000
         self.state = BrokerState.attach(rt.state_name)
         self.cl = CommitLog(rt.store_dir, self.state.commitlog_file_bytes, writable=False,
@@ -149,7 +149,7 @@ class Dispatcher:
                             flag=self.state.dispatcher_waiting, spin_s=0.0, stop=stop)
         return wait_for(lambda: min(w[W_WRITE_POS], w[W_COMMITTED_POS]) != self.cqs.dispatched_phys,
                         self.state.dispatch_wake, time.monotonic() + timeout_s,
-                        flag=self.state.dispatcher_waiting, spin_s=self.spin_s, stop=stop)
+                        flag=self.state.dispatcher_waiting, idle=self.idle, stop=stop)
 
     # -- housekeeping ---------------------------------------------------------------------------------
     def housekeeping(self, now_s: float) -> None:

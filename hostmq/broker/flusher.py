@@ -34,6 +34,7 @@ from ..store.checkpoint import StoreCheckpoint
 from ..store.flush import AsyncFlushState, async_flush_pages
 from ..store.mapped_file import PAGE_BYTES, file_name
 from ..live.runtime import BrokerRuntime
+from ..waiting import SLEEP
 from ..live.state import W_COMMITTED_POS, W_FLUSH_REQUEST_POS, W_FLUSHED_POS, W_WRITE_POS, BrokerState, open_doorbell
 
 W_FLUSH_ERROR = R.STATE_WORD["flush_error"]
@@ -52,6 +53,7 @@ class Flusher:
         self.cfg = rt.config.store
         self.state = BrokerState.attach(rt.state_name)
         self.sync = self.state.sync_flush
+        self.idle = rt.config.broker.idle_strategy("flusher")
         self.doorbell_segment, self.doorbell = open_doorbell(self.state)
         self.directory = os.path.join(rt.store_dir, "commitlog")
         self.file_bytes = self.state.commitlog_file_bytes
@@ -163,13 +165,13 @@ class Flusher:
         w = self.state.w
         if self.sync:
             ready = lambda: w[W_FLUSH_REQUEST_POS] > w[W_FLUSHED_POS] and not w[W_FLUSH_ERROR]  # noqa: E731
-            spin = self.rt.config.broker.writer_spin_s
+            idle = self.idle
         else:
             ready = lambda: False                                          # noqa: E731 - a timer
-            spin = 0.0
+            idle = SLEEP
         timeout = IDLE_WAKE_S if self.sync else self.cfg.flush_interval_ms / 1000
         return wait_for(ready, self.state.flush_wake, time.monotonic() + timeout, flag=self.state.flusher_waiting,
-                        spin_s=spin, stop=stop)
+                        idle=idle, stop=stop)
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -95,8 +95,8 @@ class Writer(RingSessions):
         cfg = rt.config
         self.limits = step.Limits(cfg.store.max_message_bytes, cfg.store.max_properties_bytes,
                                   cfg.broker.writer_batch_bytes)
-        self.spin_s = cfg.broker.writer_spin_s
-        self.busy_spin_s = max(self.spin_s, cfg.broker.writer_busy_spin_s)
+        self.idle = cfg.broker.idle_strategy("writer")          # sleep: no spin at all (docs/tuning.md)
+        self.busy_idle = self.idle.with_budget(max(self.idle.spin_us, cfg.broker.writer_busy_spin_s * 1e6))
         self.last_work_s = 0.0
         self.sync_timeout_s = cfg.store.sync_flush_timeout_ms / 1000
         # SYNC_MASTER (RocketMQ handleHA): a send is answered once a slave acknowledged its bytes —
@@ -379,8 +379,8 @@ class Writer(RingSessions):
             deadline = min(deadline, self._dispatch_due_s)
         # Right after work the next frame is likely close (a sync producer's turnaround): spin longer
         # then, and only the configured minimum when the writer has been idle (docs/internals.md fact 15).
-        spin = self.busy_spin_s if now - self.last_work_s < BUSY_WINDOW_S else self.spin_s
-        return wait_for(self._ready, self.doorbell, deadline, flag=self._flags, spin_s=spin, stop=stop)
+        idle = self.busy_idle if now - self.last_work_s < BUSY_WINDOW_S else self.idle
+        return wait_for(self._ready, self.doorbell, deadline, flag=self._flags, idle=idle, stop=stop)
 
     def housekeeping(self, now_s: float) -> None:
         self.state.w[W_HEARTBEAT] = int(time.time() * 1000)

@@ -28,6 +28,7 @@ from ..message import Message, MessageQueue, SendResult
 from ..protocol.codes import RequestCode
 from ..protocol.messages import TopicRequest
 from ..root import RootPaths
+from ..waiting import IdleStrategy, client_idle
 from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
 from ..store.encode import check_body, encode_records, properties_bytes
 from ..semantics.schedule import schedule_parts
@@ -48,18 +49,21 @@ class Producer:
     on a producer not started yet starts it."""
 
     def __init__(self, root=None, group: str = "DEFAULT_PRODUCER", *, send_timeout_s: float = 3.0,
-                 retries: int = 2, compress_over_bytes: int = 4096, spin_s: float = 200e-6,
-                 ring_bytes: int = DEFAULT_DATA_BYTES, completion_entries: int = DEFAULT_COMPLETION_ENTRIES,
+                 retries: int = 2, compress_over_bytes: int = 4096, spin_s: float | None = None,
+                 idle: "str | IdleStrategy | None" = None, ring_bytes: int = DEFAULT_DATA_BYTES, completion_entries: int = DEFAULT_COMPLETION_ENTRIES,
                  latency_fault: bool = True, auto_batch: bool = False, batch: BatchConfig | None = None) -> None:
         """``auto_batch``: ``send_async`` gathers messages into batch frames (``accumulator``;
-        ``batch`` sets its limits)."""
+        ``batch`` sets its limits). ``idle``: how a sync send waits for its completion — an
+        :class:`~hostmq.waiting.IdleStrategy` or its string ("spin", "backoff:50", "sleep", "auto";
+        default ``$HOSTMQ_IDLE`` or auto, budget 200 µs); a bare ``spin_s`` is a busy spin that long."""
         R.validate_group(group)             # RocketMQ Validators.checkGroup, as for consumer groups
         self.root = root
         self.group = group
         self.send_timeout_s = send_timeout_s
         self.retries = retries
         self.compress_over_bytes = compress_over_bytes
-        self.spin_s = spin_s
+        self.idle = client_idle(idle, spin_s, 200e-6, "Producer idle")
+        self.spin_s = self.idle.spin_s
         self.ring_bytes = ring_bytes
         self.completion_entries = completion_entries
         self.fault = LatencyFaultTolerance() if latency_fault else None
@@ -366,7 +370,7 @@ class Producer:
                 s.close(0)
             address = self.instance.broker_address(broker, topic)
             s = ProducerSession(self.instance, broker, address, data_bytes=self.ring_bytes,
-                                completion_entries=self.completion_entries, spin_s=self.spin_s)
+                                completion_entries=self.completion_entries, idle=self.idle)
             self._sessions[broker] = s
             return s
 

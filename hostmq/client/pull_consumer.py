@@ -32,6 +32,7 @@ from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_for
+from ..waiting import IdleStrategy, client_idle
 from .broker_view import BrokerView
 from .slave_reads import SlaveReads
 from ..store.filter import parse_tag_expression
@@ -52,8 +53,8 @@ _EMPTY = np.empty(0, np.int64)
 class PullConsumer:
     def __init__(self, root=None, group: str = "DEFAULT_CONSUMER", auto_commit: bool = True,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp_ms: int | None = None, *,
-                 auto_commit_interval_s: float = 5.0, max_poll_records: int = 32, spin_s: float = 50e-6,
-                 timeout_s: float = 3.0, allocate: Strategy = "average",
+                 auto_commit_interval_s: float = 5.0, max_poll_records: int = 32, spin_s: float | None = None,
+                 idle: "str | IdleStrategy | None" = None, timeout_s: float = 3.0, allocate: Strategy = "average",
                  rebalance_interval_s: float = REBALANCE_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, offset_store=None,
                  on_assign: Callable[[list[MessageQueue]], None] | None = None,
@@ -64,7 +65,9 @@ class PullConsumer:
         (positions set); ``on_revoke(queues)`` before the commit of queues a rebalance takes away;
         ``commit_position(mq)`` the offset ``commit`` stores for ``mq`` (None: nothing now), instead
         of the next offset to read. The methods of those names call them (a subclass may override
-        the methods instead)."""
+        the methods instead). ``idle``: how ``poll`` waits for new messages — an
+        :class:`~hostmq.waiting.IdleStrategy` or its string ("spin", "backoff:50", "sleep", "auto";
+        default ``$HOSTMQ_IDLE`` or auto, budget 50 µs); a bare ``spin_s`` is a busy spin that long."""
         for name, fn in (("on_assign", on_assign), ("on_revoke", on_revoke), ("commit_position", commit_position)):
             if fn is not None and not callable(fn):
                 raise ValidationError(f"{name} must be callable, got {fn!r}")
@@ -80,7 +83,8 @@ class PullConsumer:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.auto_commit_interval_s = auto_commit_interval_s
         self.max_poll_records = max_poll_records
-        self.spin_s = spin_s
+        self.idle = client_idle(idle, spin_s, 50e-6, "PullConsumer idle")
+        self.spin_s = self.idle.spin_s
         self.instance = ClientInstance(root, timeout_s=timeout_s)
         self.root = self.instance.root
         self.views: dict[str, BrokerView] = {}
@@ -347,7 +351,7 @@ class PullConsumer:
         if [v.follows_dispatcher() for v in self.views.values()] != self._following:
             return              # the fetch filled a tail to its bound: sleep on the dispatcher's word too
         words = [w for w, _ in seqs]
-        wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, spin_s=self.spin_s,
+        wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, idle=self.idle,
                  stats=self.wait_stats)
 
     def _refresh_stale(self) -> None:

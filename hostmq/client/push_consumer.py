@@ -55,6 +55,7 @@ from .process_queue import ProcessQueue
 from .pull_consumer import PullConsumer
 from .rebalance import Strategy
 from ..ingress.session import ProducerSession, Waiter
+from ..waiting import IdleStrategy, client_idle
 from .sql92 import SQL
 from ..store.filter import parse_tag_expression
 
@@ -104,12 +105,16 @@ class PushConsumer:
                  max_held_messages: int = MAX_HELD_MESSAGES, max_held_bytes: int = MAX_HELD_BYTES,
                  auto_commit_interval_s: float = 5.0, rebalance_interval_s: float = REBALANCE_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S, retry_delay_s: float = RETRY_DELAY_S,
-                 service_factory: ServiceFactory | None = None) -> None:
+                 service_factory: ServiceFactory | None = None, idle: "str | IdleStrategy | None" = None) -> None:
         """``service_factory(consumer, orderly)``: the consume service ``register`` installs (default:
         ``ConsumeMessageOrderlyService`` or ``ConsumeMessageConcurrentlyService``); ``hostmq.aio``
-        passes services that run listeners on its event loop."""
+        passes services that run listeners on its event loop. ``idle``: how the pulling thread waits
+        for messages (an :class:`~hostmq.waiting.IdleStrategy` or its string; default
+        ``$HOSTMQ_IDLE`` or auto). Its spin holds the GIL the listener threads need: ``yield`` and
+        ``backoff`` give it up between checks, ``spin`` only when its budget ends."""
         if service_factory is not None and not callable(service_factory):
             raise ValidationError(f"service_factory must be callable, got {service_factory!r}")
+        self.idle = client_idle(idle, None, 50e-6, "PushConsumer idle")
         if not isinstance(model, MessageModel):
             raise ValidationError(f"model must be a hostmq.MessageModel, got {model!r}")
         for name, v in (("batch_size", batch_size), ("threads", threads), ("pull_batch_size", pull_batch_size),
@@ -196,9 +201,7 @@ class PushConsumer:
                             allocate=self.allocate, rebalance_interval_s=self.rebalance_interval_s,
                             heartbeat_interval_s=self.heartbeat_interval_s,
                             on_revoke=service.on_revoke, commit_position=self._commit_position,
-                            # No spin: a spinning thread holds the GIL, and the listener threads that
-                            # must run the messages just fetched would wait for it to sleep.
-                            spin_s=0.0)
+                            idle=self.idle)
         try:
             if self.model == MessageModel.BROADCASTING:
                 store = LocalOffsets(local_offsets_path(pull.root, self.instance_name, self.group))

@@ -201,7 +201,7 @@ class TransactionProducer(Producer):
             if s is not None:
                 s.close(0)
             s = ProducerSession(self.instance, broker, address, data_bytes=self.ring_bytes,
-                                completion_entries=self.completion_entries, spin_s=self.spin_s)
+                                completion_entries=self.completion_entries, idle=self.idle)
             self._sessions[broker] = s
             return s
 

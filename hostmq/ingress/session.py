@@ -42,6 +42,7 @@ from ..shm.futex import FutexWord
 from .ring import IngressRing
 from ..shm.segment import Segment
 from ..shm.signal import notify_if_waiting, wait_for
+from ..waiting import SLEEP, IdleStrategy
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +90,15 @@ class Waiter:
 
 class ProducerSession:
     def __init__(self, instance, broker: str, address: str, *, data_bytes: int, completion_entries: int,
-                 spin_s: float) -> None:
+                 spin_s: float = 0.0, idle: IdleStrategy | None = None) -> None:
         """A session with broker ``broker`` (its instance at ``address``). ``instance``: anything with
         the root (``.root``) — a producer's ``ClientInstance``, or the broker's own runtime for its
-        scheduler."""
+        scheduler. ``idle``: how a sync send waits for its completion (without it: a busy spin of
+        ``spin_s``, then the futex)."""
         self.broker = broker
         self.address = address
         self.instance = instance
-        self.spin_s = spin_s
+        self.idle = idle if idle is not None else IdleStrategy("spin", spin_s * 1e6) if spin_s > 0 else SLEEP
         self.name = f"ring.{os.getpid()}-{next(_ring_ids)}"
         self.ring = IngressRing.create(self.name, data_bytes, completion_entries)
         self.sock: socket.socket | None = None
@@ -261,7 +263,7 @@ class ProducerSession:
                         wait_for(lambda: ring.has_completions() or ring.dropped or
                                  self._next_check <= time.monotonic(),
                                  ring.completion_word, min(deadline, self._next_check),
-                                 flag=ring.producer_waiting, spin_s=self.spin_s)
+                                 flag=ring.producer_waiting, idle=self.idle)
                         self._drain()
                 finally:
                     self._read_lock.release()

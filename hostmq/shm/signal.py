@@ -8,7 +8,8 @@ POSIX semaphore (a small ``/dev/shm`` file every poster maps read-write).
 
 Protocol (spin, then block, post only if the peer waits):
 
-* waiter — :func:`wait_for`: check the predicate; spin re-checking it for up to ``spin_s``; then
+* waiter — :func:`wait_for`: check the predicate; re-check it for the idle strategy's budget (spin,
+  yield or back off: :class:`~hostmq.waiting.IdleStrategy`; a bare ``spin_s`` is a ``spin``); then
   set its *waiting flag* (an aligned int64 in shared memory, :class:`Flag`), fence, and loop:
   arm the futex word(s), re-check, sleep until a word changes, the deadline passes or ``stop`` is
   set; then clear the flag.
@@ -32,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..waiting import IdleStrategy
 from .futex import FutexWord, sleep_any
 
 DEFAULT_SPIN_S = 50e-6
@@ -102,21 +104,26 @@ def _flags(flag) -> tuple:
 def wait_for(predicate: Callable[[], object], wake: FutexWord | Iterable[FutexWord], deadline_s: float, *,
              flag: Flag | Iterable[Flag] | None = None, spin_s: float = DEFAULT_SPIN_S,
              block_slice_s: float = DEFAULT_BLOCK_SLICE_S, stop=None,
-             stats: WaitStats | None = None) -> bool:
+             stats: WaitStats | None = None, idle: IdleStrategy | None = None) -> bool:
     """Wait until ``predicate()`` is true; False when ``deadline_s`` (``time.monotonic()``) passes
     or ``stop`` (anything with ``is_set()``) is set first.
 
     ``wake`` is the futex word (or words: a consumer of several brokers) whose change ends a sleep;
     ``flag`` the waiter's waiting flag (or several: the writer sets its flag in every ring it
-    serves), set only while blocked and always cleared on return.
+    serves), set only while blocked and always cleared on return. ``idle`` is how the time before
+    the futex sleep is spent; without it, a busy spin of ``spin_s``.
     """
     st = stats if stats is not None else process_totals
     st.calls += 1
     if predicate():
         st.immediate += 1
         return True
-    now = time.monotonic()
-    if spin_s > 0:
+    if idle is not None:
+        if idle.idle(predicate, deadline_s):
+            st.spin_hits += 1
+            return True
+    elif spin_s > 0:
+        now = time.monotonic()
         spin_end = min(now + spin_s, deadline_s)
         while now < spin_end:
             if predicate():
