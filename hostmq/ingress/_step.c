@@ -396,7 +396,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!bad && (s.capacity <= 0 || (s.capacity & (s.capacity - 1)) || bdata->len < s.capacity
                  || s.entries <= 0 || (s.entries & (s.entries - 1)) || bcomp->len < s.entries * COMPLETION_BYTES
                  || s.ntopics < 0 || bnames->len < s.ntopics * TOPIC_SLOT_BYTES
-                 || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0 || s.file_bytes > bfile->len
+                 || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0
                  || s.max_fb > s.capacity / 2)) {
         PyErr_SetString(PyExc_ValueError, "_step.serve: buffers and geometry disagree");
         bad = 1;
