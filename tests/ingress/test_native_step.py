@@ -80,12 +80,13 @@ def record(topic: bytes = TOPIC, body: bytes = b"x" * 20, props: bytes = b"", qi
 class World:
     """One producer ring, the writer's end, a commitlog, state words and a queue table."""
 
-    def __init__(self, shm: ShmNames, root: str, data_bytes: int, entries: int, queues: dict) -> None:
+    def __init__(self, shm: ShmNames, root: str, data_bytes: int, entries: int, queues: dict,
+                 file_bytes: int = FILE_BYTES) -> None:
         self.p = IngressRing.create(shm.name("ingress", next(_names)), data_bytes, entries)
         self.w = IngressRing.from_fd(self.p.segment.fd)
         self.state = Segment.create_memfd("state", 4096, "test-state", 1)
         self.words = self.state.array(np.int64, max(R.STATE_WORD.values()) + 1)
-        self.cl = CommitLog(root, FILE_BYTES, store_host=b"HOSTHOST")
+        self.cl = CommitLog(root, file_bytes, store_host=b"HOSTHOST")
         self.cl.mfq.load()
         self.cl._room_for(0)            # the first file, current (else the first batch is Python's to place)
         self.cl.topic_queue_table = QueueTable()
@@ -275,3 +276,27 @@ def test_the_native_step_writes_what_the_python_step_writes(tmp_path, monkeypatc
     seen = {step.StepStatus(s) for s in statuses}
     assert seen == set(step.StepStatus) - {step.StepStatus.FALLBACK_SCRATCH}, seen
     assert any(batches), "the native step served BATCH frames too"
+
+
+@needs_native
+def test_a_frame_larger_than_the_native_steps_copy_is_served_by_the_python_step(tmp_path, monkeypatch):
+    """The native step keeps a private copy of about twice ``batch_bytes``: a larger frame goes to the
+    Python step (FALLBACK_SCRATCH), and the next small one to the native step again."""
+    statuses: list[int] = []
+    serve = step.NATIVE_STEP.serve
+    monkeypatch.setattr(step.NATIVE_STEP, "serve", lambda *a: statuses.append((out := serve(*a))[0]) or out)
+    queues = {TOPIC: 1}
+    wd = World(ShmNames(str(tmp_path), "scratch"), str(tmp_path / "log"), 1 << 18, 8, queues, 1 << 20)
+    try:
+        limits = step.Limits(1 << 20, 1 << 12, 1)
+        big = record(body=b"L" * 70_000)
+        for payload in (big, record()):
+            assert wd.p.try_write(R.FRAME_MESSAGE, 1, payload, 1)
+            b = step.serve_once(wd.w, 0, 1, wd.words, wd.cl, limits, queues, 5)
+            assert (b.frames, b.appended) == (1, 1)
+            step.release(wd.w, b.cw_end, b.data_end)
+        assert statuses == [step.StepStatus.FALLBACK_SCRATCH, step.StepStatus.DONE]
+        rows = wd.p.completion_tuples()
+        assert [r[1:4] for r in rows] == [(R.COMPLETION_SEND_OK, 1, 0), (R.COMPLETION_SEND_OK, 1, 1)]
+    finally:
+        wd.close()
