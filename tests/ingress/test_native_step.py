@@ -42,6 +42,11 @@ _names = itertools.count()
 _roots: list[str] = []
 
 
+def test_native_step_is_built():
+    """pip builds hostmq/ingress/_step.c on install; if this fails the Python step serves every batch."""
+    assert step.NATIVE_STEP is not None, "hostmq.ingress._step is not built: pip install -e . (needs a C compiler)"
+
+
 def test_the_committed_step_layout_header_is_the_one_records_py_generates():
     with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            R.STEP_LAYOUT_HEADER)) as f:
