@@ -5,7 +5,12 @@ segments of the clusters it had running, and their roots are temporary directori
 broker in again — so the broker's own reclaim at start never sees them. Such a segment was found
 after the frame fuzzer's test (root /tmp/hmqff-*/r0) was killed mid-run. Every test session
 therefore begins by unlinking hostmq segments whose owner process is dead
-(``shm.reclaim_stale``: the header's pid, start ticks and boot id; a live cluster's are untouched).
+(``shm.reclaim_stale``: the header's pid, start ticks and boot id; a live cluster's are untouched) —
+but never those of a broker that was alive within ``RECENT_BROKER_S``: a broker killed moments ago
+(a fault run's on this machine, or a user's cluster its supervisor is restarting) still needs its
+state segment and transient-pool buffers to commit what it acknowledged (``broker/pool_salvage.py``).
+Reclaiming them lost acknowledged messages in the pool trials of a fault run that had test sessions
+starting beside it (full run e8adc1b, trials 159–283; docs/faults.md).
 """
 from __future__ import annotations
 
@@ -13,12 +18,17 @@ import contextlib
 import logging
 import os
 import threading
+import time
 
 import psutil
 
 import pytest
 
+from hostmq.errors import SegmentError
+from hostmq.live.state import BrokerState
 from hostmq.shm import list_segments, list_semaphores, reclaim_stale, unlink_semaphore, unlink_segment
+from hostmq.shm.segment import DEFAULT_PREFIX
+from hostmq.shm_layouts import STATE_HEARTBEATS
 from hostmq.root import shm_prefix
 from hostmq.waiting import poll_until
 from tests.shm import SPAWN as _SPAWN, ShmNames, leftovers as _shm_leftovers
@@ -42,9 +52,41 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+RECENT_BROKER_S = 600.0
+
+
+def recently_alive_brokers(now_ms: int | None = None) -> set[str]:
+    """The IPC prefixes of brokers whose state segment shows a heartbeat (any of its processes) within
+    ``RECENT_BROKER_S``: dead or not, their names are left to their own restart."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    out = set()
+    for name in list_segments(DEFAULT_PREFIX):
+        if name.rsplit(".", 2)[-2:-1] != ["state"]:
+            continue
+        try:
+            st = BrokerState.attach(name, readonly=True)
+        except SegmentError:
+            continue
+        try:
+            newest = max(st.get(word) for word in STATE_HEARTBEATS.values())
+        finally:
+            st.close()
+        if newest > now_ms - RECENT_BROKER_S * 1000:
+            out.add(name.rsplit(".", 2)[0] + ".")
+    return out
+
+
+def reclaim_killed_runs(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Unlink the names under ``prefix`` whose owner is dead, but for brokers alive within
+    ``RECENT_BROKER_S`` (see the module docstring); the names unlinked."""
+    recent = recently_alive_brokers()
+    prefixes = {n.rsplit(".", 2)[0] + "." for n in list_segments(prefix)} - recent
+    return [g for p in sorted(prefixes) for g in reclaim_stale(p)]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def reclaim_segments_of_killed_runs():
-    gone = reclaim_stale()
+    gone = reclaim_killed_runs()
     if gone:
         log.warning("unlinked %d shared-memory names left by a killed run: %s", len(gone), gone)
     yield

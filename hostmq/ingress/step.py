@@ -41,8 +41,8 @@ frames); anything else — a file roll, a record to refuse or to check further, 
 back as a :class:`StepStatus` with nothing written, and the Python steps below serve the batch. The
 result is the same bytes either way (tests/ingress/test_native_step.py); the one difference is that
 ``on_publish`` runs after the journal rather than before it (nothing it does is read by the
-journal or by a successor's recovery). ``trace``, ``refusal`` and state words that are not a buffer (a test counting the stores) always take
-the Python steps.
+journal or by a successor's recovery). ``trace``, ``refusal`` and state words that are not a buffer
+(a test counting the stores) always take the Python steps.
 """
 from __future__ import annotations
 
@@ -300,5 +300,5 @@ def unreleased(ring) -> bool:
     return ring.staged_position != ring.published_position or ring.handed_position != ring.released_position
 
 
-__all__ = ["Batch", "Limits", "NATIVE_STEP", "STEPS", "StepStatus", "USE_NATIVE", "append_frames", "release", "resolve_intent", "serve_once", "unreleased",
-           "RingCorruptError"]
+__all__ = ["Batch", "Limits", "NATIVE_STEP", "STEPS", "StepStatus", "USE_NATIVE", "append_frames", "release",
+           "resolve_intent", "serve_once", "unreleased", "RingCorruptError"]

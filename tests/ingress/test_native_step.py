@@ -149,8 +149,8 @@ class NativeAgainstPython(RuleBasedStateMachine):
     def message(self, body, qid, topic, props):
         self._write(R.FRAME_MESSAGE, record(topic, body, props, qid), 1)
 
-    @rule(body=st.binary(min_size=1, max_size=64), how=st.sampled_from(["crc", "size", "magic", "blen", "qid", "trail"]),
-          now=st.integers(0, 3))
+    @rule(body=st.binary(min_size=1, max_size=64),
+          how=st.sampled_from(["crc", "size", "magic", "blen", "qid", "trail"]), now=st.integers(0, 3))
     def bad_message(self, body, how, now):
         if now:         # (hostile frames send their batch to Python: a quarter of the time)
             return
