@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write hostmq/include/record_layout.h, the C codec's layout constants, from hostmq/records.py.
+"""Write hostmq/include/record_layout.h (the C codec's layout constants) and hostmq/include/step_layout.h
+(the writer's native step's) from hostmq/records.py.
 
 The header is generated, never edited: records.py declares every binary layout once
 (``NATIVE_LAYOUT``, ``records.codec_layout_header``) and the C codec includes what this writes. The
@@ -23,22 +24,29 @@ from hostmq import records  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    path = os.path.join(TOP, records.CODEC_LAYOUT_HEADER)
-    text = records.codec_layout_header()
+    for name, text in ((records.CODEC_LAYOUT_HEADER, records.codec_layout_header()),
+                       (records.STEP_LAYOUT_HEADER, records.step_layout_header())):
+        if write(name, text, "--check" in argv):
+            return 1
+    return 0
+
+
+def write(name: str, text: str, check: bool) -> int:
+    path = os.path.join(TOP, name)
     try:
         with open(path) as f:
             current = f.read()
     except FileNotFoundError:
         current = None
-    if "--check" in argv:
+    if check:
         if current != text:
-            print(f"{records.CODEC_LAYOUT_HEADER} is stale: run tools/gen_layout.py", file=sys.stderr)
+            print(f"{name} is stale: run tools/gen_layout.py", file=sys.stderr)
             return 1
         return 0
     if current != text:
         with open(path, "w") as f:
             f.write(text)
-        print(f"wrote {records.CODEC_LAYOUT_HEADER}")
+        print(f"wrote {name}")
     return 0
 
 

@@ -36,6 +36,7 @@ from ..ingress.step import I_PHYS, I_SLOT, I_VALID
 from ..shm.signal import notify_if_waiting, wait_for
 from ..store import cleanup
 from ..store.commitlog import CommitLog
+from ..store.queue_table import QueueTable
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import queue_offsets_table
 from ..store.transient_pool import TransientStorePool, salvage
@@ -151,8 +152,10 @@ class Writer(RingSessions):
         self._truncate_after(write_pos)
         st.w[W_COMMITTED_POS] = write_pos
         self.cl.last_store_ts_ms = st.w[W_LAST_TS]
-        self.cl.topic_queue_table = queue_offsets_table(self.rt.store_dir, self.rt.config.store, self.cl,
-                                                        self.state.w[_W["dispatched_pos"]], write_pos)
+        table = queue_offsets_table(self.rt.store_dir, self.rt.config.store, self.cl,
+                                    self.state.w[_W["dispatched_pos"]], write_pos)
+        # The native step reads and updates the queue offsets of the writable topics in place.
+        self.cl.topic_queue_table = QueueTable(table) if step.USE_NATIVE else table
         self._load_topics()
         self._sync_sessions()
         if st.w[I_VALID] and write_pos > st.w[I_PHYS]:
@@ -206,6 +209,8 @@ class Writer(RingSessions):
         except Exception:
             log.exception("writer: cannot reload topics; keeping the previous table")
         self._queues = {n.encode(): self.topics.writable_queues(n) for n in self.topics.topics}
+        if isinstance(self.cl.topic_queue_table, QueueTable):
+            self.cl.topic_queue_table.set_topics(self._queues)
 
     # -- the hot path ---------------------------------------------------------------------------------
     def run_once(self) -> int:

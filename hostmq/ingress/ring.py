@@ -127,6 +127,9 @@ class IngressRing(WriterSide):
         self._q = segment.buf[:R.RING_HEADER.itemsize].cast("q")
         self._data = segment.buf[self.data_offset:self.data_offset + self.capacity]
         self._comp = segment.array(R.COMPLETION, self.completion_entries, self.completion_offset)
+        # The completion ring's bytes, for the writer's native step (ingress/_step.c)
+        self._comp_bytes = segment.buf[self.completion_offset:
+                                       self.completion_offset + self.completion_entries * R.COMPLETION.itemsize]
         self.producer_waiting = Flag(self._q, _W["producer_waiting"])
         self.writer_waiting = Flag(self._q, _W["writer_waiting"])
         self.completion_word = FutexWord(segment.array(np.int64, R.RING_HEADER.itemsize // 8), _COMP_WRITE_POS)
@@ -376,6 +379,7 @@ class IngressRing(WriterSide):
         if self.segment.closed:
             return
         self._comp = self.completion_word = None
+        self._comp_bytes.release()
         self.producer_waiting.release()
         self.writer_waiting.release()
         self._data.release()

@@ -30,10 +30,25 @@ this step after each of its steps (``trace``) under hypothesis and checks exactl
 ``tests/broker/test_loop_bodies.py`` does the same through the whole writer process's loop body.
 
 Pure of policy: no clock but ``now_ms``, no logging but the refusal of a frame, no waiting.
+
+**The native step.** When ``hostmq/ingress/_step.c`` is built (``NATIVE_STEP``) and ``USE_NATIVE`` is
+on (the default; ``HOSTMQ_NATIVE_STEP=0`` in the environment turns it off), :func:`serve_once` first
+offers the batch to it: steps 1–6 in one call with the GIL released, over the ring, the state words,
+the current commitlog file and the commitlog's :class:`~hostmq.store.queue_table.QueueTable` (the
+queue offsets and, since :meth:`QueueTable.set_topics` was given this very ``queues`` dict, the
+topics' queue counts). It serves batches whose records all pass the checks (MESSAGE and BATCH
+frames); anything else — a file roll, a record to refuse or to check further, a corrupt ring — comes
+back as a :class:`StepStatus` with nothing written, and the Python steps below serve the batch. The
+result is the same bytes either way (tests/ingress/test_native_step.py); the one difference is that
+``on_publish`` runs after the journal rather than before it (nothing it does is read by the
+journal or by a successor's recovery). ``trace``, ``refusal`` and state words that are not a buffer
+(a test counting the stores) always take the Python steps.
 """
 from __future__ import annotations
 
+import enum
 import logging
+import os
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -42,6 +57,35 @@ from .. import records as R
 from ..errors import RingCorruptError, ValidationError
 from ..record_check import frame_records, single_record
 from ..shm.signal import notify_if_waiting
+from ..store.queue_table import QueueTable
+
+try:
+    from . import _step as NATIVE_STEP
+except ImportError:         # not built (no compiler at install time): the Python steps serve
+    NATIVE_STEP = None
+if NATIVE_STEP is not None:
+    R.layout_check(NATIVE_STEP.LAYOUT == R.step_layout_flat(), "hostmq/ingress/_step.c's layout differs from "
+                   "records.STEP_LAYOUT (rebuild it: pip install -e . or tools/test.sh)")
+    from ..record_fields import _RESERVED_MARKS
+    NATIVE_STEP._bind(reserved_property_marks=_RESERVED_MARKS)
+USE_NATIVE = NATIVE_STEP is not None and os.environ.get("HOSTMQ_NATIVE_STEP", "1").lower() not in ("0", "off", "false")
+"""Whether :func:`serve_once` offers batches to the native step (a module-level switch: tests flip it)."""
+
+
+class StepStatus(enum.IntEnum):
+    """What ``_step.serve`` did: served nothing (no frame), served the batch, or left it to Python (why)."""
+
+    EMPTY = 0
+    DONE = 1
+    FALLBACK_CORRUPT = 2        # impossible cursors or frame headers: Python raises RingCorruptError
+    FALLBACK_FILE = 3           # a record does not fit the current file: Python rolls it
+    FALLBACK_CHECK = 4          # a record to refuse, or whose properties check_properties must judge
+    FALLBACK_SCRATCH = 5        # the batch is larger than the private copy the native step keeps
+
+
+if NATIVE_STEP is not None:
+    R.layout_check(all(getattr(NATIVE_STEP, s.name) == s.value for s in StepStatus),
+                   "hostmq/ingress/_step.c's statuses differ from step.StepStatus")
 
 log = logging.getLogger("hostmq.broker.writer")
 
@@ -90,6 +134,12 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
     of the queues appended to. ``on_publish(write_pos, appended)`` runs right after ``write_pos`` is
     published. ``trace(step)`` after each step (tests kill the step there). Raises RingCorruptError
     (before any step) when the ring's cursors or frame headers are impossible."""
+    if USE_NATIVE and trace is None and not refusal and type(words) in _NATIVE_WORDS:
+        qt = log_.topic_queue_table
+        if type(qt) is QueueTable and qt.queues is queues:
+            b = _serve_native(ring, slot, generation, words, log_, limits, qt, now_ms, woken, on_publish)
+            if b is not _FALLBACK:
+                return b
     frames = ring.frames(limits.batch_bytes)
     n = len(frames)
     if n == 0:
@@ -128,6 +178,51 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
     if trace is not None:
         trace("journal")
     return Batch(n, appended, cw_start, ring.staged_position, data_end, end)
+
+
+_FALLBACK = object()
+_NATIVE_WORDS = (memoryview, np.ndarray)       # state words the native step can write (not a test's stand-in)
+_SCRATCH_SLACK = 64 * 1024
+
+
+def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits, qt: QueueTable, now_ms: int,
+                  woken: set | None, on_publish: Callable[[int, int], None] | None):
+    """Steps 1–6 in C (see the module docstring): a Batch, None (no frame) or ``_FALLBACK``."""
+    mf = log_._cur
+    files = log_.mfq.files
+    if mf is None or not files or files[-1] is not mf or mf.wmm is None:
+        return _FALLBACK
+    scratch = qt.scratch
+    if scratch is None or len(scratch) < 2 * limits.batch_bytes + _SCRATCH_SLACK:
+        scratch = qt.scratch = bytearray(2 * limits.batch_bytes + _SCRATCH_SLACK)
+    cw_start = ring._cstaged
+    names, table, offsets, ntopics = qt.pins
+    status, n, appended, hpos, cstaged, wrote, last_ts, wake = NATIVE_STEP.serve(
+        ring._q, ring._data, ring._comp_bytes, words, mf.wmm, scratch, names, table, offsets, log_.store_host,
+        ring.capacity, ring.completion_entries, ring.max_frame_bytes, ring._hpos, ring._rpos, ring._cwpos,
+        cw_start, ring._uncompleted, slot, generation, mf.file_from_offset, mf.wrote_pos, log_.file_bytes,
+        limits.max_body, limits.max_props, limits.batch_bytes, now_ms, log_.last_store_ts_ms, ntopics)
+    if status > 1:
+        return _FALLBACK
+    ring._hpos = hpos
+    if not status:
+        return None
+    ring._cstaged = cstaged
+    log_.last_store_ts_ms = last_ts
+    end = int(words[W_WRITE_POS])
+    if appended:
+        mf.wrote_pos = wrote
+        mf.store_ts_ms = last_ts
+        if wrote >= log_._prealloc_pos:
+            log_.mfq.preallocate_next(wrote)
+        if woken is not None:
+            while wake:
+                low = wake & -wake
+                woken.add(low.bit_length() - 1)
+                wake ^= low
+    if on_publish is not None:
+        on_publish(end, appended)
+    return Batch(n, appended, cw_start, cstaged, hpos, end)
 
 
 def append_frames(frames, log_, limits: Limits, queues: dict[bytes, int], now_ms: int, refusal: int = 0,
@@ -205,5 +300,5 @@ def unreleased(ring) -> bool:
     return ring.staged_position != ring.published_position or ring.handed_position != ring.released_position
 
 
-__all__ = ["Batch", "Limits", "STEPS", "append_frames", "release", "resolve_intent", "serve_once", "unreleased",
-           "RingCorruptError"]
+__all__ = ["Batch", "Limits", "NATIVE_STEP", "STEPS", "StepStatus", "USE_NATIVE", "append_frames", "release",
+           "resolve_intent", "serve_once", "unreleased", "RingCorruptError"]

@@ -32,6 +32,7 @@ from hostmq.client.producer import Producer
 from hostmq.config import Config
 from hostmq.errors import NoRouteError
 from hostmq.fsutil import ensure_dir
+from hostmq.ingress import step
 from hostmq.ingress.session import ProducerSession, Waiter
 from hostmq.live.runtime import BrokerRuntime
 from hostmq.live.state import BrokerState
@@ -309,6 +310,41 @@ def test_writer_appends_a_producers_frames_and_answers_each_with_its_status_and_
     with pytest.raises(NoRouteError):
         sent[3].result()
     assert w.run_once() == 0                                        # nothing new
+
+
+@pytest.mark.skipif(step.NATIVE_STEP is None or not step.USE_NATIVE, reason="the native step is off or not built")
+def test_the_writer_serves_its_batches_with_the_native_step(broker, monkeypatch):
+    """The writer process's own loop takes the native step (ingress/_step.c) once a file is current,
+    and what it stores and answers is what the Python step would: offsets go on from the Python
+    step's, a queue out of range is refused, the queue table stays the commitlog's one table."""
+    statuses: list[int] = []
+    serve = step.NATIVE_STEP.serve
+
+    def counted(*args):
+        out = serve(*args)
+        statuses.append(out[0])
+        return out
+
+    monkeypatch.setattr(step.NATIVE_STEP, "serve", counted)
+    b = broker()
+    b.create_topic(queues=2)
+    w = b.child(Writer)
+    p = b.producer()
+    w.run_once()
+    first = Sent(p, 1, [b"first"])
+    assert w.run_once() == 1 and step.StepStatus.DONE not in statuses     # the first append makes the file
+    sent = [Sent(p, 1, [b"second"]), Sent(p, 1, [b"b0", b"b1"]), Sent(p, 9, [b"no such queue"]), Sent(p, 0, [b"q0"])]
+    assert w.run_once() == 4
+    assert statuses[-1] == step.StepStatus.DONE
+    results = [s.result() for s in [first] + sent if s is not sent[2]]
+    assert [(r.queue.queue_id, r.queue_offset) for r in results] == [(1, 0), (1, 1), (1, 2), (0, 0)]
+    with pytest.raises(NoRouteError):
+        sent[2].result()
+    assert [r[5] for r in stored(b)] == [b"first", b"second", b"b0", b"b1", b"q0"]
+    assert sorted(v for _, v in w.cl.topic_queue_table.items()) == [1, 4]
+    st = b.state
+    assert st.get("intent_valid") == 0 and st.get("appended_records") == 5
+    assert st.get("write_pos") == st.get("committed_pos") == w.cl.max_offset()
 
 
 def test_writer_takes_a_new_topic_when_the_service_publishes_it_and_stages_large_batches_at_once(broker):

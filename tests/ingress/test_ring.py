@@ -21,6 +21,7 @@ from hostmq.ingress import step
 from hostmq.ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES, IngressRing
 from hostmq.shm import Segment
 from hostmq.store.commitlog import CommitLog
+from hostmq.store.queue_table import QueueTable
 from hostmq.store.readonly import queue_offsets_table
 from hostmq.shm import notify_if_waiting, wait_for
 from tests.shm import (SPAWN, TOPIC, body_for, check_frame, frame_payload, endless_producer, half_written_producer, kill, make_doorbell,
@@ -772,16 +773,20 @@ class _Log:
 
     TORN = 1 << 16
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, queues: dict[bytes, int]) -> None:
         self.dir = directory
+        self.queues = queues
         self.cl = CommitLog(directory, 1 << 20)
+        self.cl.topic_queue_table = QueueTable()        # as the writer process keeps it (native step)
+        self.cl.topic_queue_table.set_topics(queues)
 
     def restart(self, write_pos: int) -> CommitLog:
         self.cl.close()
         self.cl = CommitLog(self.dir, 1 << 20)
         self.cl.mfq.load()
         self.cl.continue_at(write_pos, self.TORN)
-        self.cl.topic_queue_table = queue_offsets_table(self.dir, StoreConfig(), self.cl, 0, write_pos)
+        self.cl.topic_queue_table = QueueTable(queue_offsets_table(self.dir, StoreConfig(), self.cl, 0, write_pos))
+        self.cl.topic_queue_table.set_topics(self.queues)
         return self.cl
 
     def bodies(self, write_pos: int) -> list[bytes]:
@@ -809,8 +814,8 @@ def test_the_writer_step_killed_after_any_step_stores_and_answers_every_frame_ex
     w = IngressRing.from_fd(p.segment.fd)
     state = Segment.create_memfd("state", 4096, "test-state", 1)
     words = state.array(np.int64, max(R.STATE_WORD.values()) + 1)
-    log = _Log(tempfile.mkdtemp(dir=tmp_path))
     queues = {TOPIC: 1}
+    log = _Log(tempfile.mkdtemp(dir=tmp_path), queues)
     seen: list[tuple] = []              # completions the producer read
     next_seq = 0
 
@@ -819,8 +824,9 @@ def test_the_writer_step_killed_after_any_step_stores_and_answers_every_frame_ex
             if what == kill_after:
                 raise Killed(what)
         try:
+            # an uninterrupted pass takes the native step where it is built (trace: the Python steps)
             b = step.serve_once(w, SLOT, GEN, words, log.cl, step.Limits(1 << 20, 1 << 16, max_bytes), queues,
-                                1_700_000_000_000, trace=trace)
+                                1_700_000_000_000, trace=None if kill_after is None else trace)
             if b is not None:
                 step.release(w, b.cw_end, b.data_end, trace=trace)
             return False
