@@ -75,6 +75,8 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
     if early:
         return GetResult(early[0], [], early[1], lo, hi)
     if tag_filter.match_all:
+        if read_check.NATIVE is not None:
+            return _get_all_native(cq, commitlog, queue_offset, max_count, max_bytes, broker, lo, hi)
         return _get_all(cq, commitlog, queue_offset, max_count, max_bytes, broker, lo, hi)
     msgs: list[MessageExt] = []
     nbytes = 0
@@ -171,6 +173,64 @@ def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, b
             msgs.append(m)
             nbytes += size
     return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi, skipped)
+
+
+def _get_all_native(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, broker: str,
+                    lo: int, hi: int) -> GetResult:
+    """:func:`_get_all` with its per-entry loop in C (``read_check.NATIVE.take``: the records it
+    accepts become MessageExts there, with the GIL released while it checks); what it hands back — an
+    entry in another commitlog file, a record it does not accept — is done here as ``_get_all`` does
+    it. Same result as ``_get_all`` (tests/store/test_read_native.py)."""
+    take = read_check.NATIVE.take
+    msgs: list[MessageExt] = []
+    cl_min = commitlog.min_offset()
+    nbytes = removed = taken = skipped = 0
+    lo_phys = hi_phys = base = 0
+    mm = None
+    full = False
+    topic, queue_id = cq.topic, cq.queue_id
+    topic_b = topic.encode()
+    while taken < max_count and queue_offset + taken < hi and not full:
+        first = queue_offset + taken
+        ents = cq.entries(first, max_count - taken)   # within one consume-queue file
+        n = len(ents)
+        if not n:
+            break
+        if ents.dtype != R.CQ_ENTRY or not ents.flags.c_contiguous:    # tail entries joined: native order
+            ents = np.ascontiguousarray(ents, R.CQ_ENTRY)
+        i = 0
+        while True:
+            i, why, nbytes, rem = take(ents, i, mm, lo_phys, hi_phys, cl_min, first, topic_b, queue_id, max_bytes,
+                                       nbytes, broker, msgs)
+            removed += rem
+            if why == _TAKE_DONE:
+                break
+            if why == _TAKE_FULL:
+                full = True
+                break
+            phys, size = int(ents[i]["phys_offset"]), int(ents[i]["size"])
+            if why == _TAKE_OTHER_FILE:
+                mf = commitlog.mfq.find(phys)
+                if mf is None:
+                    removed += 1
+                    i += 1
+                    continue
+                lo_phys, hi_phys, mm, base = mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset
+                continue
+            m = read_check.py_check_one(mm, phys - base, size, topic_b, queue_id, first + i, broker)   # _TAKE_ASK
+            i += 1
+            if m.__class__ is str:
+                skipped += 1
+                read_check.SKIPPED.note(broker, topic, queue_id, first + i - 1, phys, m)
+                continue
+            msgs.append(m)
+            nbytes += size
+        taken += i
+    return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi, skipped)
+
+
+_TAKE_DONE, _TAKE_FULL, _TAKE_OTHER_FILE = (0, 1, 2) if read_check.NATIVE is None else (
+    read_check.NATIVE.TAKE_DONE, read_check.NATIVE.TAKE_FULL, read_check.NATIVE.TAKE_OTHER_FILE)
 
 
 class MessageBatch:

@@ -1,0 +1,185 @@
+"""The consumer's read round in C (hostmq/store/_read.c, issue 29) against its spec, the Python read side.
+
+Both paths read the same store files — good records of varied shapes (tags, keys, properties,
+compressed bodies) over several commitlog files, records no consumer can decode, and bytes the test
+damages (in the commitlog and in the consume queue's entries) — and must give the same rounds:
+``get`` with and without a tag filter, at any offset, count and byte bound (status, next offset,
+skipped count, and every message field by field), ``get_batch`` (offsets, bodies, status), and the
+one-record check at any position.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hostmq import records as R
+from hostmq.message import Message, MessageExt, MessageQueue
+from hostmq.store import read_check
+from hostmq.store.message_store import MessageStore, _tag_filter
+from hostmq.store.reader import get_batch, get_messages
+from tests.store.conftest import put_at, small_config
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(read_check.NATIVE is None, reason="hostmq/store/_read.c is not built")]
+T = "RN"
+NOW_MS = 1_700_000_000_000
+FIELDS = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag", "msg_id", "unique_id", "queue_id",
+          "queue_offset", "commitlog_offset", "born_timestamp_ms", "store_timestamp_ms", "reconsume_times",
+          "sys_flag", "store_size", "queue", "raw", "broker")
+
+
+def fields(m: MessageExt) -> tuple:
+    assert isinstance(m, MessageExt)
+    return tuple(getattr(m, f) for f in FIELDS) + (repr(m),)
+
+
+def append_raw(store: MessageStore, queue_id: int, body: bytes, props: bytes, sys_flag: int = 0) -> None:
+    rec = R.encode_record(T.encode(), body, props, queue_id=queue_id, sys_flag=sys_flag)
+    blob, starts = R.encode_batch([rec])
+    store.append_encoded(T, queue_id, blob, starts, now_ms=NOW_MS)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """~360 records in two queues over several 64 KiB commitlog files, dispatched."""
+    s = MessageStore(str(tmp_path_factory.mktemp("rn") / "store"), small_config(consume_queue_file_entries=1000))
+    for i in range(360):
+        q = i % 2
+        if i % 41 == 7:
+            append_raw(s, q, b"x" * (i % 5), b"TAGS\x01A\x02n\x01\xff\xfe\x02")          # not UTF-8
+        elif i % 43 == 9:
+            append_raw(s, q, zlib.compress(b"z%d" % i * 20), b"TAGS\x01B\x02", R.SYSFLAG_COMPRESSED)
+        elif i % 47 == 11:
+            append_raw(s, q, b"not zlib", b"TAGS\x01A\x02", R.SYSFLAG_COMPRESSED)        # does not inflate
+        elif i % 53 == 13:
+            append_raw(s, q, b"p", b"a\x01b\x01c\x02\x02TAGS\x01A\x02")                   # valid, not simple
+        else:
+            props = {"n": str(i), "v": "é" * (i % 7)} if i % 5 else {}
+            put_at(s, Message(T, b"b%d" % i * (1 + i % 30), tags=(None, "A", "B")[i % 3],
+                              keys=("k%d" % i, "x") if i % 4 else (), properties=props), NOW_MS + i, q)
+    s.dispatch()
+    assert len(s.commitlog.mfq.files) >= 2
+    yield s
+    s.close()
+
+
+def both(fn):
+    """``fn()`` on the native path, then on the Python path alone."""
+    native = fn()
+    saved, read_check.NATIVE = read_check.NATIVE, None
+    try:
+        python = fn()
+    finally:
+        read_check.NATIVE = saved
+    return native, python
+
+
+def same_get(a, b) -> None:
+    assert (a.status, a.next_offset, a.min_offset, a.max_offset, a.skipped) == \
+        (b.status, b.next_offset, b.min_offset, b.max_offset, b.skipped)
+    assert [fields(m) for m in a.messages] == [fields(m) for m in b.messages]
+
+
+def same_batch(a, b) -> None:
+    assert (a.status, a.next_offset, a.skipped, a.queue_offsets.tolist()) == \
+        (b.status, b.next_offset, b.skipped, b.queue_offsets.tolist())
+    assert [bytes(x) for x in a.bodies] == [bytes(x) for x in b.bodies]
+    assert [fields(m) for m in a] == [fields(m) for m in b]
+
+
+def test_good_records_take_the_native_path(store):
+    """Every undamaged, uncompressed, decodable record is accepted by the C check itself (not handed
+    back), and is the message the spec builds."""
+    cq = store.queues[(T, 0)]
+    ents = cq.entries(0, 1000)
+    native = 0
+    for k, (phys, size) in enumerate(zip(ents["phys_offset"].tolist(), ents["size"].tolist())):
+        mf = store.commitlog.mfq.find(phys)
+        got = read_check.NATIVE.checked(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, k, "b")
+        want = read_check.py_check_one(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, k, "b")
+        if got is not None:
+            native += 1
+            assert fields(got) == fields(want)
+        elif isinstance(want, MessageExt):
+            assert want.sys_flag & R.SYSFLAG_COMPRESSED
+    assert native >= 150
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_native_and_python_rounds_agree(store, data):
+    queue_id = data.draw(st.integers(0, 1), label="queue_id")
+    cq = store.queues[(T, queue_id)]
+    ents = cq.entries(0, 1000)
+    phys_l, size_l = ents["phys_offset"].tolist(), ents["size"].tolist()
+    cq_mf = cq.mfq.files[0]
+    saved: list[tuple] = []
+
+    def damage(mf, at: int, value: int) -> None:
+        saved.append((mf, at, int(mf.wu8[at])))
+        mf.wu8[at] = value
+
+    try:
+        for _ in range(data.draw(st.integers(0, 6), label="damages")):
+            k = data.draw(st.integers(0, len(phys_l) - 1))
+            mf = store.commitlog.mfq.find(phys_l[k])
+            rel = phys_l[k] - mf.file_from_offset
+            where = data.draw(st.sampled_from(["header", "tail", "anywhere", "entry"]))
+            if where == "header":
+                at = rel + data.draw(st.integers(0, R.MSG_HEADER.size - 1))
+            elif where == "tail":
+                at = rel + size_l[k] - data.draw(st.integers(1, min(40, size_l[k])))
+            elif where == "anywhere":
+                at = rel + data.draw(st.integers(0, size_l[k] - 1))
+            else:                       # the consume-queue entry: its phys offset or size
+                mf = cq_mf
+                at = k * R.CQ_ENTRY.itemsize + data.draw(st.integers(0, 11))
+            damage(mf, at, data.draw(st.sampled_from([0, 1, 2, 0x80, 0xC3, 0xED, 0xFF, 0x7F])))
+        offset = data.draw(st.integers(0, len(phys_l) + 2), label="offset")
+        max_count = data.draw(st.sampled_from([1, 2, 7, 32, 500]), label="max_count")
+        max_bytes = data.draw(st.sampled_from([1, 300, 4096, 256 * 1024]), label="max_bytes")
+        expression = data.draw(st.sampled_from(["*", "A", "A || B", "C"]), label="expression")
+        a, b = both(lambda: get_messages(cq, store.commitlog, offset, max_count, _tag_filter(expression),
+                                         max_bytes, "b"))
+        same_get(a, b)
+        mq = MessageQueue(T, "b", queue_id)
+        a, b = both(lambda: get_batch(cq, store.commitlog, mq, offset, max_count))
+        same_batch(a, b)
+        pos = data.draw(st.integers(0, store.commitlog.file_bytes), label="pos")
+        size = data.draw(st.sampled_from([0, 90, 91, 150, 300, 1 << 20]), label="size")
+        mf = store.commitlog.mfq.files[0]
+        got = read_check.NATIVE.checked(mf.mm, pos, size, T.encode(), queue_id, offset, "b")
+        want = read_check.py_check_one(mf.mm, pos, size, T.encode(), queue_id, offset, "b")
+        if got is not None:                         # accepted natively: the spec accepts it the same
+            assert fields(got) == fields(want)
+    finally:
+        for mf, at, v in reversed(saved):
+            mf.wu8[at] = v
+
+
+def test_native_messages_are_built_as_the_class_builds_them(store):
+    """The C path fills exactly the slots MessageExt.__init__ fills, the same way."""
+    cq = store.queues[(T, 0)]
+    phys, size = (int(x) for x in cq.entries(0, 1)[0][["phys_offset", "size"]].item())
+    mf = store.commitlog.mfq.find(phys)
+    got = read_check.NATIVE.checked(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, 0, "b")
+    want = MessageExt(bytes(mf.mm[phys - mf.file_from_offset:phys - mf.file_from_offset + size]), "b")
+    assert type(got) is MessageExt
+    for slot in MessageExt.__slots__:
+        assert getattr(got, slot) == getattr(want, slot), slot
+    got.show_as("Other")                            # the slots are writable as on any MessageExt
+    assert got.topic == "Other"
+
+
+def test_take_refuses_entries_in_another_byte_order(store):
+    cq = store.queues[(T, 0)]
+    little = cq.entries(0, 4).astype([("phys_offset", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
+    with pytest.raises(TypeError):
+        read_check.NATIVE.take(little, 0, None, 0, 0, 0, 0, T.encode(), 0, 1 << 20, 0, "b", [])
+    with pytest.raises(ValueError):
+        read_check.NATIVE.take(cq.entries(0, 4), 5, None, 0, 0, 0, 0, T.encode(), 0, 1 << 20, 0, "b", [])
+    assert np.dtype(R.CQ_ENTRY) == cq.entries(0, 4).dtype
