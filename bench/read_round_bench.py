@@ -1,0 +1,129 @@
+"""The consumer's read round, native (hostmq/store/_read.c) against the Python read side, in one run.
+
+    .venv/bin/python bench/read_round_bench.py [--backlog 200000] [--rounds 2000] [--repeat 3]
+
+Against a LocalCluster (one broker, ASYNC_FLUSH, on disk), 100-byte bodies, in this process:
+
+* drain rates of a backlog with ``PullConsumer.poll`` (``max_poll_records`` 4096 and the default 32,
+  reading each ``m.body``) and ``poll_batch`` (4096, touching each body view) — what the issue's
+  ``poll`` / ``poll_batch`` figures measure (hostmq/bench/latency_workers.py ``hostmq_drain_worker``);
+* the in-process round for one message: a sync send, then the time of the ``poll(0)`` that returns
+  it (refresh, tail scan, check, MessageExt), median and p90 over ``--rounds`` rounds.
+
+Each measure runs with the native path and with ``read_check.NATIVE = None`` (the Python path)
+alternately, ``--repeat`` times; the best of each is printed with the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import hostmq  # noqa: E402
+from hostmq import ConsumeFrom, Message  # noqa: E402
+from hostmq.cli import workload  # noqa: E402
+from hostmq.store import read_check  # noqa: E402
+
+NATIVE = read_check.NATIVE
+
+
+def drain(root: str, queues, expect: int, kind: str, max_records: int) -> float:
+    with hostmq.PullConsumer(root, group=f"rr-{kind}-{time.time_ns()}", consume_from=ConsumeFrom.FIRST_OFFSET,
+                             auto_commit=False, max_poll_records=max_records) as c:
+        c.assign(queues)
+        got = nbytes = 0
+        t0 = time.perf_counter()
+        end = time.monotonic() + 120
+        while got < expect and time.monotonic() < end:
+            if kind == "poll_batch":
+                b = c.poll_batch(0.5, max_records)
+                nbytes += sum(len(v) for v in b.bodies)
+                got += len(b)
+            else:
+                msgs = c.poll(0.5)
+                nbytes += sum(len(m.body) for m in msgs)
+                got += len(msgs)
+        return got / (time.perf_counter() - t0)
+
+
+def one_message_rounds(root: str, topic: str, rounds: int) -> tuple[float, float]:
+    """(median, p90) µs of the poll(0) round that returns the one message just sent."""
+    with hostmq.Admin(root) as a:
+        q = a.route(topic)[0]
+    out = []
+    with hostmq.Producer(root) as p, \
+            hostmq.PullConsumer(root, group=f"rr-one-{time.time_ns()}", auto_commit=False) as c:
+        c.assign([q])
+        for i in range(rounds + 50):
+            p.send(Message(topic, b"x" * 100), queue=q)
+            t0 = time.perf_counter_ns()
+            msgs = c.poll(0)
+            t1 = time.perf_counter_ns()
+            while not msgs:                 # not readable yet (rare): take it without timing
+                msgs = c.poll(0.1)
+            if i >= 50:
+                out.append((t1 - t0) / 1000)
+    out.sort()
+    return statistics.median(out), out[int(len(out) * 0.9)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backlog", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    if NATIVE is None:
+        print("hostmq/store/_read.c is not built: nothing to compare", file=sys.stderr)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="hqrr-")
+    root = os.path.join(tmp, "root")
+    load = os.getloadavg()
+    print(f"read round bench: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load {load[0]:.2f}", flush=True)
+    best: dict[tuple[str, str], float] = {}
+    try:
+        with hostmq.LocalCluster(root, config={"store": {"commitlog_file_bytes": 256 << 20}}):
+            workload.ensure_topic(root, "drain")
+            workload.ensure_topic(root, "one", queues=1)
+            with hostmq.Producer(root) as p:
+                workload.batch_sends(p, "drain", args.backlog)
+            with hostmq.Admin(root) as a:
+                queues = a.route("drain")
+            measures = [("poll msgs/s (max_poll_records 4096)", lambda: drain(root, queues, args.backlog, "poll", 4096)),
+                        ("poll msgs/s (max_poll_records 32)", lambda: drain(root, queues, args.backlog, "poll", 32)),
+                        ("poll_batch msgs/s (4096)", lambda: drain(root, queues, args.backlog, "poll_batch", 4096))]
+            for _ in range(args.repeat):
+                for name, fn in measures:
+                    for path in ("native", "python"):
+                        read_check.NATIVE = NATIVE if path == "native" else None
+                        v = fn()
+                        best[(name, path)] = max(best.get((name, path), 0.0), v)
+                for path in ("native", "python"):
+                    read_check.NATIVE = NATIVE if path == "native" else None
+                    med, p90 = one_message_rounds(root, "one", args.rounds)
+                    for k, v in (("one-message poll round µs, median", med), ("one-message poll round µs, p90", p90)):
+                        best[(k, path)] = min(best.get((k, path), float("inf")), v)
+                print("  pass done", flush=True)
+    finally:
+        read_check.NATIVE = NATIVE
+        shutil.rmtree(tmp, ignore_errors=True)
+    names = list(dict.fromkeys(k for k, _ in best))
+    width = max(map(len, names)) + 2
+    print(f"\n{'':<{width}}{'native':>14}{'python':>14}{'native/python':>15}")
+    for n in names:
+        a, b = best[(n, "native")], best[(n, "python")]
+        print(f"{n:<{width}}{a:>14,.1f}{b:>14,.1f}{a / b:>15.2f}")
+    print(f"(best of {args.repeat}; load average at the end {os.getloadavg()[0]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
