@@ -50,6 +50,7 @@ enum { REC_OK = 0, REC_ASK = 1 };
 
 typedef struct {
     PyTypeObject *msg_cls;                  /* hostmq.message.MessageExt, NULL until bound */
+    PyObject *cq_dtype;                     /* records.CQ_ENTRY */
     Py_ssize_t raw_off, broker_off;         /* where its ``_raw`` and ``broker`` slots live */
     Py_ssize_t none_off[MAX_NONE_SLOTS];    /* the slots its __init__ sets to None */
     int n_none;
@@ -197,17 +198,23 @@ static int get_buffer(PyObject *o, Py_buffer *v, const char *what)
     return 0;
 }
 
-/* Consume-queue entries: CQ_ENTRY rows as records.CQ_ENTRY declares them (big-endian), or raw bytes. */
-static int get_entries(PyObject *o, Py_buffer *v)
+/* Consume-queue entries: an array of records.CQ_ENTRY (its dtype compared, big-endian rows; asking
+ * numpy for a structured buffer's format costs microseconds) or raw bytes. */
+static int get_entries(ReadState *st, PyObject *o, Py_buffer *v)
 {
-    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_SetString(PyExc_TypeError, "entries must be a contiguous buffer");
-        return -1;
+    if (!PyBytes_Check(o) && !PyByteArray_Check(o)) {
+        PyObject *dt = PyObject_GetAttrString(o, "dtype");
+        int same = dt == NULL ? -1 : PyObject_RichCompareBool(dt, st->cq_dtype, Py_EQ);
+        Py_XDECREF(dt);
+        if (same != 1) {
+            if (same < 0)
+                PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "entries must be records.CQ_ENTRY rows (big-endian) or bytes");
+            return -1;
+        }
     }
-    if (v->format != NULL && strcmp(v->format, "B") != 0 &&
-        strcmp(v->format, "T{>q:phys_offset:i:size:q:tag_hash:}") != 0) {
-        PyBuffer_Release(v);
-        PyErr_SetString(PyExc_TypeError, "entries must be records.CQ_ENTRY rows (big-endian) or bytes");
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_SetString(PyExc_TypeError, "entries must be a contiguous buffer");
         return -1;
     }
     return 0;
@@ -262,7 +269,7 @@ static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *topic = (const unsigned char *)PyBytes_AS_STRING(args[7]);
     int64_t tlen = PyBytes_GET_SIZE(args[7]);
     Py_buffer ents, mm = {0};
-    if (get_entries(args[0], &ents) < 0)
+    if (get_entries(st, args[0], &ents) < 0)
         return NULL;
     int have_mm = args[2] != Py_None;
     if (have_mm && get_buffer(args[2], &mm, "mm") < 0) {
@@ -439,14 +446,16 @@ static int slot_offset(PyTypeObject *cls, PyObject *descr, Py_ssize_t *off)
     return 0;
 }
 
-/* _bind(cls, raw_slot, broker_slot, none_slots, compressed_flag): the MessageExt class, the member
- * descriptors of the slots its __init__ sets (the record, the broker, the ones set to None). */
+/* _bind(cls, raw_slot, broker_slot, none_slots, compressed_flag, cq_dtype): the MessageExt class, the
+ * member descriptors of the slots its __init__ sets (the record, the broker, the ones set to None),
+ * records.SYSFLAG_COMPRESSED and records.CQ_ENTRY. */
 static PyObject *bind(PyObject *module, PyObject *args)
 {
     ReadState *st = state_of(module);
-    PyObject *cls, *raw, *broker, *nones;
+    PyObject *cls, *raw, *broker, *nones, *cq_dtype;
     unsigned long flag;
-    if (!PyArg_ParseTuple(args, "O!OOO!k", &PyType_Type, &cls, &raw, &broker, &PyTuple_Type, &nones, &flag))
+    if (!PyArg_ParseTuple(args, "O!OOO!kO", &PyType_Type, &cls, &raw, &broker, &PyTuple_Type, &nones, &flag,
+                          &cq_dtype))
         return NULL;
     PyTypeObject *t = (PyTypeObject *)cls;
     if (PyTuple_GET_SIZE(nones) > MAX_NONE_SLOTS || HAS_MANAGED_DICT(t) ||
@@ -463,7 +472,9 @@ static PyObject *bind(PyObject *module, PyObject *args)
             return NULL;
     s.compressed_flag = (uint32_t)flag;
     s.msg_cls = (PyTypeObject *)Py_NewRef(cls);
+    s.cq_dtype = Py_NewRef(cq_dtype);
     Py_XDECREF(st->msg_cls);
+    Py_XDECREF(st->cq_dtype);
     *st = s;
     Py_RETURN_NONE;
 }
@@ -503,6 +514,7 @@ static int read_traverse(PyObject *m, visitproc visit, void *arg)
 {
     ReadState *st = state_of(m);
     Py_VISIT(st->msg_cls);
+    Py_VISIT(st->cq_dtype);
     return 0;
 }
 
@@ -510,6 +522,7 @@ static int read_clear(PyObject *m)
 {
     ReadState *st = state_of(m);
     Py_CLEAR(st->msg_cls);
+    Py_CLEAR(st->cq_dtype);
     return 0;
 }
 

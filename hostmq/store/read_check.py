@@ -55,7 +55,7 @@ if NATIVE is not None:
     # It builds MessageExt as MessageExt.__init__ does: the record in ``_raw``, the broker, None in the rest.
     NATIVE._bind(MessageExt, MessageExt._raw, MessageExt.broker,
                  tuple(getattr(MessageExt, s) for s in MessageExt.__slots__ if s not in ("_raw", "broker")),
-                 R.SYSFLAG_COMPRESSED)
+                 R.SYSFLAG_COMPRESSED, R.CQ_ENTRY)
 
 REMEMBERED_RECORDS = 4096       # skipped records kept to log each once (older ones may log again)
 VECTOR_MIN_ROWS = 48            # check_rows checks smaller batches record by record (measured crossover)

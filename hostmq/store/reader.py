@@ -185,8 +185,9 @@ def _get_all_native(cq, commitlog, queue_offset: int, max_count: int, max_bytes:
     msgs: list[MessageExt] = []
     cl_min = commitlog.min_offset()
     nbytes = removed = taken = skipped = 0
-    lo_phys = hi_phys = base = 0
-    mm = None
+    mf = commitlog.mfq.last()       # a guess: a consumer near the end reads the newest file
+    lo_phys, hi_phys, mm, base = (0, 0, None, 0) if mf is None else \
+        (mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset)
     full = False
     topic, queue_id = cq.topic, cq.queue_id
     topic_b = topic.encode()
@@ -208,7 +209,7 @@ def _get_all_native(cq, commitlog, queue_offset: int, max_count: int, max_bytes:
             if why == _TAKE_FULL:
                 full = True
                 break
-            phys, size = int(ents[i]["phys_offset"]), int(ents[i]["size"])
+            phys, size = ents[i][["phys_offset", "size"]].item()
             if why == _TAKE_OTHER_FILE:
                 mf = commitlog.mfq.find(phys)
                 if mf is None:
