@@ -358,9 +358,16 @@ class _Bodies:
 
     def __iter__(self):
         b = self._b
-        lens, flags = b.body_lengths.tolist(), b.sys_flags.tolist()
+        lens, flags = b.body_lengths.tolist(), b.sys_flags
         starts = (b._pos + R.MSG_HEADER.size).tolist()
         views = [memoryview(mf.mm) for mf in b._files]
+        if b._file is None and not (flags & R.SYSFLAG_COMPRESSED).any():     # one file, nothing to inflate
+            v = views[0] if views else None
+            return iter([v[s:s + n] for s, n in zip(starts, lens)])
+        return self._each(views, starts, lens, flags.tolist())
+
+    def _each(self, views, starts, lens, flags):
+        b = self._b
         which = [0] * len(b) if b._file is None else b._file.tolist()
         for f, s, n, fl in zip(which, starts, lens, flags):
             v = views[f][s:s + n]

@@ -22,6 +22,7 @@ from hostmq.store import read_check
 from hostmq.store.message_store import MessageStore, _tag_filter
 from hostmq.store.reader import get_batch, get_messages
 from tests.store.conftest import put_at, small_config
+from tests.store.test_tail import Live
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(read_check.NATIVE is None, reason="hostmq/store/_read.c is not built")]
@@ -183,3 +184,24 @@ def test_take_refuses_entries_in_another_byte_order(store):
     with pytest.raises(ValueError):
         read_check.NATIVE.take(cq.entries(0, 4), 5, None, 0, 0, 0, 0, T.encode(), 0, 1 << 20, 0, "b", [])
     assert np.dtype(R.CQ_ENTRY) == cq.entries(0, 4).dtype
+
+
+@settings(max_examples=30, deadline=None)
+@given(dispatched=st.integers(0, 40), offset=st.integers(0, 42), max_count=st.sampled_from([1, 5, 32]),
+       expression=st.sampled_from(["*", "t", "u"]))
+def test_native_and_python_agree_on_a_tailing_reader(tmp_path_factory, dispatched, offset, max_count, expression):
+    """A consumer's view: the consume queue followed by the commitlog tail's entries (joined in
+    another byte order, which the native path converts)."""
+    live = Live(str(tmp_path_factory.mktemp("tail") / "s"))
+    try:
+        for i in range(40):
+            live.put(i, key=("T0", 0), tags="t" if i % 3 else "u")
+        live.dispatch_to(dispatched)
+        r = live.reader
+        r.refresh_queue("T0", 0)
+        a, b = both(lambda: r.get("T0", 0, offset, max_count, expression))
+        same_get(a, b)
+        a, b = both(lambda: r.get_batch("T0", 0, offset, max_count))
+        same_batch(a, b)
+    finally:
+        live.close()
