@@ -8,7 +8,10 @@ Against a LocalCluster (one broker, ASYNC_FLUSH, on disk), 100-byte bodies, in t
   reading each ``m.body``) and ``poll_batch`` (4096, touching each body view) — what the issue's
   ``poll`` / ``poll_batch`` figures measure (hostmq/bench/latency_workers.py ``hostmq_drain_worker``);
 * the in-process round for one message: a sync send, then the time of the ``poll(0)`` that returns
-  it (refresh, tail scan, check, MessageExt), median and p90 over ``--rounds`` rounds.
+  it (refresh, tail scan, check, MessageExt), median and p90 over ``--rounds`` rounds;
+* the store's own read step without a broker or a consumer (a MessageStore in this process, 50,000
+  records in one queue): ``get`` of 4096 reading each ``m.body``, and ``get_batch`` of 4096 with and
+  without touching each body view — µs per message, the least noisy figures here.
 
 Each measure runs with the native path and with ``read_check.NATIVE = None`` (the Python path)
 alternately, ``--repeat`` times; the best of each is printed with the ratio.
@@ -74,6 +77,42 @@ def one_message_rounds(root: str, topic: str, rounds: int) -> tuple[float, float
     return statistics.median(out), out[int(len(out) * 0.9)]
 
 
+def store_step(path: str, repeat: int) -> dict[str, float]:
+    """µs per message of the store's read step (best of ``repeat``), on the path read_check.NATIVE sets."""
+    import timeit
+    from hostmq import records as R
+    from hostmq.message import MessageQueue
+    from hostmq.store.encode import encode_message
+    from hostmq.store.message_store import MessageStore, _tag_filter
+    from hostmq.store.reader import get_batch, get_messages
+    s = MessageStore(path, {"commitlog_file_bytes": 64 << 20, "consume_queue_file_entries": 100_000})
+    try:
+        recs = [encode_message(Message("T", b"x" * 100, tags="A"), b"T", 0, max_body_bytes=1 << 20,
+                               max_props_bytes=1 << 15, born_host=s.commitlog.store_host) for _ in range(1000)]
+        blob, starts = R.encode_batch(recs)
+        for _ in range(50):
+            s.append_encoded("T", 0, blob, starts)
+        s.dispatch()
+        cq, mq, every = s.queues[("T", 0)], MessageQueue("T", "b", 0), _tag_filter("*")
+
+        def get():
+            for m in get_messages(cq, s.commitlog, 0, 4096, every, 1 << 30, "b").messages:
+                m.body
+
+        def batch(touch: bool):
+            b = get_batch(cq, s.commitlog, mq, 0, 4096)
+            if touch:
+                sum(len(v) for v in b.bodies)
+        out = {}
+        for name, fn in (("store get of 4096, each m.body, µs/msg", get),
+                         ("store get_batch of 4096, µs/msg", lambda: batch(False)),
+                         ("store get_batch of 4096, each body, µs/msg", lambda: batch(True))):
+            out[name] = min(timeit.repeat(fn, number=10, repeat=repeat)) / 10 / 4096 * 1e6
+        return out
+    finally:
+        s.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backlog", type=int, default=200_000)
@@ -90,6 +129,11 @@ def main() -> int:
           f"load {load[0]:.2f}", flush=True)
     best: dict[tuple[str, str], float] = {}
     try:
+        for k in range(args.repeat):
+            for path in paths:
+                read_check.NATIVE = NATIVE if path == "native" else None
+                for name, v in store_step(os.path.join(tmp, f"store-{path}-{k}"), 5).items():
+                    best[(name, path)] = min(best.get((name, path), float("inf")), v)
         with hostmq.LocalCluster(root, config={"store": {"commitlog_file_bytes": 256 << 20}}):
             workload.ensure_topic(root, "drain")
             workload.ensure_topic(root, "one", queues=1)
@@ -120,7 +164,7 @@ def main() -> int:
     print(f"\n{'':<{width}}" + "".join(f"{p:>14}" for p in paths) + ("  native/python" if len(paths) == 2 else ""))
     for n in names:
         vals = [best[(n, p)] for p in paths]
-        print(f"{n:<{width}}" + "".join(f"{v:>14,.1f}" for v in vals) +
+        print(f"{n:<{width}}" + "".join(f"{v:>14,.3f}" if v < 10 else f"{v:>14,.1f}" for v in vals) +
               (f"{vals[0] / vals[1]:>15.2f}" if len(vals) == 2 else ""))
     print(f"(best of {args.repeat}; load average at the end {os.getloadavg()[0]:.2f})")
     return 0
