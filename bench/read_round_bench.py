@@ -4,7 +4,7 @@
 
 Against a LocalCluster (one broker, ASYNC_FLUSH, on disk), 100-byte bodies, in this process:
 
-* drain rates of a backlog with ``PullConsumer.poll`` (``max_poll_records`` 4096 and the default 32,
+* drain rates of a backlog (the consumer's views opened first) with ``PullConsumer.poll`` (``max_poll_records`` 4096 and the default 32,
   reading each ``m.body``) and ``poll_batch`` (4096, touching each body view) — what the issue's
   ``poll`` / ``poll_batch`` figures measure (hostmq/bench/latency_workers.py ``hostmq_drain_worker``);
 * the in-process round for one message: a sync send, then the time of the ``poll(0)`` that returns
@@ -41,6 +41,10 @@ def drain(root: str, queues, expect: int, kind: str, max_records: int) -> float:
     with hostmq.PullConsumer(root, group=f"rr-{kind}-{time.time_ns()}", consume_from=ConsumeFrom.FIRST_OFFSET,
                              auto_commit=False, max_poll_records=max_records) as c:
         c.assign(queues)
+        for _ in queues:                # open every queue's view and files first, then start over
+            c.poll_batch(0.5, 1) if kind == "poll_batch" else c.poll(0.5)
+        for q in queues:
+            c.seek(q, 0)
         got = nbytes = 0
         t0 = time.perf_counter()
         end = time.monotonic() + 120

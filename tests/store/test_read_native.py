@@ -9,17 +9,22 @@ one-record check at any position.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import zlib
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from hostmq import records as R
 from hostmq.message import Message, MessageExt, MessageQueue
 from hostmq.store import read_check
 from hostmq.store.message_store import MessageStore, _tag_filter
+from hostmq.store.readonly import StoreReader
 from hostmq.store.reader import get_batch, get_messages
 from tests.store.conftest import put_at, small_config
 from tests.store.test_tail import Live
@@ -205,3 +210,85 @@ def test_native_and_python_agree_on_a_tailing_reader(tmp_path_factory, dispatche
         same_batch(a, b)
     finally:
         live.close()
+
+
+class ReadRounds(RuleBasedStateMachine):
+    """A store that grows (good, undecodable and compressed records), is dispatched part way and is
+    damaged where it was dispatched; after every step a round at any offset, by the broker's store
+    and by a consumer's tailing view, gives the same answer on both paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="hq-rn-")
+        path = os.path.join(self.dir, "store")
+        self.store = MessageStore(path, small_config())
+        self.view = StoreReader(path, small_config(), scan_queues=False,
+                                limit_phys=lambda: self.store.dispatched_phys,
+                                tail_limit=lambda: self.store.commitlog.max_offset())
+        self.n = 0
+
+    @rule(queue_id=st.integers(0, 1), count=st.integers(1, 12),
+          kind=st.sampled_from(["good", "good", "good", "bad-props", "compressed", "bad-zlib"]),
+          tags=st.sampled_from([None, "A", "B"]))
+    def put(self, queue_id, count, kind, tags):
+        for _ in range(count):
+            self.n += 1
+            tag = b"TAGS\x01" + (tags or "A").encode() + b"\x02"
+            if kind == "good":
+                put_at(self.store, Message(T, b"m%d" % self.n * (1 + self.n % 9), tags=tags,
+                                           properties={"n": str(self.n)}), NOW_MS + self.n, queue_id)
+            elif kind == "bad-props":
+                append_raw(self.store, queue_id, b"b", tag + b"n\x01\xed\xa0\x80\x02")       # a surrogate
+            elif kind == "compressed":
+                append_raw(self.store, queue_id, zlib.compress(b"c%d" % self.n * 9), tag, R.SYSFLAG_COMPRESSED)
+            else:
+                append_raw(self.store, queue_id, b"\x78\x9c no", tag, R.SYSFLAG_COMPRESSED)
+
+    @rule()
+    def dispatch(self):
+        self.store.dispatch()
+
+    @rule(data=st.data())
+    def damage(self, data):
+        """A byte of a dispatched record, or of its consume-queue entry, changed for good."""
+        queue_id = data.draw(st.integers(0, 1))
+        cq = self.store.queues.get((T, queue_id))
+        if cq is None or not cq.max_offset():
+            return
+        k = data.draw(st.integers(0, cq.max_offset() - 1))
+        phys, size = (int(x) for x in cq.entries(k, 1)[0][["phys_offset", "size"]].item())
+        mf = self.store.commitlog.mfq.find(phys)
+        if data.draw(st.booleans()) or mf is None:
+            cmf = cq.mfq.find(k * R.CQ_ENTRY.itemsize)
+            cmf.wu8[k * R.CQ_ENTRY.itemsize - cmf.file_from_offset + data.draw(st.integers(0, 11))] = \
+                data.draw(st.sampled_from([0, 1, 0x7F, 0xFF]))
+        else:
+            at = phys - mf.file_from_offset + data.draw(st.integers(0, max(0, min(size, mf.file_bytes) - 1)))
+            if at < mf.file_bytes:
+                mf.wu8[at] = data.draw(st.sampled_from([0, 1, 2, 0x80, 0xC3, 0xED, 0xFF]))
+
+    @rule(data=st.data())
+    def rounds_agree(self, data):
+        queue_id = data.draw(st.integers(0, 1), label="queue_id")
+        offset = data.draw(st.integers(0, self.n + 1), label="offset")
+        max_count = data.draw(st.sampled_from([1, 3, 32, 4096]), label="max_count")
+        expression = data.draw(st.sampled_from(["*", "A", "B || A", "C"]), label="expression")
+        max_bytes = data.draw(st.sampled_from([1, 500, 1 << 20]), label="max_bytes")
+        cq = self.store.queues.get((T, queue_id))
+        if cq is not None:
+            same_get(*both(lambda: get_messages(cq, self.store.commitlog, offset, max_count,
+                                                _tag_filter(expression), max_bytes, "b")))
+            same_batch(*both(lambda: get_batch(cq, self.store.commitlog, MessageQueue(T, "b", queue_id), offset,
+                                               max_count)))
+        self.view.refresh_queue(T, queue_id)
+        same_get(*both(lambda: self.view.get(T, queue_id, offset, max_count, expression)))
+        same_batch(*both(lambda: self.view.get_batch(T, queue_id, offset, max_count)))
+
+    def teardown(self):
+        self.view.close()
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestReadRounds = ReadRounds.TestCase
+TestReadRounds.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
