@@ -14,7 +14,10 @@
  *
  * A message it accepts is a real ``hostmq.message.MessageExt``: allocated from the class that
  * ``read_check`` binds (``_bind``) with the slots its ``__init__`` sets filled the same way (a
- * private copy of the record; everything else decoded lazily on access, by MessageExt itself).
+ * private copy of the record; everything else decoded lazily on access, by MessageExt itself). As
+ * in the spec, what a message holds is validated after it was copied: a record is checked in place
+ * without the GIL (to find the round's end) and its copy is checked again before it is handed out,
+ * so bytes another process changes in between never reach a consumer unchecked.
  *
  * The layout is records.py's, from the generated include/record_layout.h (LAYOUT below is compared
  * with records.FIELD at import by read_check.py). Module state and multi-phase init as
@@ -36,6 +39,11 @@ LAYOUT_HOLDS(W_QUEUE_OFFSET == 8 && W_SYS_FLAG == 4 && W_BODY_LENGTH == 4);
 LAYOUT_HOLDS(HDR_BYTES == OFF_BODY_LENGTH + W_BODY_LENGTH);
 LAYOUT_HOLDS(TOPIC_LEN_BYTES == 1 && PROPS_LEN_BYTES == 2);
 LAYOUT_HOLDS(CQ_OFF_PHYS_OFFSET == 0 && CQ_OFF_SIZE == 8 && CQ_ENTRY_BYTES == 20);
+
+/* An entry take() accepted in place: where its record is, which entry, and the counts before it. */
+typedef struct {
+    int64_t pos, size, index, removed_before, nbytes_before;
+} Taken;
 
 /* take()'s reasons for returning (read_check.TAKE_*) */
 enum { TAKE_DONE = 0, TAKE_FULL = 1, TAKE_OTHER_FILE = 2, TAKE_ASK = 3 };
@@ -170,12 +178,27 @@ static int check_record(const unsigned char *buf, int64_t len, int64_t pos, int6
     return REC_OK;
 }
 
-/* A MessageExt of the record at ``p`` (``n`` bytes): what MessageExt(raw, broker) builds. */
-static PyObject *new_message(ReadState *st, const unsigned char *p, int64_t n, PyObject *broker)
+/* The private copy of the ``n`` bytes at ``p``, if the copy (not the mapped file, which another
+ * process may change meanwhile) is a record check_record accepts: copy, then validate, as the spec
+ * (MessageExt(bytes).check). NULL with an error set when out of memory; NULL without one when the
+ * copy is refused (the caller then hands the entry to the spec). */
+static PyObject *checked_copy(ReadState *st, const unsigned char *p, int64_t n, const unsigned char *topic,
+                              int64_t tlen, int64_t queue_id, int64_t queue_offset)
 {
     PyObject *raw = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
     if (raw == NULL)
         return NULL;
+    if (check_record((const unsigned char *)PyBytes_AS_STRING(raw), n, 0, n, topic, tlen, queue_id, queue_offset,
+                     st->compressed_flag) != REC_OK) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    return raw;
+}
+
+/* A MessageExt of ``raw`` (a reference stolen): what MessageExt(raw, broker) builds. */
+static PyObject *new_message(ReadState *st, PyObject *raw, PyObject *broker)
+{
     PyObject *m = st->msg_cls->tp_alloc(st->msg_cls, 0);
     if (m == NULL) {
         Py_DECREF(raw);
@@ -285,7 +308,7 @@ static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "take(): entries are not CQ_ENTRY rows, or first is outside them");
         return NULL;
     }
-    int64_t *ok = count > first ? malloc(sizeof(int64_t) * 2 * (size_t)(count - first)) : NULL;
+    Taken *ok = count > first ? malloc(sizeof(Taken) * (size_t)(count - first)) : NULL;
     if (count > first && ok == NULL) {
         PyBuffer_Release(&ents);
         if (have_mm) PyBuffer_Release(&mm);
@@ -317,23 +340,37 @@ static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             reason = TAKE_ASK;
             break;
         }
-        ok[2 * n_ok] = phys - file_from;
-        ok[2 * n_ok + 1] = size;
+        ok[n_ok] = (Taken){phys - file_from, size, i, removed, nbytes};
         n_ok++;
         nbytes += size;
     }
     Py_END_ALLOW_THREADS
     PyObject *result = NULL;
     int64_t k = 0;
+    int failed = 0;
     for (; k < n_ok; k++) {
-        PyObject *m = new_message(st, b + ok[2 * k], ok[2 * k + 1], broker);
+        PyObject *raw = checked_copy(st, b + ok[k].pos, ok[k].size, topic, tlen, queue_id, qoff0 + ok[k].index);
+        if (raw == NULL) {
+            if (PyErr_Occurred()) {
+                failed = 1;
+                break;
+            }
+            /* changed since it was checked in place: the spec reads this entry again, from here */
+            i = ok[k].index;
+            reason = TAKE_ASK;
+            removed = ok[k].removed_before;
+            nbytes = ok[k].nbytes_before;
+            break;
+        }
+        PyObject *m = new_message(st, raw, broker);
         if (m == NULL || PyList_Append(out, m) < 0) {
             Py_XDECREF(m);
+            failed = 1;
             break;
         }
         Py_DECREF(m);
     }
-    if (k == n_ok)
+    if (!failed)
         result = Py_BuildValue("(LiLL)", (long long)i, reason, (long long)nbytes, (long long)removed);
     free(ok);
     PyBuffer_Release(&ents);
@@ -365,11 +402,14 @@ static PyObject *checked(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (get_buffer(args[0], &mm, "mm") < 0)
         return NULL;
     PyObject *res;
-    if (check_record(mm.buf, mm.len, pos, size, (const unsigned char *)PyBytes_AS_STRING(args[3]),
-                     PyBytes_GET_SIZE(args[3]), queue_id, qoff, st->compressed_flag) == REC_OK)
-        res = new_message(st, (const unsigned char *)mm.buf + pos, size, args[6]);
-    else
+    const unsigned char *topic = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    int64_t tlen = PyBytes_GET_SIZE(args[3]);
+    if (check_record(mm.buf, mm.len, pos, size, topic, tlen, queue_id, qoff, st->compressed_flag) == REC_OK) {
+        PyObject *raw = checked_copy(st, (const unsigned char *)mm.buf + pos, size, topic, tlen, queue_id, qoff);
+        res = raw != NULL ? new_message(st, raw, args[6]) : PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    } else {
         res = Py_NewRef(Py_None);
+    }
     PyBuffer_Release(&mm);
     return res;
 }
