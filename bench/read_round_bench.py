@@ -4,8 +4,9 @@
 
 Against a LocalCluster (one broker, ASYNC_FLUSH, on disk), 100-byte bodies, in this process:
 
-* drain rates of a backlog (the consumer's views opened first) with ``PullConsumer.poll`` (``max_poll_records`` 4096 and the default 32,
-  reading each ``m.body``) and ``poll_batch`` (4096, touching each body view) — what the issue's
+* drain rates of a backlog (the consumer's views opened first) with ``PullConsumer.poll``
+  (``max_poll_records`` 4096 and the default 32, reading each ``m.body``) and ``poll_batch`` (4096,
+  touching each body view, or taking them all at once with ``bodies_joined()``) — what the issue's
   ``poll`` / ``poll_batch`` figures measure (hostmq/bench/latency_workers.py ``hostmq_drain_worker``);
 * the in-process round for one message: a sync send, then the time of the ``poll(0)`` that returns
   it (refresh, tail scan, check, MessageExt), median and p90 over ``--rounds`` rounds;
@@ -33,6 +34,7 @@ import hostmq  # noqa: E402
 from hostmq import ConsumeFrom, Message  # noqa: E402
 from hostmq.cli import workload  # noqa: E402
 from hostmq.store import read_check  # noqa: E402
+from hostmq.store.reader import MessageBatch  # noqa: E402
 
 NATIVE = getattr(read_check, "NATIVE", None)     # (absent before the native read round)
 
@@ -42,7 +44,7 @@ def drain(root: str, queues, expect: int, kind: str, max_records: int) -> float:
                              auto_commit=False, max_poll_records=max_records) as c:
         c.assign(queues)
         for _ in queues:                # open every queue's view and files first, then start over
-            c.poll_batch(0.5, 1) if kind == "poll_batch" else c.poll(0.5)
+            c.poll_batch(0.5, 1) if kind.startswith("poll_batch") else c.poll(0.5)
         for q in queues:
             c.seek(q, 0)
         got = nbytes = 0
@@ -52,6 +54,11 @@ def drain(root: str, queues, expect: int, kind: str, max_records: int) -> float:
             if kind == "poll_batch":
                 b = c.poll_batch(0.5, max_records)
                 nbytes += sum(len(v) for v in b.bodies)
+                got += len(b)
+            elif kind == "poll_batch_joined":
+                b = c.poll_batch(0.5, max_records)
+                joined, _ = b.bodies_joined()
+                nbytes += len(joined)
                 got += len(b)
             else:
                 msgs = c.poll(0.5)
@@ -107,10 +114,16 @@ def store_step(path: str, repeat: int) -> dict[str, float]:
             b = get_batch(cq, s.commitlog, mq, 0, 4096)
             if touch:
                 sum(len(v) for v in b.bodies)
+
+        def joined():
+            get_batch(cq, s.commitlog, mq, 0, 4096).bodies_joined()
         out = {}
         for name, fn in (("store get of 4096, each m.body, µs/msg", get),
                          ("store get_batch of 4096, µs/msg", lambda: batch(False)),
-                         ("store get_batch of 4096, each body, µs/msg", lambda: batch(True))):
+                         ("store get_batch of 4096, each body, µs/msg", lambda: batch(True)),
+                         ("store get_batch of 4096 + bodies_joined(), µs/msg", joined)):
+            if fn is joined and not hasattr(MessageBatch, "bodies_joined"):
+                continue
             out[name] = min(timeit.repeat(fn, number=10, repeat=repeat)) / 10 / 4096 * 1e6
         return out
     finally:
@@ -148,6 +161,9 @@ def main() -> int:
             measures = [("poll msgs/s (max_poll_records 4096)", lambda: drain(root, queues, args.backlog, "poll", 4096)),
                         ("poll msgs/s (max_poll_records 32)", lambda: drain(root, queues, args.backlog, "poll", 32)),
                         ("poll_batch msgs/s (4096)", lambda: drain(root, queues, args.backlog, "poll_batch", 4096))]
+            if hasattr(MessageBatch, "bodies_joined"):
+                measures.append(("poll_batch msgs/s (4096), bodies_joined()",
+                                 lambda: drain(root, queues, args.backlog, "poll_batch_joined", 4096)))
             for _ in range(args.repeat):
                 for name, fn in measures:
                     for path in paths:

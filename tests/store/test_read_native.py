@@ -93,8 +93,12 @@ def same_get(a, b) -> None:
 def same_batch(a, b) -> None:
     assert (a.status, a.next_offset, a.skipped, a.queue_offsets.tolist()) == \
         (b.status, b.next_offset, b.skipped, b.queue_offsets.tolist())
-    assert [bytes(x) for x in a.bodies] == [bytes(x) for x in b.bodies]
+    bodies = [bytes(x) for x in a.bodies]
+    assert bodies == [bytes(x) for x in b.bodies]
     assert [fields(m) for m in a] == [fields(m) for m in b]
+    for joined, offsets in both(a.bodies_joined):          # C's gather, and numpy's
+        assert offsets[0] == 0 and len(offsets) == len(a) + 1 and offsets[-1] == len(joined)
+        assert [joined[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(a))] == bodies
 
 
 def test_good_records_take_the_native_path(store):
@@ -179,6 +183,17 @@ def test_native_messages_are_built_as_the_class_builds_them(store):
         assert getattr(got, slot) == getattr(want, slot), slot
     got.show_as("Other")                            # the slots are writable as on any MessageExt
     assert got.topic == "Other"
+
+
+def test_gather_refuses_spans_outside_its_buffers():
+    out = np.zeros(8, np.uint8)
+    i64 = lambda *v: np.array(v, np.int64)      # noqa: E731
+    read_check.NATIVE.gather(b"abcdefgh", i64(2, 0), i64(3, 2), i64(0, 6), out)
+    assert out.tobytes() == b"cde\0\0\0ab"
+    for starts, lens, at in ((i64(7), i64(2), i64(0)), (i64(0), i64(9), i64(0)), (i64(0), i64(2), i64(7)),
+                             (i64(-1), i64(1), i64(0)), (i64(0), i64(-1), i64(0)), (i64(0, 1), i64(1), i64(0))):
+        with pytest.raises(ValueError):
+            read_check.NATIVE.gather(b"abcdefgh", starts, lens, at, out)
 
 
 def test_take_refuses_entries_in_another_byte_order(store):
