@@ -185,10 +185,17 @@ class MessageExt(Message):
 
     @property
     def body(self) -> bytes:  # type: ignore[override]
-        if self._body is not None:
-            return self._body
-        body = self._stored_body()
-        if self._header().sys_flag & records.SYSFLAG_COMPRESSED:
+        b = self._body
+        if b is not None:
+            return b
+        raw = self._raw
+        try:        # SYSFLAG and BODYLENGTH in one unpack (what _stored_body and _header give, ~3× faster)
+            sys_flag, n = _FLAG_BODY_LEN_UNPACK(raw)
+        except struct.error:
+            self._header()          # raises its CorruptRecordError for a record too short for a header
+            raise
+        body = raw[_HDR_BYTES:_HDR_BYTES + n]
+        if sys_flag & _COMPRESSED:
             body = records.decompress_body(body)
         return body
 
@@ -274,6 +281,11 @@ _CHECK = struct.Struct(f">iI{_F['queue_id'] - 8}xi{_F['queue_offset'] - _F['queu
 records.layout_check(_CHECK.size == records.MSG_HEADER.size and _F["total_size"] == 0 and _F["magic"] == 4,
                      "message._CHECK reads TOTALSIZE and MAGICCODE first, over the whole header")
 _PHYS = struct.Struct(">q")
+_FLAG_BODY_LEN = struct.Struct(f">{_F['sys_flag']}xi{_F['body_length'] - _F['sys_flag'] - 4}xi")
+records.layout_check(_FLAG_BODY_LEN.size == records.MSG_HEADER.size,
+                     "message._FLAG_BODY_LEN reads SYSFLAG and BODYLENGTH, which ends the header")
+_FLAG_BODY_LEN_UNPACK = _FLAG_BODY_LEN.unpack_from
+_COMPRESSED = records.SYSFLAG_COMPRESSED
 _CHECK_UNPACK = _CHECK.unpack_from
 _MAGIC, _HDR_BYTES, _MIN_RECORD_BYTES = records.MAGIC_CODE, records.MSG_HEADER.size, records.MIN_RECORD_BYTES
 _TLEN, _PLEN = records.TOPIC_LEN.size, records.PROPS_LEN.size

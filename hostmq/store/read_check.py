@@ -14,11 +14,17 @@ operator to look at (the log line names its commitlog offset).
 * :func:`check_rows` is the vectorised check of many records of one mapped file at once, for the
   zero-copy batches (``get_batch``): the same rules as ``MessageExt.check`` (hostmq/message.py),
   property-tested against it (tests/store/test_read_check.py).
+
+Both have a native fast path (``hostmq/store/_read.c``, :data:`NATIVE`, None where it was not
+built): it accepts only records this module's checks accept and hands everything else back to them,
+so a skipped record is always judged and worded here (tests/store/test_read_native.py compares the
+two paths on the same store files).
 """
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import threading
 
@@ -30,6 +36,26 @@ from ..message import MessageExt
 from .mapped_file import arithmetic_step
 
 log = logging.getLogger(__name__)
+
+try:
+    from . import _read as NATIVE
+except ImportError:         # not built (no compiler at install time): the Python checks serve
+    NATIVE = None
+if os.environ.get("HOSTMQ_NATIVE_READ", "1") == "0":       # the Python path only (benchmarks, bisecting)
+    NATIVE = None
+if NATIVE is not None:
+    R.layout_check(all(NATIVE.LAYOUT[k] == R.FIELD[k] for k in ("total_size", "magic", "queue_id", "queue_offset",
+                                                                "sys_flag", "body_length"))
+                   and NATIVE.LAYOUT["MSG_HEADER"] == R.MSG_HEADER.size
+                   and NATIVE.LAYOUT["MIN_RECORD_BYTES"] == R.MIN_RECORD_BYTES
+                   and NATIVE.LAYOUT["CQ_ENTRY"] == R.CQ_ENTRY.itemsize and NATIVE.LAYOUT["MAGIC_CODE"] == R.MAGIC_CODE
+                   and NATIVE.LAYOUT["PROPERTY_END"] == ord(R.PROPERTY_SEP)
+                   and NATIVE.LAYOUT["NAME_VALUE_SEP"] == ord(R.NAME_VALUE_SEP),
+                   "hostmq/store/_read.c's layout differs from records.py's (rebuild it: pip install -e .)")
+    # It builds MessageExt as MessageExt.__init__ does: the record in ``_raw``, the broker, None in the rest.
+    NATIVE._bind(MessageExt, MessageExt._raw, MessageExt.broker,
+                 tuple(getattr(MessageExt, s) for s in MessageExt.__slots__ if s not in ("_raw", "broker")),
+                 R.SYSFLAG_COMPRESSED, R.CQ_ENTRY)
 
 REMEMBERED_RECORDS = 4096       # skipped records kept to log each once (older ones may log again)
 VECTOR_MIN_ROWS = 48            # check_rows checks smaller batches record by record (measured crossover)
@@ -75,6 +101,16 @@ SKIPPED = SkippedRecords()
 def check_one(mm, pos: int, size: int, topic_b: bytes, queue_id: int, queue_offset: int,
               broker: str) -> MessageExt | str:
     """The message at ``pos`` of a mapped file, checked — or why it cannot be decoded."""
+    if NATIVE is not None:
+        m = NATIVE.checked(mm, pos, size, topic_b, queue_id, queue_offset, broker)
+        if m is not None:
+            return m
+    return py_check_one(mm, pos, size, topic_b, queue_id, queue_offset, broker)
+
+
+def py_check_one(mm, pos: int, size: int, topic_b: bytes, queue_id: int, queue_offset: int,
+                 broker: str) -> MessageExt | str:
+    """:func:`check_one` in Python (the spec of the native path)."""
     if pos < 0 or size < R.MIN_RECORD_BYTES or pos + size > len(mm):
         return f"consume-queue entry ({size} bytes at {pos}) lies outside its commitlog file"
     m = MessageExt(mm[pos:pos + size], broker)
@@ -92,8 +128,22 @@ def check_rows(mf, rel: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray
     VECTOR_MIN_ROWS are checked one by one (``check_one``: a few µs each, where the vectorised
     check costs ~100 µs whatever the count); more at once, with records evenly spaced in the file
     (one queue's equal-size records) read through strided views."""
+    if NATIVE is not None:
+        ok = np.empty(len(rel), bool)
+        if NATIVE.check_rows(mf.mm, np.ascontiguousarray(rel, np.int64), np.ascontiguousarray(sizes, np.int64),
+                             np.ascontiguousarray(queue_offsets, np.int64), topic_b, queue_id, ok):
+            for r in np.flatnonzero(~ok).tolist():      # the spec judges what the fast path did not accept
+                ok[r] = py_check_one(mf.mm, int(rel[r]), int(sizes[r]), topic_b, queue_id, int(queue_offsets[r]),
+                                     "").__class__ is MessageExt
+        return ok
+    return py_check_rows(mf, rel, sizes, queue_offsets, topic_b, queue_id)
+
+
+def py_check_rows(mf, rel: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray, topic_b: bytes,
+                  queue_id: int) -> np.ndarray:
+    """:func:`check_rows` in Python (the spec of the native path)."""
     if len(rel) < VECTOR_MIN_ROWS:
-        return np.array([check_one(mf.mm, p, n, topic_b, queue_id, o, "").__class__ is MessageExt
+        return np.array([py_check_one(mf.mm, p, n, topic_b, queue_id, o, "").__class__ is MessageExt
                          for p, n, o in zip(rel.tolist(), sizes.tolist(), queue_offsets.tolist())], bool)
     ok = (rel >= 0) & (sizes >= R.MIN_RECORD_BYTES) & (rel + sizes <= len(mf.u8))
     step = arithmetic_step(rel) if len(rel) > 1 and ok.all() else None

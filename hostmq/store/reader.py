@@ -75,6 +75,8 @@ def get_messages(cq, commitlog, queue_offset: int, max_count: int, tag_filter: T
     if early:
         return GetResult(early[0], [], early[1], lo, hi)
     if tag_filter.match_all:
+        if read_check.NATIVE is not None:
+            return _get_all_native(cq, commitlog, queue_offset, max_count, max_bytes, broker, lo, hi)
         return _get_all(cq, commitlog, queue_offset, max_count, max_bytes, broker, lo, hi)
     msgs: list[MessageExt] = []
     nbytes = 0
@@ -173,6 +175,65 @@ def _get_all(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, b
     return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi, skipped)
 
 
+def _get_all_native(cq, commitlog, queue_offset: int, max_count: int, max_bytes: int, broker: str,
+                    lo: int, hi: int) -> GetResult:
+    """:func:`_get_all` with its per-entry loop in C (``read_check.NATIVE.take``: the records it
+    accepts become MessageExts there, with the GIL released while it checks); what it hands back — an
+    entry in another commitlog file, a record it does not accept — is done here as ``_get_all`` does
+    it. Same result as ``_get_all`` (tests/store/test_read_native.py)."""
+    take = read_check.NATIVE.take
+    msgs: list[MessageExt] = []
+    cl_min = commitlog.min_offset()
+    nbytes = removed = taken = skipped = 0
+    mf = commitlog.mfq.last()       # a guess: a consumer near the end reads the newest file
+    lo_phys, hi_phys, mm, base = (0, 0, None, 0) if mf is None else \
+        (mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset)
+    full = False
+    topic, queue_id = cq.topic, cq.queue_id
+    topic_b = topic.encode()
+    while taken < max_count and queue_offset + taken < hi and not full:
+        first = queue_offset + taken
+        ents = cq.entries(first, max_count - taken)   # within one consume-queue file
+        n = len(ents)
+        if not n:
+            break
+        if ents.dtype != R.CQ_ENTRY or not ents.flags.c_contiguous:    # tail entries joined: native order
+            ents = np.ascontiguousarray(ents, R.CQ_ENTRY)
+        i = 0
+        while True:
+            i, why, nbytes, rem = take(ents, i, mm, lo_phys, hi_phys, cl_min, first, topic_b, queue_id, max_bytes,
+                                       nbytes, broker, msgs)
+            removed += rem
+            if why == _TAKE_DONE:
+                break
+            if why == _TAKE_FULL:
+                full = True
+                break
+            phys, size = ents[i][["phys_offset", "size"]].item()
+            if why == _TAKE_OTHER_FILE:
+                mf = commitlog.mfq.find(phys)
+                if mf is None:
+                    removed += 1
+                    i += 1
+                    continue
+                lo_phys, hi_phys, mm, base = mf.file_from_offset, mf.file_end_offset, mf.mm, mf.file_from_offset
+                continue
+            m = read_check.py_check_one(mm, phys - base, size, topic_b, queue_id, first + i, broker)   # _TAKE_ASK
+            i += 1
+            if m.__class__ is str:
+                skipped += 1
+                read_check.SKIPPED.note(broker, topic, queue_id, first + i - 1, phys, m)
+                continue
+            msgs.append(m)
+            nbytes += size
+        taken += i
+    return GetResult(_status(msgs, removed), msgs, queue_offset + taken, lo, hi, skipped)
+
+
+_TAKE_DONE, _TAKE_FULL, _TAKE_OTHER_FILE = (0, 1, 2) if read_check.NATIVE is None else (
+    read_check.NATIVE.TAKE_DONE, read_check.NATIVE.TAKE_FULL, read_check.NATIVE.TAKE_OTHER_FILE)
+
+
 class MessageBatch:
     """Messages of one queue for bulk consumers; bodies are views into the mapped store.
 
@@ -269,6 +330,38 @@ class MessageBatch:
         props = [mms[f][s:s + n] for f, s, n in zip(which, props_at.tolist(), plen.tolist())]
         return bodies, props
 
+    def bodies_joined(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every body in one uint8 array (compressed ones inflated) and ``len(b) + 1`` int64 offsets:
+        body ``i`` is ``joined[offsets[i]:offsets[i + 1]]``. One copy for the whole batch and no Python
+        object per message (``hostmq/store/_read.c`` copies; numpy where it was not built) — the
+        columnar way to read a batch's bodies; the copy outlives the next poll."""
+        n = len(self)
+        stored = self.body_lengths
+        lens = stored.copy()
+        compressed = np.flatnonzero(self.sys_flags & R.SYSFLAG_COMPRESSED).tolist() if n else []
+        inflated = {i: self.bodies[i] for i in compressed}
+        for i, data in inflated.items():
+            lens[i] = len(data)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        joined = np.empty(int(offsets[-1]), np.uint8)
+        starts = self._pos + R.MSG_HEADER.size
+        plain = np.ones(n, bool)
+        plain[compressed] = False
+        for k, mf in enumerate(self._files):
+            sel = plain if self._file is None else plain & (self._file == k)
+            s, ln, at = (np.ascontiguousarray(x[sel], np.int64) for x in (starts, stored, offsets[:-1]))
+            if read_check.NATIVE is not None:
+                read_check.NATIVE.gather(mf.mm, s, ln, at, joined)
+            elif len(s):
+                total = int(ln.sum())
+                shift = np.repeat(s - (np.cumsum(ln) - ln), ln)         # per byte: source - destination rank
+                rank = np.arange(total, dtype=np.int64)
+                joined[np.repeat(at - (np.cumsum(ln) - ln), ln) + rank] = mf.u8[shift + rank]
+        for i, data in inflated.items():
+            joined[offsets[i]:offsets[i + 1]] = np.frombuffer(data, np.uint8)
+        return joined, offsets
+
     def record_view(self, i: int) -> memoryview:
         p = int(self._pos[i])
         return memoryview(self._mm(i))[p:p + int(self._sizes[i])]
@@ -297,9 +390,16 @@ class _Bodies:
 
     def __iter__(self):
         b = self._b
-        lens, flags = b.body_lengths.tolist(), b.sys_flags.tolist()
+        lens, flags = b.body_lengths.tolist(), b.sys_flags
         starts = (b._pos + R.MSG_HEADER.size).tolist()
         views = [memoryview(mf.mm) for mf in b._files]
+        if b._file is None and not (flags & R.SYSFLAG_COMPRESSED).any():     # one file, nothing to inflate
+            v = views[0] if views else None
+            return iter([v[s:s + n] for s, n in zip(starts, lens)])
+        return self._each(views, starts, lens, flags.tolist())
+
+    def _each(self, views, starts, lens, flags):
+        b = self._b
         which = [0] * len(b) if b._file is None else b._file.tolist()
         for f, s, n, fl in zip(which, starts, lens, flags):
             v = views[f][s:s + n]

@@ -36,6 +36,7 @@ from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
 from .reader import GetResult, GetStatus, MessageBatch, get_batch, get_messages
 from .recovery import commitlog_scan_start
+from .message_store import _check_read, _tag_filter
 from .tail import CommitlogTail, TailedQueue
 
 log = logging.getLogger(__name__)
@@ -383,7 +384,6 @@ class StoreReader:
 
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
             expression: str | None = "*") -> GetResult:
-        from .message_store import _check_read, _tag_filter
         _check_read(queue_offset, max_count)
         q = self._tailed(topic, queue_id)
         return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, _tag_filter(expression),
@@ -391,7 +391,6 @@ class StoreReader:
                                  q, topic, queue_id, queue_offset)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
-        from .message_store import _check_read
         _check_read(queue_offset, max_count)
         q = self._tailed(topic, queue_id)
         return self._uncorrected(get_batch(q, self.commitlog, MessageQueue(topic, self.broker, queue_id),

@@ -1,0 +1,309 @@
+"""The consumer's read round in C (hostmq/store/_read.c, issue 29) against its spec, the Python read side.
+
+Both paths read the same store files — good records of varied shapes (tags, keys, properties,
+compressed bodies) over several commitlog files, records no consumer can decode, and bytes the test
+damages (in the commitlog and in the consume queue's entries) — and must give the same rounds:
+``get`` with and without a tag filter, at any offset, count and byte bound (status, next offset,
+skipped count, and every message field by field), ``get_batch`` (offsets, bodies, status), and the
+one-record check at any position.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from hostmq import records as R
+from hostmq.message import Message, MessageExt, MessageQueue
+from hostmq.store import read_check
+from hostmq.store.message_store import MessageStore, _tag_filter
+from hostmq.store.readonly import StoreReader
+from hostmq.store.reader import get_batch, get_messages
+from tests.store.conftest import put_at, small_config
+from tests.store.test_tail import Live
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(read_check.NATIVE is None, reason="hostmq/store/_read.c is not built")]
+T = "RN"
+NOW_MS = 1_700_000_000_000
+FIELDS = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag", "msg_id", "unique_id", "queue_id",
+          "queue_offset", "commitlog_offset", "born_timestamp_ms", "store_timestamp_ms", "reconsume_times",
+          "sys_flag", "store_size", "queue", "raw", "broker")
+
+
+def fields(m: MessageExt) -> tuple:
+    assert isinstance(m, MessageExt)
+    return tuple(getattr(m, f) for f in FIELDS) + (repr(m),)
+
+
+def append_raw(store: MessageStore, queue_id: int, body: bytes, props: bytes, sys_flag: int = 0) -> None:
+    rec = R.encode_record(T.encode(), body, props, queue_id=queue_id, sys_flag=sys_flag)
+    blob, starts = R.encode_batch([rec])
+    store.append_encoded(T, queue_id, blob, starts, now_ms=NOW_MS)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """~360 records in two queues over several 64 KiB commitlog files, dispatched."""
+    s = MessageStore(str(tmp_path_factory.mktemp("rn") / "store"), small_config(consume_queue_file_entries=1000))
+    for i in range(360):
+        q = i % 2
+        if i % 41 == 7:
+            append_raw(s, q, b"x" * (i % 5), b"TAGS\x01A\x02n\x01\xff\xfe\x02")          # not UTF-8
+        elif i % 43 == 9:
+            append_raw(s, q, zlib.compress(b"z%d" % i * 20), b"TAGS\x01B\x02", R.SYSFLAG_COMPRESSED)
+        elif i % 47 == 11:
+            append_raw(s, q, b"not zlib", b"TAGS\x01A\x02", R.SYSFLAG_COMPRESSED)        # does not inflate
+        elif i % 53 == 13:
+            append_raw(s, q, b"p", b"a\x01b\x01c\x02\x02TAGS\x01A\x02")                   # valid, not simple
+        else:
+            props = {"n": str(i), "v": "é" * (i % 7)} if i % 5 else {}
+            put_at(s, Message(T, b"b%d" % i * (1 + i % 30), tags=(None, "A", "B")[i % 3],
+                              keys=("k%d" % i, "x") if i % 4 else (), properties=props), NOW_MS + i, q)
+    s.dispatch()
+    assert len(s.commitlog.mfq.files) >= 2
+    yield s
+    s.close()
+
+
+def both(fn):
+    """``fn()`` on the native path, then on the Python path alone."""
+    native = fn()
+    saved, read_check.NATIVE = read_check.NATIVE, None
+    try:
+        python = fn()
+    finally:
+        read_check.NATIVE = saved
+    return native, python
+
+
+def same_get(a, b) -> None:
+    assert (a.status, a.next_offset, a.min_offset, a.max_offset, a.skipped) == \
+        (b.status, b.next_offset, b.min_offset, b.max_offset, b.skipped)
+    assert [fields(m) for m in a.messages] == [fields(m) for m in b.messages]
+
+
+def same_batch(a, b) -> None:
+    assert (a.status, a.next_offset, a.skipped, a.queue_offsets.tolist()) == \
+        (b.status, b.next_offset, b.skipped, b.queue_offsets.tolist())
+    bodies = [bytes(x) for x in a.bodies]
+    assert bodies == [bytes(x) for x in b.bodies]
+    assert [fields(m) for m in a] == [fields(m) for m in b]
+    for joined, offsets in both(a.bodies_joined):          # C's gather, and numpy's
+        assert offsets[0] == 0 and len(offsets) == len(a) + 1 and offsets[-1] == len(joined)
+        assert [joined[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(a))] == bodies
+
+
+def test_good_records_take_the_native_path(store):
+    """Every undamaged, uncompressed, decodable record is accepted by the C check itself (not handed
+    back), and is the message the spec builds."""
+    cq = store.queues[(T, 0)]
+    ents = cq.entries(0, 1000)
+    native = 0
+    for k, (phys, size) in enumerate(zip(ents["phys_offset"].tolist(), ents["size"].tolist())):
+        mf = store.commitlog.mfq.find(phys)
+        got = read_check.NATIVE.checked(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, k, "b")
+        want = read_check.py_check_one(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, k, "b")
+        if got is not None:
+            native += 1
+            assert fields(got) == fields(want)
+        elif isinstance(want, MessageExt):
+            assert want.sys_flag & R.SYSFLAG_COMPRESSED
+    assert native >= 150
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_native_and_python_rounds_agree(store, data):
+    queue_id = data.draw(st.integers(0, 1), label="queue_id")
+    cq = store.queues[(T, queue_id)]
+    ents = cq.entries(0, 1000)
+    phys_l, size_l = ents["phys_offset"].tolist(), ents["size"].tolist()
+    cq_mf = cq.mfq.files[0]
+    saved: list[tuple] = []
+
+    def damage(mf, at: int, value: int) -> None:
+        saved.append((mf, at, int(mf.wu8[at])))
+        mf.wu8[at] = value
+
+    try:
+        for _ in range(data.draw(st.integers(0, 6), label="damages")):
+            k = data.draw(st.integers(0, len(phys_l) - 1))
+            mf = store.commitlog.mfq.find(phys_l[k])
+            rel = phys_l[k] - mf.file_from_offset
+            where = data.draw(st.sampled_from(["header", "tail", "anywhere", "entry"]))
+            if where == "header":
+                at = rel + data.draw(st.integers(0, R.MSG_HEADER.size - 1))
+            elif where == "tail":
+                at = rel + size_l[k] - data.draw(st.integers(1, min(40, size_l[k])))
+            elif where == "anywhere":
+                at = rel + data.draw(st.integers(0, size_l[k] - 1))
+            else:                       # the consume-queue entry: its phys offset or size
+                mf = cq_mf
+                at = k * R.CQ_ENTRY.itemsize + data.draw(st.integers(0, 11))
+            damage(mf, at, data.draw(st.sampled_from([0, 1, 2, 0x80, 0xC3, 0xED, 0xFF, 0x7F])))
+        offset = data.draw(st.integers(0, len(phys_l) + 2), label="offset")
+        max_count = data.draw(st.sampled_from([1, 2, 7, 32, 500]), label="max_count")
+        max_bytes = data.draw(st.sampled_from([1, 300, 4096, 256 * 1024]), label="max_bytes")
+        expression = data.draw(st.sampled_from(["*", "A", "A || B", "C"]), label="expression")
+        a, b = both(lambda: get_messages(cq, store.commitlog, offset, max_count, _tag_filter(expression),
+                                         max_bytes, "b"))
+        same_get(a, b)
+        mq = MessageQueue(T, "b", queue_id)
+        a, b = both(lambda: get_batch(cq, store.commitlog, mq, offset, max_count))
+        same_batch(a, b)
+        pos = data.draw(st.integers(0, store.commitlog.file_bytes), label="pos")
+        size = data.draw(st.sampled_from([0, 90, 91, 150, 300, 1 << 20]), label="size")
+        mf = store.commitlog.mfq.files[0]
+        got = read_check.NATIVE.checked(mf.mm, pos, size, T.encode(), queue_id, offset, "b")
+        want = read_check.py_check_one(mf.mm, pos, size, T.encode(), queue_id, offset, "b")
+        if got is not None:                         # accepted natively: the spec accepts it the same
+            assert fields(got) == fields(want)
+    finally:
+        for mf, at, v in reversed(saved):
+            mf.wu8[at] = v
+
+
+def test_native_messages_are_built_as_the_class_builds_them(store):
+    """The C path fills exactly the slots MessageExt.__init__ fills, the same way."""
+    cq = store.queues[(T, 0)]
+    phys, size = (int(x) for x in cq.entries(0, 1)[0][["phys_offset", "size"]].item())
+    mf = store.commitlog.mfq.find(phys)
+    got = read_check.NATIVE.checked(mf.mm, phys - mf.file_from_offset, size, T.encode(), 0, 0, "b")
+    want = MessageExt(bytes(mf.mm[phys - mf.file_from_offset:phys - mf.file_from_offset + size]), "b")
+    assert type(got) is MessageExt
+    for slot in MessageExt.__slots__:
+        assert getattr(got, slot) == getattr(want, slot), slot
+    got.show_as("Other")                            # the slots are writable as on any MessageExt
+    assert got.topic == "Other"
+
+
+def test_gather_refuses_spans_outside_its_buffers():
+    out = np.zeros(8, np.uint8)
+    i64 = lambda *v: np.array(v, np.int64)      # noqa: E731
+    read_check.NATIVE.gather(b"abcdefgh", i64(2, 0), i64(3, 2), i64(0, 6), out)
+    assert out.tobytes() == b"cde\0\0\0ab"
+    for starts, lens, at in ((i64(7), i64(2), i64(0)), (i64(0), i64(9), i64(0)), (i64(0), i64(2), i64(7)),
+                             (i64(-1), i64(1), i64(0)), (i64(0), i64(-1), i64(0)), (i64(0, 1), i64(1), i64(0))):
+        with pytest.raises(ValueError):
+            read_check.NATIVE.gather(b"abcdefgh", starts, lens, at, out)
+
+
+def test_take_refuses_entries_in_another_byte_order(store):
+    cq = store.queues[(T, 0)]
+    little = cq.entries(0, 4).astype([("phys_offset", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
+    with pytest.raises(TypeError):
+        read_check.NATIVE.take(little, 0, None, 0, 0, 0, 0, T.encode(), 0, 1 << 20, 0, "b", [])
+    with pytest.raises(ValueError):
+        read_check.NATIVE.take(cq.entries(0, 4), 5, None, 0, 0, 0, 0, T.encode(), 0, 1 << 20, 0, "b", [])
+    assert np.dtype(R.CQ_ENTRY) == cq.entries(0, 4).dtype
+
+
+@settings(max_examples=30, deadline=None)
+@given(dispatched=st.integers(0, 40), offset=st.integers(0, 42), max_count=st.sampled_from([1, 5, 32]),
+       expression=st.sampled_from(["*", "t", "u"]))
+def test_native_and_python_agree_on_a_tailing_reader(tmp_path_factory, dispatched, offset, max_count, expression):
+    """A consumer's view: the consume queue followed by the commitlog tail's entries (joined in
+    another byte order, which the native path converts)."""
+    live = Live(str(tmp_path_factory.mktemp("tail") / "s"))
+    try:
+        for i in range(40):
+            live.put(i, key=("T0", 0), tags="t" if i % 3 else "u")
+        live.dispatch_to(dispatched)
+        r = live.reader
+        r.refresh_queue("T0", 0)
+        a, b = both(lambda: r.get("T0", 0, offset, max_count, expression))
+        same_get(a, b)
+        a, b = both(lambda: r.get_batch("T0", 0, offset, max_count))
+        same_batch(a, b)
+    finally:
+        live.close()
+
+
+class ReadRounds(RuleBasedStateMachine):
+    """A store that grows (good, undecodable and compressed records), is dispatched part way and is
+    damaged where it was dispatched; after every step a round at any offset, by the broker's store
+    and by a consumer's tailing view, gives the same answer on both paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="hq-rn-")
+        path = os.path.join(self.dir, "store")
+        self.store = MessageStore(path, small_config())
+        self.view = StoreReader(path, small_config(), scan_queues=False,
+                                limit_phys=lambda: self.store.dispatched_phys,
+                                tail_limit=lambda: self.store.commitlog.max_offset())
+        self.n = 0
+
+    @rule(queue_id=st.integers(0, 1), count=st.integers(1, 12),
+          kind=st.sampled_from(["good", "good", "good", "bad-props", "compressed", "bad-zlib"]),
+          tags=st.sampled_from([None, "A", "B"]))
+    def put(self, queue_id, count, kind, tags):
+        for _ in range(count):
+            self.n += 1
+            tag = b"TAGS\x01" + (tags or "A").encode() + b"\x02"
+            if kind == "good":
+                put_at(self.store, Message(T, b"m%d" % self.n * (1 + self.n % 9), tags=tags,
+                                           properties={"n": str(self.n)}), NOW_MS + self.n, queue_id)
+            elif kind == "bad-props":
+                append_raw(self.store, queue_id, b"b", tag + b"n\x01\xed\xa0\x80\x02")       # a surrogate
+            elif kind == "compressed":
+                append_raw(self.store, queue_id, zlib.compress(b"c%d" % self.n * 9), tag, R.SYSFLAG_COMPRESSED)
+            else:
+                append_raw(self.store, queue_id, b"\x78\x9c no", tag, R.SYSFLAG_COMPRESSED)
+
+    @rule()
+    def dispatch(self):
+        self.store.dispatch()
+
+    @rule(data=st.data())
+    def damage(self, data):
+        """A byte of a dispatched record, or of its consume-queue entry, changed for good."""
+        queue_id = data.draw(st.integers(0, 1))
+        cq = self.store.queues.get((T, queue_id))
+        if cq is None or not cq.max_offset():
+            return
+        k = data.draw(st.integers(0, cq.max_offset() - 1))
+        phys, size = (int(x) for x in cq.entries(k, 1)[0][["phys_offset", "size"]].item())
+        mf = self.store.commitlog.mfq.find(phys)
+        if data.draw(st.booleans()) or mf is None:
+            cmf = cq.mfq.find(k * R.CQ_ENTRY.itemsize)
+            cmf.wu8[k * R.CQ_ENTRY.itemsize - cmf.file_from_offset + data.draw(st.integers(0, 11))] = \
+                data.draw(st.sampled_from([0, 1, 0x7F, 0xFF]))
+        else:
+            at = phys - mf.file_from_offset + data.draw(st.integers(0, max(0, min(size, mf.file_bytes) - 1)))
+            if at < mf.file_bytes:
+                mf.wu8[at] = data.draw(st.sampled_from([0, 1, 2, 0x80, 0xC3, 0xED, 0xFF]))
+
+    @rule(data=st.data())
+    def rounds_agree(self, data):
+        queue_id = data.draw(st.integers(0, 1), label="queue_id")
+        offset = data.draw(st.integers(0, self.n + 1), label="offset")
+        max_count = data.draw(st.sampled_from([1, 3, 32, 4096]), label="max_count")
+        expression = data.draw(st.sampled_from(["*", "A", "B || A", "C"]), label="expression")
+        max_bytes = data.draw(st.sampled_from([1, 500, 1 << 20]), label="max_bytes")
+        cq = self.store.queues.get((T, queue_id))
+        if cq is not None:
+            same_get(*both(lambda: get_messages(cq, self.store.commitlog, offset, max_count,
+                                                _tag_filter(expression), max_bytes, "b")))
+            same_batch(*both(lambda: get_batch(cq, self.store.commitlog, MessageQueue(T, "b", queue_id), offset,
+                                               max_count)))
+        self.view.refresh_queue(T, queue_id)
+        same_get(*both(lambda: self.view.get(T, queue_id, offset, max_count, expression)))
+        same_batch(*both(lambda: self.view.get_batch(T, queue_id, offset, max_count)))
+
+    def teardown(self):
+        self.view.close()
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestReadRounds = ReadRounds.TestCase
+TestReadRounds.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
