@@ -45,6 +45,10 @@ def _processes_with(token: str) -> list[psutil.Process]:
     return found
 
 
+def _text(out) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+
+
 @pytest.fixture
 def short_dir():
     d = tempfile.mkdtemp(prefix="hqlt-")          # the cluster's socket paths must stay under 107 bytes
@@ -57,11 +61,15 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
     before = _bench_shm_entries()
     token = uuid.uuid4().hex
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--latency", "--quick", "--messages", "150",
-                        "--warmup", "30",
-                        "--out", str(out), "--root-dir", short_dir],
-                       capture_output=True, text=True, timeout=280, cwd=ROOT_DIR, env={**os.environ, RUN_ENV: token})
     try:
+        try:
+            p = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "bench", "--latency", "--quick", "--messages",
+                                "150", "--warmup", "30", "--out", str(out), "--root-dir", short_dir],
+                               capture_output=True, text=True, timeout=280, cwd=ROOT_DIR,
+                               env={**os.environ, RUN_ENV: token})
+        except subprocess.TimeoutExpired as e:       # say which row it was stuck in: the rows print as they end
+            pytest.fail(f"the quick bench ran past 280 s; its output so far:\n{_text(e.stdout)}\n"
+                        f"{_text(e.stderr)[-3000:]}")
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
         with open(out / "latency.csv", newline="") as f:
             rows = list(csv.DictReader(f))

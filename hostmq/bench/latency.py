@@ -12,8 +12,9 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
 
   shm_ring           pure-Python shared-memory ring + POSIX semaphore: the floor for Python code
   zmq_ipc            pyzmq PUSH → PULL over ipc (no store, no acknowledgement)
-  zenoh              Zenoh (eclipse-zenoh): peer mode, unixsock-stream locator, express publisher, a Python
-                     callback subscriber (no store, no acknowledgement; skipped with a note when not installed)
+  zenoh              Zenoh (eclipse-zenoh): peer mode, unixsock-stream locator, express publisher with congestion
+                     control BLOCK (lossless, as every other row; Zenoh's default drops), a Python callback
+                     subscriber (no store, no acknowledgement; skipped with a note when not installed)
   redis              Redis Streams, XADD → XREAD BLOCK (redis-py, a private redis-server)
   mp_queue           multiprocessing.Queue
   hostmq_poll        hostmq Producer.send → PullConsumer.poll (both with their default idle strategy, auto)
@@ -494,7 +495,7 @@ def main(argv=None) -> int:
         zenoh_version = _zenoh_version()
         if zenoh_version is None:
             env["notes"]["zenoh"] = "eclipse-zenoh not installed (pip install 'hostmq[bench]')"
-        env["zenoh_desc"] = (f"eclipse-zenoh {zenoh_version}, peer mode, unixsock-stream, express publisher, "
+        env["zenoh_desc"] = (f"eclipse-zenoh {zenoh_version}, peer mode, unixsock-stream, express BLOCK publisher, "
                              "callback subscriber" if zenoh_version is not None else env["notes"]["zenoh"])
         env["idle_desc"] = _idle_desc(Config.load(config))
         stack.enter_context(hostmq.LocalCluster(env["root"], config=config))

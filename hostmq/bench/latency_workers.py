@@ -248,9 +248,12 @@ def _zenoh_session(path: str, listen: bool):
 
 
 def zenoh_producer(conn, cfg: dict) -> None:
+    import zenoh
     s = _zenoh_session(cfg["path"], listen=False)
     try:
-        pub = s.declare_publisher(ZENOH_KEY, express=True)
+        # BLOCK, not Zenoh's default DROP: every other system here is lossless, and a dropped sample left
+        # the consumer waiting out its whole budget (30 s a row, beside the busy loop)
+        pub = s.declare_publisher(ZENOH_KEY, express=True, congestion_control=zenoh.CongestionControl.BLOCK)
         deadline = time.monotonic() + 30            # the subscriber is declared before "ready": wait for it
         while not pub.matching_status.matching and time.monotonic() < deadline:
             time.sleep(0.005)
