@@ -24,7 +24,8 @@ def salvage_pool(rt: BrokerRuntime) -> int:
     ``[committed_pos, write_pos)``. Returns the bytes salvaged. The caller holds the broker lock."""
     try:
         old = BrokerState.attach(rt.state_name, readonly=True)
-    except SegmentError:
+    except SegmentError as e:       # a clean stop, a first start — or someone unlinked a killed broker's state
+        log.info("broker %s: no pool to salvage: no state segment of a previous run (%s)", rt.name, e)
         return 0
     pool = mfq = None
     try:
@@ -32,7 +33,17 @@ def salvage_pool(rt: BrokerRuntime) -> int:
         names = []
         while write > committed and _segment_exists(rt.shm("pool", len(names))):
             names.append(rt.shm("pool", len(names)))
-        if write <= committed or not names or old.owner_alive():
+        if write <= committed:
+            log.info("broker %s: no pool to salvage: its previous run had committed all it wrote (%d)",
+                     rt.name, committed)
+            return 0
+        if not names:
+            log.error("broker %s: the previous run wrote [%d, %d) and did not commit it, and its transient "
+                      "store pool segments are gone", rt.name, committed, write)
+            return 0
+        if old.owner_alive():
+            log.error("broker %s: the previous run wrote [%d, %d) and did not commit it, and its process "
+                      "(pid %d) still runs: nothing salvaged", rt.name, committed, write, old.segment.info().owner_pid)
             return 0
         pool = TransientStorePool(old.commitlog_file_bytes, len(names), segment_names=names, lock=False)
         mfq = MappedFileQueue(os.path.join(rt.store_dir, "commitlog"), old.commitlog_file_bytes)

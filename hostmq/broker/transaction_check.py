@@ -40,6 +40,7 @@ class TransactionCheck:
         self.op_read = self.progress.op_offset  # ops below were read
         self.busy: dict[int, float] = {}        # half queue offset → monotonic deadline
         self.pending: dict[str, dict[int, tuple[int, int, bytes]]] = {}   # group → offset → (phys, checks, raw)
+        self.seen: dict[int, float] = {}        # half queue offset → monotonic time this run first read it
 
     # -- ops ------------------------------------------------------------------------------------------
     def read_ops(self, reader: StoreReader) -> None:
@@ -110,15 +111,22 @@ class TransactionCheck:
         end = reader.refresh_queue(HALF_TOPIC, 0)
         start = max(p.half_offset, reader.min_offset(HALF_TOPIC, 0))
         halves, msgs, off = [], {}, start
+        mono = time.monotonic()
         while off < end and len(halves) < MAX_WALK:
             g = reader.get(HALF_TOPIC, 0, off, 64)
             for m in g.messages:
-                halves.append(Half(m.queue_offset, m.store_timestamp_ms, _immunity_ms(m.properties)))
+                # A half's age is the older of its store time's and the time since this run first read
+                # it: store times never go back (commitlog._store_ts), so after the wall clock stepped
+                # back they lie in the future until it catches up — a half stored then was never old
+                # enough to check, and a transaction whose end was lost with its broker was lost (the
+                # fault run on 8c9fbaa, after a one-hour step)
+                first = self.seen.setdefault(m.queue_offset, mono)
+                age_ts = min(m.store_timestamp_ms, now_ms - int((mono - first) * 1000))
+                halves.append(Half(m.queue_offset, age_ts, _immunity_ms(m.properties)))
                 msgs[m.queue_offset] = m
             if g.next_offset <= off:
                 break
             off = g.next_offset
-        mono = time.monotonic()
         self.busy = {k: t for k, t in self.busy.items() if t > mono}
         plan = plan_checks(halves, start, set(self.resolved) | p.given_up, set(self.busy), p.checks, now_ms,
                            self.timeout_ms, self.check_max)
@@ -143,6 +151,7 @@ class TransactionCheck:
             if not self.pending[group]:
                 del self.pending[group]
         self.resolved = {k: v for k, v in self.resolved.items() if k >= floor}
+        self.seen = {k: t for k, t in self.seen.items() if k >= floor}
         p.given_up = {k for k in p.given_up if k >= floor}
         p.checks = {k: v for k, v in p.checks.items() if k >= floor}
         p.op_offset = min(self.resolved.values(), default=self.op_read)

@@ -193,3 +193,28 @@ def test_a_resolve_lease_ends_and_the_half_may_be_resolved_again(tmp_path):
     while not tc.end(None, "tx", 7, 700, "COMMIT")["resolve"]:
         assert time.monotonic() < deadline, "the lease never ended"
         time.sleep(0.05)
+
+
+def test_a_half_stored_before_the_wall_clock_stepped_back_is_still_checked(tmp_path):
+    """Store times never go back, so after the wall clock stepped back a half's store time lies in the
+    future until the clock catches up. The walk also ages a half by how long this run has seen it:
+    it is checked once that reaches the timeout (the fault run on 8c9fbaa lost committed transactions
+    whose end died with their broker, after a one-hour step, because their halves were never checked)."""
+    path = str(tmp_path / "store")
+    with MessageStore(path, small_config()) as s:
+        for i in range(3):
+            s.put(_half_msg(i), 0)
+        s.put(Message(OP_TOPIC, b"1", tags="d"), 0)
+        s.dispatch()
+    stepped_back_ms = int(time.time() * 1000) - 3_600_000          # the wall clock an hour behind the store's
+    with StoreReader(path, small_config()) as reader:
+        tc = TransactionCheck(str(tmp_path / "transaction.json"), timeout_s=0.3, check_max=5)
+        tc.walk(reader, stepped_back_ms)
+        assert tc.progress.checks == {} and tc.stats()["pending"] == 0     # not old enough yet, by either clock
+        deadline = time.monotonic() + 10
+        while not tc.progress.checks:
+            assert time.monotonic() < deadline, "a half stored in the clock's future was never checked"
+            time.sleep(0.05)
+            tc.walk(reader, stepped_back_ms)
+        assert tc.progress.checks == {0: 1, 2: 1} and tc.progress.half_offset == 0
+        assert [r["queue_offset"] for r in tc.poll("tx", 32)[0]] == [0, 2]
