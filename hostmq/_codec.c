@@ -42,7 +42,6 @@
 #include "include/record_check.h"
 
 #define CRC_WITHOUT_GIL_BYTES (5 * 1024)     /* zlib.crc32 releases the GIL from this size too */
-#define MAX_RESERVED 16
 
 /* What the code below reads and writes, as the generated layout must give it: a header that changes
  * in a way this code does not follow fails the build instead of writing records readers reject. */
@@ -67,9 +66,7 @@ typedef struct {
     PyObject *CorruptRecordError, *ValidationError;     /* ValueError until records.py binds its own */
     PyObject *check_properties;                         /* records.check_properties, NULL until bound */
     PyObject *references;                               /* dict: function name -> its Python reference */
-    char reserved_marks[MAX_RESERVED][32];              /* "NAME\x01" of each property the broker acts on */
-    size_t reserved_lens[MAX_RESERVED];
-    int n_reserved;
+    HmReserved reserved;                                /* the property names the broker acts on */
     /* each function's parameter names, interned (compared by identity first in parse_args) */
     PyObject *check_names[5], *fields_names[2], *encode_names[E_COUNT], *hash_names[1], *cq_names[3],
              *cq_one_names[3], *single_names[3];
@@ -218,7 +215,7 @@ static int check_core(const unsigned char *b, Py_ssize_t n, long long pos, long 
 
 static int properties_plainly_valid(const CodecState *st, const unsigned char *p, Py_ssize_t n)
 {
-    return hm_properties_plainly_valid(st->reserved_marks, st->reserved_lens, st->n_reserved, p, n);
+    return hm_reserved_plainly_valid(&st->reserved, p, n);
 }
 
 /* Arguments of check_record / check_stored_record, converted; -1: hand the call to the reference. */
@@ -764,33 +761,6 @@ done:
 }
 
 /* --- _bind ------------------------------------------------------------------------------------ */
-static int set_reserved(CodecState *st, PyObject *marks)
-{
-    PyObject *seq = PySequence_Fast(marks, "reserved_property_marks must be a sequence of bytes");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MAX_RESERVED) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "too many reserved property names");
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(m) || PyBytes_GET_SIZE(m) == 0 ||
-            PyBytes_GET_SIZE(m) > (Py_ssize_t)sizeof st->reserved_marks[0]) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "a reserved property mark must be 1..32 bytes");
-            return -1;
-        }
-        memcpy(st->reserved_marks[i], PyBytes_AS_STRING(m), (size_t)PyBytes_GET_SIZE(m));
-        st->reserved_lens[i] = (size_t)PyBytes_GET_SIZE(m);
-    }
-    st->n_reserved = (int)n;
-    Py_DECREF(seq);
-    return 0;
-}
-
 static PyObject *codec_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     CodecState *st = state_of(self);
@@ -802,7 +772,7 @@ static PyObject *codec_bind(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_ssize_t i = 0;
     while (PyDict_Next(kwargs, &i, &key, &value)) {
         if (PyUnicode_CompareWithASCIIString(key, "reserved_property_marks") == 0) {
-            if (set_reserved(st, value) < 0)
+            if (hm_set_reserved(&st->reserved, value) < 0)
                 return NULL;
             continue;
         }
@@ -879,7 +849,7 @@ static int codec_clear(PyObject *m)
     for (size_t g = 0; g < sizeof names_ / sizeof names_[0]; g++)
         for (int k = 0; k < counts_[g]; k++)
             Py_CLEAR(names_[g][k]);
-    st->n_reserved = 0;
+    st->reserved.n = 0;
     return 0;
 }
 
@@ -948,7 +918,7 @@ static int codec_exec(PyObject *m)
     st->CorruptRecordError = Py_NewRef(PyExc_ValueError);
     st->ValidationError = Py_NewRef(PyExc_ValueError);
     st->check_properties = NULL;
-    st->n_reserved = 0;
+    st->reserved.n = 0;
     if ((st->references = PyDict_New()) == NULL)
         return -1;
     return add_layout(m);

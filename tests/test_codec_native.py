@@ -413,3 +413,28 @@ def test_a_native_codec_whose_layout_differs_is_refused_even_under_python_O():
             "import hostmq.records\n")
     p = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "hostmq/_codec.c's layout differs" in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("which", ["codec", "step"])
+def test_a_bad_reserved_mark_is_refused_and_leaves_the_bound_marks(which):
+    """Both native modules load the reserved property names with one loader (include/record_check.h
+    ``hm_set_reserved``): a bad sequence raises ValueError and changes nothing."""
+    from hostmq.ingress import step
+    from hostmq.record_fields import _RESERVED_MARKS
+    module = R.NATIVE_CODEC if which == "codec" else step.NATIVE_STEP
+    if module is None:
+        pytest.fail(f"the native {which} is not built")
+    from hostmq.errors import ValidationError
+    from hostmq.record_check import single_record
+    bad_delay = R.encode_record(b"t", b"body", R.encode_properties({"DELAY": "soon"}))
+    with pytest.raises(ValidationError):
+        single_record(bad_delay, 1 << 20, 1 << 15)       # DELAY is reserved: its value is checked
+    for bad, why in [([b"X\x01"] * 17, "too many"), ([b""], "1..32 bytes"), ([b"x" * 33], "1..32 bytes"),
+                     (["KEYS\x01"], "1..32 bytes"), (5, "sequence of bytes")]:
+        with pytest.raises((ValueError, TypeError), match=why):
+            module._bind(reserved_property_marks=bad)
+        if which == "codec":
+            with pytest.raises(ValidationError):
+                single_record(bad_delay, 1 << 20, 1 << 15)   # the marks bound before still hold
+    module._bind(reserved_property_marks=_RESERVED_MARKS)

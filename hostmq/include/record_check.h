@@ -174,4 +174,50 @@ static inline int hm_properties_plainly_valid(const char (*reserved_marks)[32], 
 }
 
 
+/* --- the reserved property names (records._RESERVED_MARKS), bound by each module's _bind --------- */
+#define MAX_RESERVED 16
+
+typedef struct {
+    char marks[MAX_RESERVED][32];       /* "NAME\x01" of each property the broker acts on */
+    size_t lens[MAX_RESERVED];
+    int n;
+} HmReserved;
+
+/* Load ``marks`` (a sequence of 1..32-byte bytes) into ``r``: 0, or -1 with a Python error set (and
+ * ``r`` unchanged). The GIL must be held. */
+static inline int hm_set_reserved(HmReserved *r, PyObject *marks)
+{
+    PyObject *seq = PySequence_Fast(marks, "reserved_property_marks must be a sequence of bytes");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_RESERVED) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many reserved property names");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(m) || PyBytes_GET_SIZE(m) == 0 || PyBytes_GET_SIZE(m) > (Py_ssize_t)sizeof r->marks[0]) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "a reserved property mark must be 1..32 bytes");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+        memcpy(r->marks[i], PyBytes_AS_STRING(m), (size_t)PyBytes_GET_SIZE(m));
+        r->lens[i] = (size_t)PyBytes_GET_SIZE(m);
+    }
+    r->n = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static inline int hm_reserved_plainly_valid(const HmReserved *r, const unsigned char *p, Py_ssize_t n)
+{
+    return hm_properties_plainly_valid(r->marks, r->lens, r->n, p, n);
+}
+
+
 #endif

@@ -34,7 +34,6 @@
 #include "../include/record_check.h"
 #include "../include/step_layout.h"
 
-#define MAX_RESERVED 16
 #define TOPIC_SLOT_BYTES 256        /* names: byte 0 the length, then the topic's bytes */
 #define TABLE_WORDS 4               /* table row: writable queues, base index in offsets, crc32, unused */
 
@@ -49,9 +48,7 @@ enum {          /* step.StepStatus */
 };
 
 typedef struct {
-    char reserved_marks[MAX_RESERVED][32];
-    size_t reserved_lens[MAX_RESERVED];
-    int n_reserved;
+    HmReserved reserved;        /* the property names the broker acts on */
     int bound;
 } StepState;
 
@@ -184,7 +181,7 @@ static int check_one(const Step *s, const unsigned char *b, Py_ssize_t n, const 
     Py_ssize_t ppos = tpos + TOPIC_LEN_BYTES + (Py_ssize_t)tlen + PROPS_LEN_BYTES;
     Py_ssize_t plen = be16(b + ppos - PROPS_LEN_BYTES);
     if (plen > s->max_props ||
-        !hm_properties_plainly_valid(s->st->reserved_marks, s->st->reserved_lens, s->st->n_reserved, b + ppos, plen))
+        !hm_reserved_plainly_valid(&s->st->reserved, b + ppos, plen))
         return -1;
     *topic = b + tpos + TOPIC_LEN_BYTES;
     *tlen_out = tlen;
@@ -447,29 +444,9 @@ static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *marks;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:_bind", kw, &marks))
         return NULL;
-    PyObject *seq = PySequence_Fast(marks, "reserved_property_marks must be a sequence of bytes");
-    if (seq == NULL)
+    if (hm_set_reserved(&st->reserved, marks) < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MAX_RESERVED) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "too many reserved property names");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(m) || PyBytes_GET_SIZE(m) == 0 ||
-            PyBytes_GET_SIZE(m) > (Py_ssize_t)sizeof st->reserved_marks[0]) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "a reserved property mark must be 1..32 bytes");
-            return NULL;
-        }
-        memcpy(st->reserved_marks[i], PyBytes_AS_STRING(m), (size_t)PyBytes_GET_SIZE(m));
-        st->reserved_lens[i] = (size_t)PyBytes_GET_SIZE(m);
-    }
-    st->n_reserved = (int)n;
     st->bound = 1;
-    Py_DECREF(seq);
     Py_RETURN_NONE;
 }
 
@@ -483,7 +460,7 @@ static PyMethodDef methods[] = {
 static int step_exec(PyObject *m)
 {
     StepState *st = state_of(m);
-    st->n_reserved = 0;
+    st->reserved.n = 0;
     st->bound = 0;
     PyObject *lay = PyDict_New();
     int bad = lay == NULL;
