@@ -11,26 +11,11 @@ import pytest
 
 from hostmq.config import BrokerConfig, Config
 from hostmq.errors import ConfigError, IdleStrategyError
-from hostmq.shm import Flag, FutexWord, Segment, WaitStats, wait_for
+from hostmq.shm import Flag, FutexWord, WaitStats, wait_for
 from hostmq import waiting
 from hostmq.waiting import SLEEP, IdleStrategy, available_cores, client_idle
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def seg(shm):
-    s = Segment.create(shm.name("idle"), 4096, "idle", 1)
-    yield s
-    s.close()
-    s.unlink()
-
-
-@pytest.fixture
-def words(seg):
-    w = seg.buf[:256].cast("q")
-    yield w
-    w.release()
 
 
 def checks_before_blocking(words, seg, idle: IdleStrategy, *, deadline_s: float = 0.05) -> tuple[int, int, WaitStats]:

@@ -17,22 +17,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def seg(shm):
-    """A real shared segment: flags and futex words live in shared memory."""
-    s = Segment.create(shm.name("words"), 4096, "words", 1)
-    yield s
-    s.close()
-    s.unlink()
-
-
-@pytest.fixture
-def words(seg):
-    w = seg.buf[:256].cast("q")
-    yield w
-    w.release()
-
-
-@pytest.fixture
 def arr(seg):
     return seg.array(np.int64, 32)
 
