@@ -1,7 +1,8 @@
-"""``hostmq bench --latency --quick`` (also ``bench/latency.py``) end to end with tiny counts: it exits 0, writes a CSV row for every
-system available (the Redis row may be missing only when the report says why), the report and the
-plot, every hostmq latency is a positive finite number — and it leaves no process, shared-memory
-segment or semaphore behind. No timing is asserted."""
+"""``hostmq bench --latency --quick`` (also ``bench/latency.py``) end to end with tiny counts: it exits 0,
+writes a CSV row for every system available (the Redis row may be missing only when the report says
+why, the C floor rows only where no compiler is), the report and the plot, every hostmq latency is a
+positive finite number — and it leaves no process, shared-memory segment or semaphore behind. No
+timing is asserted."""
 from __future__ import annotations
 
 import csv
@@ -25,6 +26,8 @@ HOSTMQ = ["hostmq_poll", "hostmq_poll_sleep", "hostmq_poll_backoff", "hostmq_pol
           "hostmq_poll_batch"]                        # the default idle strategy, then one row per strategy
 PEERS = ["shm_ring", "zmq_ipc", "mp_queue"]          # always available (redis only with redis-server)
 ZENOH = importlib.util.find_spec("zenoh") is not None  # eclipse-zenoh (the dev and bench extras)
+FLOOR = ["c_ring", "c_relay"]                        # hostmq/bench/relay_floor.c: with a C compiler
+CC = bool(shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc"))
 QUANTILES = ["p50", "p90", "p99", "p99.9", "max"]
 RUN_ENV = "HQLAT_TEST_RUN"                            # every child inherits it: how leftovers are found
 
@@ -78,6 +81,10 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
         assert set(HOSTMQ + PEERS) <= systems
         if "redis" not in systems:
             assert "not measured: redis" in report, report[:2000]
+        if CC:
+            assert set(FLOOR) <= systems and "C floor: hostmq/bench/relay_floor.c" in report
+        else:
+            assert not set(FLOOR) & systems and "not measured: c_relay — no C compiler" in report
         if ZENOH:
             assert "zenoh" in systems
         else:
@@ -91,11 +98,13 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
                 for q in QUANTILES:
                     v = float(r[q])
                     assert math.isfinite(v) and v > 0, (r["system"], q, v)
-                for base in ["shm"] + [b for b in ("redis", "zenoh") if b in systems]:
+                for base in ["shm"] + [b for b in ("redis", "zenoh") if b in systems] + (["floor"] if CC else []):
                     assert float(r[f"p50_x_{base}"]) > 0, r
+            if r["system"] in FLOOR:
+                assert all(math.isfinite(float(r[q])) and float(r[q]) > 0 for q in QUANTILES), r
         for s in HOSTMQ + PEERS + (["zenoh"] if ZENOH else []):
             assert f"| {s} |" in report
-        assert "×zenoh" in report and "idle strategies:" in report
+        assert "×zenoh" in report and "×floor" in report and "idle strategies:" in report
         assert "sync send p50" in report and "PING" in report and "poll_batch" in report
         import matplotlib.image
         img = matplotlib.image.imread(out / "latency_hist.png")

@@ -17,6 +17,11 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
                      subscriber (no store, no acknowledgement; skipped with a note when not installed)
   redis              Redis Streams, XADD → XREAD BLOCK (redis-py, a private redis-server)
   mp_queue           multiprocessing.Queue
+  c_ring             the floor in C (hostmq/bench/relay_floor.c, built with the system compiler; skipped
+                     with a note without one): producer → consumer through shared memory, futex wake-ups
+                     as hostmq.shm makes them
+  c_relay            ... producer → writer → consumer: two hops, the middle process copying and CRC-ing
+                     each message — hostmq's shape with nothing of hostmq's work (hostmq/bench/floor.py)
   hostmq_poll        hostmq Producer.send → PullConsumer.poll (both with their default idle strategy, auto)
   hostmq_poll_sleep  ... both with idle="sleep" (a futex wake-up per message)
   hostmq_poll_backoff ... both with idle="backoff:50" (10 µs busy, then yields, then the futex)
@@ -33,7 +38,7 @@ over the topic those sends filled.
 
 The broker's own waits (writer, dispatcher) use its default strategy unless ``--broker-idle`` names one.
 
-Prints the tables (hostmq figures with their ratio to the shm ring, Zenoh and Redis) and writes
+Prints the tables (hostmq figures with their ratio to the shm ring, Zenoh, Redis and the C relay) and writes
 ``latency.csv``, ``report.md`` and ``latency_hist.png`` to DIR. Every process, temporary directory,
 redis-server, shared-memory segment and semaphore the run makes is removed on every way out.
 """
@@ -56,6 +61,7 @@ import time
 import numpy as np
 
 import hostmq
+from hostmq.bench import floor as F
 from hostmq.bench import latency_workers as W
 from hostmq.bench.runner import RedisServer
 from hostmq.config import Config
@@ -66,9 +72,9 @@ SPAWN = multiprocessing.get_context("spawn")
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPO = _HERE if os.path.isdir(os.path.join(_HERE, "bench", "results")) else os.getcwd()
 OUT = os.path.join(REPO, "bench", "results", "latency") if REPO == _HERE else os.path.join(REPO, "hostmq-latency")
-SYSTEMS = ["shm_ring", "zmq_ipc", "zenoh", "redis", "mp_queue", "hostmq_poll", *W.IDLE_ROWS, "hostmq_push",
-           "hostmq_poll_batch"]
-BASES = {"shm_ring": "shm", "zenoh": "zenoh", "redis": "redis"}     # what hostmq rows are divided by
+SYSTEMS = ["shm_ring", "zmq_ipc", "zenoh", "redis", "mp_queue", *F.ROWS, "hostmq_poll", *W.IDLE_ROWS,
+           "hostmq_push", "hostmq_poll_batch"]
+BASES = {"shm_ring": "shm", "zenoh": "zenoh", "redis": "redis", "c_relay": "floor"}   # hostmq rows over these
 HOSTMQ = [s for s in SYSTEMS if s.startswith("hostmq")]
 QUANTILES = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)]
 WAIT_COUNTERS = ["blocked", "wakeups", "slice_timeouts", "rescued"]
@@ -235,6 +241,21 @@ def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, e
     return {"row": row, "lat_us": lat_us}
 
 
+def floor_row(system: str, pacing: tuple, with_neighbour: bool, env: dict, pl: dict) -> dict:
+    """A C floor row (``floor.measure``), shaped like :func:`latency_row`'s."""
+    label, period_s, n = pacing
+    with neighbour(env["procs"], with_neighbour):
+        lat_us = F.measure(env["floor_exe"], system, n, pl["warmup"], period_s, pl["floor_spin_us"], env["tmp"],
+                           (n + pl["warmup"]) * period_s + 60)
+    row = {"system": system, "pacing": label, "neighbour": "busy loop" if with_neighbour else "quiet",
+           "sent": n + pl["warmup"], "late_sends": "", "received": n + pl["warmup"], "measured": len(lat_us),
+           "loadavg_1m": round(os.getloadavg()[0], 2)}
+    for name, q in QUANTILES:
+        row[name] = round(float(np.percentile(lat_us, q)), 1) if len(lat_us) else float("nan")
+    row.update({k: "" for k in WAIT_COUNTERS})
+    return {"row": row, "lat_us": lat_us}
+
+
 # -- the send / control / consume table ------------------------------------------------------------------
 def send_table(env: dict, pl: dict) -> dict:
     procs: Procs = env["procs"]
@@ -292,12 +313,13 @@ def add_ratios(rows: list[dict]) -> None:
 
 def latency_tables(rows: list[dict]) -> list[str]:
     out = []
-    head = "| system | measured | load | " + " | ".join(f"{n} µs | ×shm | ×zenoh | ×redis" for n, _ in QUANTILES) + " |"
+    xs = " | ".join(f"×{short}" for short in BASES.values())
+    head = "| system | measured | load | " + " | ".join(f"{n} µs | {xs}" for n, _ in QUANTILES) + " |"
     for pacing in dict.fromkeys(r["pacing"] for r in rows):
         for nb in ("quiet", "busy loop"):
             sel = [r for r in rows if r["pacing"] == pacing and r["neighbour"] == nb]
             out += [f"### One message {pacing}, {'quiet' if nb == 'quiet' else 'beside a CPU-bound busy loop'}",
-                    "", head, "|" + "---|" * (3 + 4 * len(QUANTILES))]
+                    "", head, "|" + "---|" * (3 + (1 + len(BASES)) * len(QUANTILES))]
             for r in sel:
                 cells = [r["system"], fmt(r["measured"]), fmt(r["loadavg_1m"], 1)]
                 for name, _ in QUANTILES:
@@ -369,7 +391,7 @@ def machine(env: dict) -> list[str]:
             f"- kernel: {platform.release()}", f"- Python: {platform.python_version()}",
             f"- git commit: {commit}{' (with uncommitted changes)' if dirty else ''}",
             f"- hostmq cluster root (removed at the end): {env['root']}; config overrides {env['config']}",
-            f"- redis: {env['redis_desc']}", f"- zenoh: {env['zenoh_desc']}",
+            f"- redis: {env['redis_desc']}", f"- zenoh: {env['zenoh_desc']}", f"- C floor: {env['floor_desc']}",
             f"- idle strategies: {env['idle_desc']}"]
 
 
@@ -410,8 +432,9 @@ def write_outputs(out_dir: str, results: list[dict], sends: dict, env: dict, pl:
     notes = [f"- not measured: {s} — {env['notes'][s]}" for s in missing if s in env["notes"]]
     text = ["# Delivery latency, producer process → consumer process (bench/latency.py)", "",
             f"100-byte messages; warm-up of {pl['warmup']} messages dropped per row; latencies in µs from the "
-            "send timestamp in the body (CLOCK_MONOTONIC) to the consumer's receive; ×shm / ×zenoh / ×redis: the hostmq "
-            "figure over the shm ring's / Zenoh's / Redis's at the same pacing and neighbour; load: the 1-minute load "
+            "send timestamp in the body (CLOCK_MONOTONIC) to the consumer's receive; ×shm / ×zenoh / ×redis / ×floor: "
+            "the hostmq figure over the shm ring's / Zenoh's / Redis's / the C relay's (c_relay: producer → writer → "
+            "consumer in C, the floor of hostmq's shape) at the same pacing and neighbour; load: the 1-minute load "
             "average when the row ended (the host is shared with other work). "
             f"Run took {elapsed_s:.0f} s.", "", *machine(env), *notes, "", *tables]
     with open(os.path.join(out_dir, "report.md"), "w") as f:
@@ -464,12 +487,15 @@ def main(argv=None) -> int:
     ap.add_argument("--broker-idle", default=None,
                     help="broker.writer_idle and dispatcher_idle for the cluster, e.g. spin:50 (default: auto)")
     ap.add_argument("--root-dir", default=None, help="where the temporary directory goes (default: $TMPDIR)")
+    ap.add_argument("--floor-spin", type=int, default=0,
+                    help="µs the C floor rows' readers spin before the futex (default 0: sleep at once)")
     args = ap.parse_args(argv)
-    if args.messages < 0 or args.warmup < 0:
-        ap.error("--messages and --warmup must be ≥ 0")
+    if args.messages < 0 or args.warmup < 0 or not 0 <= args.floor_spin <= 100_000:
+        ap.error("--messages and --warmup must be ≥ 0, --floor-spin within 0..100000")
     check_clock()
     signal.signal(signal.SIGTERM, _terminate)
     pl = plan(args)
+    pl["floor_spin_us"] = args.floor_spin
     t0 = time.monotonic()
     procs = Procs()
     results: list[dict] = []
@@ -498,11 +524,18 @@ def main(argv=None) -> int:
         env["zenoh_desc"] = (f"eclipse-zenoh {zenoh_version}, peer mode, unixsock-stream, express BLOCK publisher, "
                              "callback subscriber" if zenoh_version is not None else env["notes"]["zenoh"])
         env["idle_desc"] = _idle_desc(Config.load(config))
+        env["floor_exe"], why = F.build(tmp)
+        for s in F.ROWS:
+            if env["floor_exe"] is None:
+                env["notes"][s] = why
+        env["floor_desc"] = (f"hostmq/bench/relay_floor.c, cc -O2; readers "
+                             f"{f'spin {args.floor_spin} µs, then ' if args.floor_spin else ''}sleep on the futex"
+                             if env["floor_exe"] else why)
         stack.enter_context(hostmq.LocalCluster(env["root"], config=config))
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
         stack.callback(procs.kill_all)                        # children go before the cluster stops
         systems = [s for s in SYSTEMS if (s != "redis" or redis_server.proc is not None)
-                   and (s != "zenoh" or zenoh_version is not None)]
+                   and (s != "zenoh" or zenoh_version is not None) and (s not in F.ROWS or env["floor_exe"])]
         for s in SYSTEMS:
             if s not in systems:
                 print(f"{s} row skipped: {env['notes'][s]}", flush=True)
@@ -511,7 +544,8 @@ def main(argv=None) -> int:
             for with_nb in (False, True):
                 for system in systems:
                     row_id += 1
-                    r = latency_row(system, pacing, with_nb, row_id, env, pl)
+                    r = (floor_row(system, pacing, with_nb, env, pl) if system in F.ROWS else
+                         latency_row(system, pacing, with_nb, row_id, env, pl))
                     results.append(r)
                     x = r["row"]
                     print(f"[{time.monotonic() - t0:5.0f} s] {system:20} {x['pacing']:13} {x['neighbour']:9} "

@@ -34,7 +34,7 @@ def salvage_pool(rt: BrokerRuntime) -> int:
         while write > committed and _segment_exists(rt.shm("pool", len(names))):
             names.append(rt.shm("pool", len(names)))
         if write <= committed:
-            log.info("broker %s: no pool to salvage: its previous run had committed all it wrote (%d)",
+            log.debug("broker %s: no pool to salvage: its previous run had committed all it wrote (%d)",
                      rt.name, committed)
             return 0
         if not names:

@@ -1,0 +1,54 @@
+"""The latency bench's floor rows (issue 29): ``hostmq/bench/relay_floor.c``, built here with the system
+compiler, moves the same 100-byte stamped messages at the same pacing with nothing but the hand-offs —
+processes, shared memory, futex wake-ups the way ``hostmq.shm`` makes them, and (``c_relay``) a
+middle process that copies and CRCs each message as hostmq's writer does. What hostmq costs above
+``c_relay`` is its own work, not the design's three processes.
+
+* ``c_ring``: producer → consumer (one hop, the raw ring in C);
+* ``c_relay``: producer → writer → consumer (two hops, hostmq's shape).
+
+Readers sleep on the futex at once (``sleep``, the 2-vCPU default), or spin ``--floor-spin`` µs first.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay_floor.c")
+ROWS = {"c_ring": "direct", "c_relay": "relay"}
+BUILD_TIMEOUT_S = 120
+
+
+def build(tmp: str) -> tuple[str | None, str]:
+    """``(path of the built program, "")``, or ``(None, why not)``."""
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if cc is None:
+        return None, "no C compiler on PATH (cc, gcc or $CC)"
+    exe = os.path.join(tmp, "relay_floor")
+    try:
+        p = subprocess.run([cc, "-O2", "-o", exe, SOURCE], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{cc} failed: {e}"
+    if p.returncode != 0:
+        return None, f"{cc} failed: {p.stderr.strip()[-300:]}"
+    return exe, ""
+
+
+def measure(exe: str, row: str, messages: int, warmup: int, period_s: float, spin_us: int, tmp: str,
+            timeout_s: float) -> np.ndarray:
+    """One floor row: the measured latencies in µs (arrival order). Raises RuntimeError on a failure."""
+    out = os.path.join(tmp, f"{row}.lat")
+    args = [exe, ROWS[row], str(messages), str(warmup), str(max(1, round(period_s * 1e6))), str(spin_us), out]
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{row}: the floor program ran past {timeout_s:.0f} s") from None
+    if p.returncode != 0:
+        raise RuntimeError(f"{row}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    try:
+        return np.fromfile(out, dtype=np.uint64).astype(np.float64) / 1000.0
+    finally:
+        os.unlink(out)

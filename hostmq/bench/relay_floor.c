@@ -1,0 +1,257 @@
+/* hostmq/bench/relay_floor.c — the floor under hostmq's delivery latency, in C (issue 29).
+ *
+ * What one message costs when nothing but the hand-offs is left: no Python, no store, no checks
+ * beyond a CRC. Processes (fork) share one anonymous MAP_SHARED page set; each hop is a slot ring
+ * with a 32-bit sequence word that is also the futex word, and a "waiting" word the reader sets
+ * before it sleeps — the protocol of hostmq.shm (notify_if_waiting / wait_for): the writer of a hop
+ * stores the message, publishes the sequence (release), and makes the futex wake call only when the
+ * reader says it waits.
+ *
+ *   direct   producer → consumer                     (one hop: the raw ring, in C)
+ *   relay    producer → writer → consumer            (two hops: hostmq's shape — the writer copies
+ *                                                      the 100-byte message, CRCs it, republishes it)
+ *
+ * The producer stamps CLOCK_MONOTONIC into the message and sends one every PERIOD_US (absolute
+ * deadlines, clock_nanosleep); the consumer takes now − stamp. Readers spin SPIN_US µs (0: none,
+ * hostmq's "sleep" strategy) before they sleep on the futex.
+ *
+ *   relay_floor MODE MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]
+ *
+ * prints one line: "MODE measured p50 p90 p99 p99.9 max" (ns) and, given LATENCIES_FILE, writes every
+ * measured latency there (native uint64 ns, in arrival order); exits 2 on bad arguments and 1 on a
+ * system error. Its children die with it (PR_SET_PDEATHSIG). Built and run by hostmq/bench/floor.py
+ * with the system compiler (cc -O2). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 64
+#define MSG_BYTES 100
+
+typedef struct {
+    _Alignas(64) _Atomic uint32_t seq;      /* messages published (the futex word) */
+    _Alignas(64) _Atomic uint32_t waiting;  /* the reader sleeps (or is about to) */
+    _Alignas(64) unsigned char slot[SLOTS][128];
+} Hop;
+
+typedef struct {
+    Hop a, b;                               /* producer → (writer →) consumer */
+    _Atomic uint32_t ready;                 /* readers up */
+    uint32_t crc_sink;
+} Shared;
+
+static long futex(_Atomic uint32_t *w, int op, uint32_t v)
+{
+    return syscall(SYS_futex, (uint32_t *)w, op, v, NULL, NULL, 0);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void publish(Hop *h, uint32_t seq)
+{
+    atomic_store_explicit(&h->seq, seq, memory_order_release);
+    if (atomic_load_explicit(&h->waiting, memory_order_seq_cst))
+        futex(&h->seq, FUTEX_WAKE, 1);
+}
+
+/* Wait until h->seq != seen: spin spin_ns, then arm "waiting", re-check, sleep. */
+static uint32_t await_next(Hop *h, uint32_t seen, uint64_t spin_ns)
+{
+    uint32_t s = atomic_load_explicit(&h->seq, memory_order_acquire);
+    if (s != seen)
+        return s;
+    if (spin_ns) {
+        uint64_t until = now_ns() + spin_ns;
+        do {
+            __builtin_ia32_pause();
+            s = atomic_load_explicit(&h->seq, memory_order_acquire);
+            if (s != seen)
+                return s;
+        } while (now_ns() < until);
+    }
+    for (;;) {
+        atomic_store_explicit(&h->waiting, 1, memory_order_seq_cst);
+        s = atomic_load_explicit(&h->seq, memory_order_acquire);
+        if (s != seen) {
+            atomic_store_explicit(&h->waiting, 0, memory_order_relaxed);
+            return s;
+        }
+        futex(&h->seq, FUTEX_WAIT, seen);
+        atomic_store_explicit(&h->waiting, 0, memory_order_relaxed);
+        s = atomic_load_explicit(&h->seq, memory_order_acquire);
+        if (s != seen)
+            return s;
+    }
+}
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static void writer(Shared *sh, uint32_t total, uint64_t spin_ns)
+{
+    uint32_t seen = 0;
+    unsigned char copy[MSG_BYTES];
+    while (seen < total) {
+        uint32_t upto = await_next(&sh->a, seen, spin_ns);
+        for (uint32_t s = seen; s != upto; s++) {        /* copy out, check, republish: the writer's step */
+            memcpy(copy, sh->a.slot[s % SLOTS], MSG_BYTES);
+            sh->crc_sink ^= crc32_of(copy, MSG_BYTES);
+            memcpy(sh->b.slot[s % SLOTS], copy, MSG_BYTES);
+        }
+        seen = upto;
+        publish(&sh->b, seen);
+    }
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int consumer(Shared *sh, Hop *h, uint32_t total, uint32_t warmup, uint64_t spin_ns, const char *mode,
+                    const char *out_path)
+{
+    uint64_t *lat = calloc(total, sizeof *lat);
+    if (lat == NULL)
+        return 1;
+    uint32_t seen = 0, n = 0;
+    atomic_fetch_add(&sh->ready, 1);
+    while (seen < total) {
+        uint32_t upto = await_next(h, seen, spin_ns);
+        uint64_t t = now_ns();
+        for (uint32_t s = seen; s != upto; s++) {
+            uint64_t stamp;
+            memcpy(&stamp, h->slot[s % SLOTS], sizeof stamp);
+            if (s >= warmup)
+                lat[n++] = t - stamp;
+        }
+        seen = upto;
+    }
+    if (out_path != NULL) {
+        FILE *f = fopen(out_path, "wb");
+        if (f == NULL || fwrite(lat, sizeof *lat, n, f) != n || fclose(f) != 0) {
+            perror(out_path);
+            free(lat);
+            return 1;
+        }
+    }
+    qsort(lat, n, sizeof *lat, cmp_u64);
+#define Q(p) (n ? lat[(size_t)((p) * (n - 1) + 0.5)] : 0)
+    printf("%s %u %llu %llu %llu %llu %llu\n", mode, n, (unsigned long long)Q(0.5), (unsigned long long)Q(0.9),
+           (unsigned long long)Q(0.99), (unsigned long long)Q(0.999), (unsigned long long)(n ? lat[n - 1] : 0));
+    fflush(stdout);
+    free(lat);
+    return 0;
+}
+
+static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t readers)
+{
+    while (atomic_load(&sh->ready) < readers)
+        usleep(1000);
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    unsigned char msg[MSG_BYTES];
+    memset(msg, 'x', sizeof msg);
+    for (uint32_t s = 0; s < total; s++) {
+        uint64_t ns = (uint64_t)next.tv_nsec + period_ns;
+        next.tv_sec += (time_t)(ns / 1000000000u);
+        next.tv_nsec = (long)(ns % 1000000000u);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
+            ;
+        uint64_t stamp = now_ns();
+        memcpy(msg, &stamp, sizeof stamp);
+        memcpy(sh->a.slot[s % SLOTS], msg, MSG_BYTES);
+        publish(&sh->a, s + 1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    int relay = strcmp(mode, "relay") == 0;
+    long messages = atol(argv[2]), warmup = atol(argv[3]), period_us = atol(argv[4]), spin_us = atol(argv[5]);
+    if ((!relay && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
+        warmup > 1000000 || period_us < 1 || period_us > 1000000 || spin_us < 0 || spin_us > 1000000) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    crc_init();
+    uint32_t total = (uint32_t)(messages + warmup);
+    uint64_t spin_ns = (uint64_t)spin_us * 1000u;
+    Shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    memset(sh, 0, sizeof *sh);
+    pid_t kids[2] = {0, 0};
+    kids[0] = fork();
+    if (kids[0] == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        _exit(consumer(sh, relay ? &sh->b : &sh->a, total, (uint32_t)warmup, spin_ns, mode,
+                       argc == 7 ? argv[6] : NULL));
+    }
+    if (relay && kids[0] > 0) {
+        kids[1] = fork();
+        if (kids[1] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            atomic_fetch_add(&sh->ready, 1);
+            writer(sh, total, spin_ns);
+            _exit(0);
+        }
+    }
+    if (kids[0] < 0 || kids[1] < 0) {
+        perror("fork");
+        for (int i = 0; i < 2; i++)
+            if (kids[i] > 0)
+                kill(kids[i], SIGKILL);
+        return 1;
+    }
+    producer(sh, total, (uint64_t)period_us * 1000u, relay ? 2 : 1);
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        int status;
+        if (kids[i] > 0 && (waitpid(kids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)))
+            bad = 1;
+    }
+    return bad;
+}
