@@ -266,6 +266,9 @@ class PushConsumer:
                 self._sync_queues()
                 if msgs:
                     self._dispatch(msgs)
+                    # Hand the GIL to the listener thread just woken: else it waits for this thread's
+                    # next poll round to block in the futex (push p50 550 → 330–390 µs, 2 vCPUs, quiet)
+                    time.sleep(0)
                 self._advance_idle()
                 self._send_back_failed()
                 if time.monotonic() >= next_commit:
