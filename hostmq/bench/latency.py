@@ -228,17 +228,24 @@ def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, e
         producer.join(10)
         consumer.join(10)
     lat_us = got["lat_ns"] / 1000.0
-    row = {"system": system, "pacing": label, "neighbour": "busy loop" if with_neighbour else "quiet",
-           "sent": made["sent"], "late_sends": made["late"], "received": got["received"], "measured": len(lat_us),
-           "loadavg_1m": round(os.getloadavg()[0], 2)}      # the host is shared: how busy it was
-    for name, q in QUANTILES:
-        row[name] = round(float(np.percentile(lat_us, q)), 1) if len(lat_us) else float("nan")
-    row.update({k: got["waits"].get(k, "") for k in WAIT_COUNTERS})
+    row = _row(system, label, with_neighbour, made["sent"], made["late"], got["received"], lat_us, got["waits"])
     if system in HOSTMQ:    # mean send → stored (writer) and stored → received, µs (see latency_workers._StoreLag)
         row["mean"] = round(float(np.mean(lat_us)), 1) if len(lat_us) else float("nan")
         row["to_store_mean"] = round(got["to_store_us"], 1)
         row["after_store_mean"] = round(row["mean"] - got["to_store_us"], 1)
     return {"row": row, "lat_us": lat_us}
+
+
+def _row(system: str, label: str, with_neighbour: bool, sent: int, late, received: int, lat_us: np.ndarray,
+         waits: dict) -> dict:
+    """One CSV row: what was sent and measured, the load, the quantiles and the consumer's waits."""
+    row = {"system": system, "pacing": label, "neighbour": "busy loop" if with_neighbour else "quiet",
+           "sent": sent, "late_sends": late, "received": received, "measured": len(lat_us),
+           "loadavg_1m": round(os.getloadavg()[0], 2)}      # the host is shared: how busy it was
+    for name, q in QUANTILES:
+        row[name] = round(float(np.percentile(lat_us, q)), 1) if len(lat_us) else float("nan")
+    row.update({k: waits.get(k, "") for k in WAIT_COUNTERS})
+    return row
 
 
 def floor_row(system: str, pacing: tuple, with_neighbour: bool, env: dict, pl: dict) -> dict:
@@ -247,12 +254,7 @@ def floor_row(system: str, pacing: tuple, with_neighbour: bool, env: dict, pl: d
     with neighbour(env["procs"], with_neighbour):
         lat_us = F.measure(env["floor_exe"], system, n, pl["warmup"], period_s, pl["floor_spin_us"], env["tmp"],
                            (n + pl["warmup"]) * period_s + 60)
-    row = {"system": system, "pacing": label, "neighbour": "busy loop" if with_neighbour else "quiet",
-           "sent": n + pl["warmup"], "late_sends": "", "received": n + pl["warmup"], "measured": len(lat_us),
-           "loadavg_1m": round(os.getloadavg()[0], 2)}
-    for name, q in QUANTILES:
-        row[name] = round(float(np.percentile(lat_us, q)), 1) if len(lat_us) else float("nan")
-    row.update({k: "" for k in WAIT_COUNTERS})
+    row = _row(system, label, with_neighbour, n + pl["warmup"], "", n + pl["warmup"], lat_us, {})
     return {"row": row, "lat_us": lat_us}
 
 
