@@ -33,10 +33,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..waiting import IdleStrategy
+from ..waiting import SLEEP, IdleStrategy
 from .futex import FutexWord, sleep_any
 
 DEFAULT_SPIN_S = 50e-6
+_DEFAULT_IDLE = IdleStrategy("spin", DEFAULT_SPIN_S * 1e6)
 DEFAULT_BLOCK_SLICE_S = 0.05
 _FENCE_LOCK = threading.Lock()
 
@@ -118,18 +119,11 @@ def wait_for(predicate: Callable[[], object], wake: FutexWord | Iterable[FutexWo
     if predicate():
         st.immediate += 1
         return True
-    if idle is not None:
-        if idle.idle(predicate, deadline_s):
-            st.spin_hits += 1
-            return True
-    elif spin_s > 0:
-        now = time.monotonic()
-        spin_end = min(now + spin_s, deadline_s)
-        while now < spin_end:
-            if predicate():
-                st.spin_hits += 1
-                return True
-            now = time.monotonic()
+    if idle is None:        # a bare spin_s: the spin strategy with that budget
+        idle = _DEFAULT_IDLE if spin_s == DEFAULT_SPIN_S else IdleStrategy("spin", spin_s * 1e6) if spin_s > 0 else SLEEP
+    if idle.idle(predicate, deadline_s):
+        st.spin_hits += 1
+        return True
     flags = _flags(flag)
     words = [wake] if isinstance(wake, FutexWord) else list(wake)
     st.blocked += 1
