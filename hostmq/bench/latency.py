@@ -373,7 +373,9 @@ def send_tables(s: dict) -> list[str]:
     d = s["drain"]
     out += ["", f"### Consume a pre-filled queue ({fmt(h['sent'])} messages of 100 bytes, one queue)", "",
             "| measure | msgs/s |", "|---|---|",
-            f"| PullConsumer.poll_batch (bodies as memoryviews) | {fmt(d['poll_batch_msgs_per_s'])} |",
+            f"| PullConsumer.poll_batch, bodies taken columnar (`bodies_joined()`) | "
+            f"{fmt(d.get('poll_batch_joined_msgs_per_s'))} |",
+            f"| PullConsumer.poll_batch, a memoryview per body | {fmt(d['poll_batch_msgs_per_s'])} |",
             f"| PullConsumer.poll (one MessageExt per message) | {fmt(d['poll_msgs_per_s'])} |", ""]
     return out
 

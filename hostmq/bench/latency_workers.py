@@ -514,13 +514,14 @@ def reqrep_worker(conn, cfg: dict) -> None:
 
 
 def hostmq_drain_worker(conn, cfg: dict) -> None:
-    """Consume rates over a pre-filled topic: ``poll_batch`` (touching each body) and ``poll``
-    (a MessageExt per message), each a fresh group reading from the first offset."""
+    """Consume rates over a pre-filled topic, each a fresh group reading from the first offset:
+    ``poll_batch`` taking the bodies columnar (``bodies_joined()``: one copy, no Python object per
+    message), ``poll_batch`` touching each body view, and ``poll`` (a MessageExt per message)."""
     import hostmq
     out = {}
     with hostmq.Admin(cfg["root"]) as a:
         queues = a.route(cfg["topic"])
-    for kind in ("poll_batch", "poll"):
+    for kind in ("poll_batch_joined", "poll_batch", "poll"):
         with hostmq.PullConsumer(cfg["root"], group=f"drain-{kind}", consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
                                  auto_commit=False, max_poll_records=4096) as c:
             c.assign(queues)
@@ -528,7 +529,12 @@ def hostmq_drain_worker(conn, cfg: dict) -> None:
             t0 = time.perf_counter()
             end = time.monotonic() + 120
             while got < cfg["expect"] and time.monotonic() < end:
-                if kind == "poll_batch":
+                if kind == "poll_batch_joined":
+                    b = c.poll_batch(0.5, 4096)
+                    joined, _ = b.bodies_joined()
+                    nbytes += len(joined)
+                    got += len(b)
+                elif kind == "poll_batch":
                     b = c.poll_batch(0.5, 4096)
                     nbytes += sum(len(v) for v in b.bodies)
                     got += len(b)

@@ -121,11 +121,23 @@ static int utf8_ok(const unsigned char *s, int64_t n)
 }
 
 /* records.decode_properties accepts ``p``: UTF-8, and each non-empty "\x02"-separated pair holds a
- * "\x01" after a non-empty name. */
+ * "\x01" after a non-empty name. One pass: runs of 8 ASCII bytes without a separator (no byte below
+ * 3, none above 0x7f) are skipped a word at a time; the strict UTF-8 check runs only when a byte
+ * above 0x7f was met. */
 static int props_ok(const unsigned char *p, int64_t n)
 {
     int64_t seg = 0, first_sep = -1;
+    int ascii = 1;
     for (int64_t i = 0; i < n; i++) {
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if ((((w - 0x0303030303030303ull) & ~w) | w) & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
         unsigned char c = p[i];
         if (c == NAME_VALUE_SEP) {
             if (first_sep < 0) first_sep = i;
@@ -134,11 +146,13 @@ static int props_ok(const unsigned char *p, int64_t n)
                 return 0;
             seg = i + 1;
             first_sep = -1;
+        } else if (c & 0x80) {
+            ascii = 0;
         }
     }
     if (n > seg && (first_sep < 0 || first_sep == seg))
         return 0;
-    return utf8_ok(p, n);
+    return ascii || utf8_ok(p, n);
 }
 
 /* REC_OK when the ``size`` bytes at ``pos`` of ``buf`` are one record that MessageExt.check(topic,
@@ -514,6 +528,166 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+/* batch_rows(entries, mm, file_from, file_end, cl_min, queue_offset, topic_b, queue_id, rel, sizes,
+ * queue_offsets, ok) -> -1, or how many rows check_record did not accept: reader.get_batch's common
+ * case in one pass. For n consume-queue ``entries`` (CQ_ENTRY rows, read once each) whose records all
+ * lie in the mapped file [file_from, file_end) with the first at or past ``cl_min``, it fills the
+ * int64 rows ``rel`` (position in the file), ``sizes`` and ``queue_offsets`` (queue_offset + i) and the
+ * bool ``ok`` (check_rows's verdict). -1 (nothing decided) when a record lies outside the file or the
+ * first below cl_min: the caller takes the general path, as it would without this module. */
+static PyObject *batch_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "batch_rows() takes 12 arguments");
+        return NULL;
+    }
+    int64_t file_from, file_end, cl_min, queue_offset, queue_id;
+    if (get_i64(args[2], &file_from) < 0 || get_i64(args[3], &file_end) < 0 || get_i64(args[4], &cl_min) < 0 ||
+        get_i64(args[5], &queue_offset) < 0 || get_i64(args[7], &queue_id) < 0)
+        return NULL;
+    if (!PyBytes_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "batch_rows(): topic_b must be bytes");
+        return NULL;
+    }
+    Py_buffer ents, mm, out[4];
+    int held = 0;
+    PyObject *res = NULL;
+    if (get_entries(st, args[0], &ents) < 0)
+        return NULL;
+    if (get_buffer(args[1], &mm, "mm") < 0) {
+        PyBuffer_Release(&ents);
+        return NULL;
+    }
+    for (; held < 4; held++)
+        if (PyObject_GetBuffer(args[8 + held], &out[held], PyBUF_SIMPLE | PyBUF_WRITABLE) < 0)
+            goto done;
+    int64_t n = ents.len / CQ_ENTRY_BYTES;
+    if (ents.len % CQ_ENTRY_BYTES || out[0].len != n * 8 || out[1].len != n * 8 || out[2].len != n * 8 ||
+        out[3].len != n) {
+        PyErr_SetString(PyExc_ValueError, "batch_rows(): rel, sizes, queue_offsets (int64) and ok (bool): one row per entry");
+        goto done;
+    }
+    const unsigned char *e = ents.buf, *topic = (const unsigned char *)PyBytes_AS_STRING(args[6]);
+    int64_t tlen = PyBytes_GET_SIZE(args[6]), refused = 0;
+    int64_t *rel = out[0].buf, *sizes = out[1].buf, *qoffs = out[2].buf;
+    unsigned char *ok = out[3].buf;
+    uint32_t cflag = st->compressed_flag;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        const unsigned char *row = e + i * CQ_ENTRY_BYTES;
+        int64_t phys = (int64_t)be64(row + CQ_OFF_PHYS_OFFSET), size = (int32_t)be32(row + CQ_OFF_SIZE);
+        if (phys < file_from || phys >= file_end || (i == 0 && phys < cl_min)) {
+            refused = -1;
+            break;
+        }
+        rel[i] = phys - file_from;
+        sizes[i] = size;
+        qoffs[i] = queue_offset + i;
+    }
+    if (refused == 0)
+        for (int64_t i = 0; i < n; i++) {
+            int good = check_record(mm.buf, mm.len, rel[i], sizes[i], topic, tlen, queue_id, qoffs[i], cflag) == REC_OK;
+            ok[i] = (unsigned char)good;
+            refused += !good;
+        }
+    Py_END_ALLOW_THREADS
+    res = PyLong_FromLongLong(refused);
+done:
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&out[k]);
+    PyBuffer_Release(&ents);
+    PyBuffer_Release(&mm);
+    return res;
+}
+
+/* body_offsets(mm, rel, sizes, offsets) -> total bytes, or -1: for records check_record accepted at
+ * ``rel`` (``sizes`` bytes each) of ``mm``, ``offsets[i + 1] = offsets[i] + body length of record i``
+ * (int64, n + 1 rows, offsets[0] = 0) — MessageBatch.bodies_joined's offsets. -1 (nothing decided)
+ * when a body is compressed or a record no longer holds its body (the caller takes its general path). */
+static PyObject *body_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "body_offsets() takes 4 arguments");
+        return NULL;
+    }
+    Py_buffer mm, rel, sizes, offs;
+    if (get_buffer(args[0], &mm, "mm") < 0)
+        return NULL;
+    if (get_buffer(args[1], &rel, "rel") < 0) { PyBuffer_Release(&mm); return NULL; }
+    if (get_buffer(args[2], &sizes, "sizes") < 0) { PyBuffer_Release(&mm); PyBuffer_Release(&rel); return NULL; }
+    if (PyObject_GetBuffer(args[3], &offs, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&mm); PyBuffer_Release(&rel); PyBuffer_Release(&sizes);
+        return NULL;
+    }
+    int64_t n = rel.len / 8, total = 0;
+    PyObject *res = NULL;
+    if (rel.len % 8 || sizes.len != rel.len || offs.len != (n + 1) * 8) {
+        PyErr_SetString(PyExc_ValueError, "body_offsets(): int64 rel and sizes of one length, offsets one row longer");
+    } else {
+        const unsigned char *b = mm.buf;
+        const int64_t *r = rel.buf, *s = sizes.buf;
+        int64_t *o = offs.buf;
+        uint32_t cflag = st->compressed_flag;
+        o[0] = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (r[i] < 0 || s[i] < HDR_BYTES || r[i] > mm.len || s[i] > mm.len - r[i]) { total = -1; break; }
+            const unsigned char *h = b + r[i];
+            int64_t blen = (int32_t)be32(h + OFF_BODY_LENGTH);
+            if ((be32(h + OFF_SYS_FLAG) & cflag) || blen < 0 || blen > s[i] - HDR_BYTES) { total = -1; break; }
+            total += blen;
+            o[i + 1] = total;
+        }
+        res = PyLong_FromLongLong(total);
+    }
+    PyBuffer_Release(&mm); PyBuffer_Release(&rel); PyBuffer_Release(&sizes); PyBuffer_Release(&offs);
+    return res;
+}
+
+/* copy_bodies(mm, rel, offsets, out) -> None: out[offsets[i]:offsets[i + 1]] = the body of the record at
+ * rel[i] (its first offsets[i + 1] - offsets[i] bytes after the header), with the GIL released — the copy
+ * after body_offsets. Every span is checked against both buffers first; ValueError, nothing copied. */
+static PyObject *copy_bodies(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "copy_bodies() takes 4 arguments");
+        return NULL;
+    }
+    Py_buffer mm, rel, offs, out;
+    if (get_buffer(args[0], &mm, "mm") < 0)
+        return NULL;
+    if (get_buffer(args[1], &rel, "rel") < 0) { PyBuffer_Release(&mm); return NULL; }
+    if (get_buffer(args[2], &offs, "offsets") < 0) { PyBuffer_Release(&mm); PyBuffer_Release(&rel); return NULL; }
+    if (PyObject_GetBuffer(args[3], &out, PyBUF_SIMPLE | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&mm); PyBuffer_Release(&rel); PyBuffer_Release(&offs);
+        return NULL;
+    }
+    int64_t n = rel.len / 8;
+    const int64_t *r = rel.buf, *o = offs.buf;
+    int bad = rel.len % 8 || offs.len != (n + 1) * 8 || o[0] != 0;
+    for (int64_t i = 0; !bad && i < n; i++) {
+        int64_t len = o[i + 1] - o[i];
+        bad = len < 0 || r[i] < 0 || r[i] > mm.len - HDR_BYTES || len > mm.len - HDR_BYTES - r[i] ||
+              o[i + 1] > out.len;
+    }
+    if (!bad) {
+        const unsigned char *src = mm.buf;
+        unsigned char *dst = out.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < n; i++)
+            memcpy(dst + o[i], src + r[i] + HDR_BYTES, (size_t)(o[i + 1] - o[i]));
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&mm); PyBuffer_Release(&rel); PyBuffer_Release(&offs); PyBuffer_Release(&out);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "copy_bodies(): int64 rel, offsets one row longer from 0, every span inside both buffers");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* The byte offset of a slot from its member descriptor (an object slot of ``cls``). */
 static int slot_offset(PyTypeObject *cls, PyObject *descr, Py_ssize_t *off)
 {
@@ -570,6 +744,9 @@ static PyMethodDef methods[] = {
     {"checked", (PyCFunction)(void (*)(void))checked, METH_FASTCALL, "read_check.check_one's common case, or None."},
     {"check_rows", (PyCFunction)(void (*)(void))check_rows, METH_FASTCALL, "read_check.check_rows's common case."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, "MessageBatch.bodies_joined's copy."},
+    {"batch_rows", (PyCFunction)(void (*)(void))batch_rows, METH_FASTCALL, "reader.get_batch's common case."},
+    {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
+    {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
     {"_bind", bind, METH_VARARGS, "Bind MessageExt and its slots (read_check.py does, at import)."},
     {NULL, NULL, 0, NULL},
 };

@@ -27,6 +27,7 @@ from .read_check import check_one, check_rows, why_not
 _BODY_LEN_AT = R.FIELD["body_length"]
 _STORE_TS_AT = R.FIELD["store_ts_ms"]
 _SYSFLAG_AT = R.FIELD["sys_flag"]
+_CQ_PHYS = struct.Struct(">q")     # a consume-queue entry's first field
 _SCAN_ENTRIES = 800     # entries looked at per step when a filter skips most of them (RocketMQ: 16000 B)
 
 
@@ -256,7 +257,16 @@ class MessageBatch:
         self._pos = rel_pos            # record position inside its file
         self._sizes = sizes
         self._cache: dict[str, np.ndarray] = {}
-        self.bodies = _Bodies(self)
+        self._bodies: _Bodies | None = None
+
+    @property
+    def bodies(self) -> "_Bodies":
+        """The bodies, ``bodies[i]`` a view (made on first use: a batch whose bodies are taken with
+        ``bodies_joined`` holds no reference cycle, so its arrays go back to the allocator when it
+        goes, still warm in the cache, instead of waiting for the garbage collector)."""
+        if self._bodies is None:
+            self._bodies = _Bodies(self)
+        return self._bodies
 
     def __len__(self) -> int:
         return len(self.queue_offsets)
@@ -336,6 +346,14 @@ class MessageBatch:
         object per message (``hostmq/store/_read.c`` copies; numpy where it was not built) — the
         columnar way to read a batch's bodies; the copy outlives the next poll."""
         n = len(self)
+        if read_check.NATIVE is not None and self._file is None and n:
+            offsets = np.empty(n + 1, np.int64)
+            mm = self._files[0].mm
+            total = read_check.NATIVE.body_offsets(mm, self._pos, self._sizes, offsets)
+            if total >= 0:              # one file, nothing compressed: two passes in C
+                joined = np.empty(total, np.uint8)
+                read_check.NATIVE.copy_bodies(mm, self._pos, offsets, joined)
+                return joined, offsets
         stored = self.body_lengths
         lens = stored.copy()
         compressed = np.flatnonzero(self.sys_flags & R.SYSFLAG_COMPRESSED).tolist() if n else []
@@ -418,12 +436,26 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
     scanned = len(ents)
     if not scanned:                 # no consume-queue file holds the offset: nothing to read here
         return MessageBatch(queue, empty, [], None, empty, empty, GetStatus.NO_MESSAGE_IN_QUEUE, queue_offset)
+    nxt = queue_offset + scanned
+    cl_min = commitlog.min_offset()
+    if read_check.NATIVE is not None:       # the common case in one pass (hostmq/store/_read.c batch_rows)
+        mf = commitlog.mfq.find(_CQ_PHYS.unpack_from(ents.data, 0)[0])
+        if mf is not None:
+            rel, sizes, offsets = (np.empty(scanned, np.int64) for _ in range(3))
+            ok = np.empty(scanned, bool)
+            topic_b = queue.topic.encode()
+            refused = read_check.NATIVE.batch_rows(ents, mf.mm, mf.file_from_offset, mf.file_end_offset, cl_min,
+                                                   queue_offset, topic_b, queue.queue_id, rel, sizes, offsets, ok)
+            if refused >= 0:
+                skipped = _skips(queue, mf, rel, sizes, offsets, mf.file_from_offset + rel, ok, refused)
+                if skipped:
+                    rel, sizes, offsets = rel[ok], sizes[ok], offsets[ok]
+                status = GetStatus.FOUND if len(offsets) else GetStatus.NO_MATCHED_MESSAGE
+                return MessageBatch(queue, offsets, [mf], None, rel, sizes, status, nxt, skipped)
     phys = ents["phys_offset"].astype(np.int64)
     sizes = ents["size"].astype(np.int64)
     offsets = np.arange(queue_offset, queue_offset + scanned, dtype=np.int64)
-    nxt = queue_offset + scanned
     mf = commitlog.mfq.find(int(phys[0]))
-    cl_min = commitlog.min_offset()
     if mf is not None and phys[0] >= cl_min and (phys >= mf.file_from_offset).all() and \
             (phys < mf.file_end_offset).all():
         rel = phys - mf.file_from_offset
@@ -457,13 +489,27 @@ def _checked(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offset
              phys: np.ndarray) -> tuple[np.ndarray, int]:
     """Mask of the rows of mapped file ``mf`` that decode (``read_check.check_rows``) and how many
     do not; those are logged once (``read_check.SKIPPED``)."""
+    ok = check_rows(mf, rel, sizes, offsets, queue.topic.encode(), queue.queue_id)
+    return ok, _skips(queue, mf, rel, sizes, offsets, phys, ok, None)
+
+
+def _skips(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, phys: np.ndarray,
+           ok: np.ndarray, refused: int | None) -> int:
+    """How many rows ``ok`` refuses, each logged once (``read_check.SKIPPED``). ``refused``: how many
+    the native check left undecided (``batch_rows``) — the spec judges those first, as ``check_rows``
+    does (None: ``ok`` is already the verdict)."""
     topic_b = queue.topic.encode()
-    ok = check_rows(mf, rel, sizes, offsets, topic_b, queue.queue_id)
+    if refused:
+        for r in np.flatnonzero(~ok).tolist():
+            ok[r] = read_check.py_check_one(mf.mm, int(rel[r]), int(sizes[r]), topic_b, queue.queue_id,
+                                            int(offsets[r]), "").__class__ is MessageExt
+    elif refused is not None:
+        return 0
     bad = np.flatnonzero(~ok).tolist()
     for i in bad:
         why = why_not(mf, int(rel[i]), int(sizes[i]), topic_b, queue.queue_id, int(offsets[i]))
         read_check.SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]), int(phys[i]), why)
-    return ok, len(bad)
+    return len(bad)
 
 
 def store_ts_at(commitlog, phys_offset: int) -> int:

@@ -196,6 +196,79 @@ def test_gather_refuses_spans_outside_its_buffers():
             read_check.NATIVE.gather(b"abcdefgh", starts, lens, at, out)
 
 
+def test_batch_rows_is_get_batchs_check_in_one_pass(store):
+    """``batch_rows`` fills the rows ``get_batch`` reads (position, size, queue offset) and gives
+    ``check_rows``'s verdict, for the entries of one commitlog file; -1 (nothing decided) when an
+    entry's record lies in another file or the first is below the commitlog's minimum."""
+    cq = store.queues[(T, 0)]
+    ents = cq.entries(0, 1000)
+    mf = store.commitlog.mfq.files[0]
+    n = int(np.searchsorted(ents["phys_offset"].astype(np.int64), mf.file_end_offset))
+    assert 10 < n < len(ents)
+
+    def rows(e, cl_min=0, first=0):
+        rel, sizes, offs = (np.full(len(e), -7, np.int64) for _ in range(3))
+        ok = np.zeros(len(e), bool)
+        got = read_check.NATIVE.batch_rows(e, mf.mm, mf.file_from_offset, mf.file_end_offset, cl_min, first,
+                                           T.encode(), 0, rel, sizes, offs, ok)
+        return got, rel, sizes, offs, ok
+    refused, rel, sizes, offs, ok = rows(ents[:n], first=5)
+    assert rel.tolist() == (ents["phys_offset"][:n].astype(np.int64) - mf.file_from_offset).tolist()
+    assert sizes.tolist() == ents["size"][:n].tolist() and offs.tolist() == list(range(5, 5 + n))
+    refused, *_, ok = rows(ents[:n])
+    want = read_check.check_rows(mf, rel, sizes, np.arange(n, dtype=np.int64), T.encode(), 0)
+    assert refused == int((~ok).sum()) and not (ok & ~want).any()     # what it accepts, the spec accepts
+    assert rows(ents[:n + 1])[0] == -1                                 # the next file's record
+    assert rows(ents[:n], cl_min=int(ents["phys_offset"][0]) + 1)[0] == -1
+    with pytest.raises(ValueError):
+        read_check.NATIVE.batch_rows(ents[:2], mf.mm, 0, 1 << 20, 0, 0, b"T", 0, np.empty(2, np.int64),
+                                     np.empty(2, np.int64), np.empty(3, np.int64), np.empty(2, bool))
+
+
+def test_body_offsets_and_copies_stay_inside_their_buffers(store):
+    """``body_offsets`` gives up (-1) on a compressed body or a record too short for its header or
+    its body; ``copy_bodies`` refuses spans outside either buffer and copies nothing then."""
+    i64 = lambda *v: np.array(v, np.int64)      # noqa: E731
+    hdr = R.MSG_HEADER.size
+    rec = bytearray(R.encode_record(T.encode(), b"hello", b"", queue_id=0))
+    offs = np.zeros(2, np.int64)
+    assert read_check.NATIVE.body_offsets(bytes(rec), i64(0), i64(len(rec)), offs) == 5 and offs.tolist() == [0, 5]
+    assert read_check.NATIVE.body_offsets(bytes(rec), i64(0), i64(hdr + 4), offs) == -1     # body past the size
+    assert read_check.NATIVE.body_offsets(bytes(rec), i64(1), i64(len(rec)), offs) == -1    # past the buffer
+    flagged = R.encode_record(T.encode(), b"hello", b"", queue_id=0, sys_flag=R.SYSFLAG_COMPRESSED)
+    assert read_check.NATIVE.body_offsets(flagged, i64(0), i64(len(flagged)), offs) == -1
+    out = np.zeros(5, np.uint8)
+    read_check.NATIVE.copy_bodies(bytes(rec), i64(0), i64(0, 5), out)
+    assert out.tobytes() == b"hello"
+    for rel, o, dst in ((i64(len(rec) - hdr), i64(0, 5), out), (i64(0), i64(0, 6), out),
+                        (i64(0), i64(1, 5), out), (i64(0), i64(0, 5), np.zeros(4, np.uint8)), (i64(-1), i64(0, 1), out)):
+        with pytest.raises(ValueError):
+            read_check.NATIVE.copy_bodies(bytes(rec), rel, o, dst)
+
+
+_PROP_BYTES = st.lists(st.sampled_from([b"\x00", b"\x01", b"\x02", b"\x03", b"a", b"TAGS", b"\x7f", b"\x80", b"\xc3\xa9",
+                                        b"\xe2\x82\xac", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xff", b"\xc3",
+                                        b"x" * 9, b"\xc3\xa9" * 5]), max_size=24).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(props=_PROP_BYTES)
+def test_native_property_check_agrees_with_the_spec(props):
+    """The word-at-a-time property scan (separators and UTF-8 in one pass) accepts exactly the
+    properties the spec decodes: any mix of separators, ASCII runs, multi-byte, overlong and
+    surrogate sequences, and bytes no UTF-8 has."""
+    if len(props) > 32767:
+        return
+    if props and not props.endswith(b"\x02"):
+        props += b"\x02"
+    rec = R.encode_record(T.encode(), b"body", props, queue_id=3, queue_offset=9)
+    got = read_check.NATIVE.checked(rec, 0, len(rec), T.encode(), 3, 9, "b")
+    want = read_check.py_check_one(rec, 0, len(rec), T.encode(), 3, 9, "b")
+    assert (got is not None) == isinstance(want, MessageExt)
+    if got is not None:
+        assert fields(got) == fields(want)
+
+
 def test_take_refuses_entries_in_another_byte_order(store):
     cq = store.queues[(T, 0)]
     little = cq.entries(0, 4).astype([("phys_offset", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
