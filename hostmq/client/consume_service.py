@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 ACK_ALL = 2 ** 31 - 1           # RocketMQ's ackIndex default (Integer.MAX_VALUE): every message acknowledged
 DELAY_BROKER = 0                # delay_level_when_next_consume: the broker's back-off (3 + times consumed)
 DELAY_DLQ = -1                  # ... straight to the DLQ
+INLINE_MAX_S = 0.001            # a listener this fast on average (EWMA) runs on the pull thread when the pool is idle
+INLINE_EWMA = 0.2               # weight of the newest call in that average
 
 
 @dataclass
@@ -144,17 +147,33 @@ class ConsumeMessageService:
     def unlock_all(self) -> None:
         """At shutdown, after the last commit."""
 
+    def handed_off(self) -> bool:
+        """Whether batches wait on other threads now (the pull thread then yields the GIL to them)."""
+        return True
+
 
 class ConsumeMessageConcurrentlyService(ConsumeMessageService):
     """Batches on the listener pool (RocketMQ ``ConsumeMessageConcurrentlyService``): a failed
     message of a CLUSTERING consumer goes back to the broker on its first failure (the pull thread
     sends it); one that cannot be sent back, or any in BROADCASTING, is consumed again here after
     ``retry_delay_s``. ``submit_batch`` and ``consume_later`` say where a batch runs (``hostmq.aio``
-    overrides them to run it on its loop)."""
+    overrides them to run it on its loop).
+
+    The hot path (issue 29): a fetch that makes one batch while no batch runs on the pool is consumed
+    on the pull thread itself — no hand-off to a pool thread, which would first wait for the GIL —
+    as long as the listener is fast: its calls average (EWMA) under ``INLINE_MAX_S``. A slower
+    listener, or more than one batch, goes to the pool, so slow listeners keep the pool's
+    concurrency and never hold up fetching for long (at most one slow call, the one that shows it)."""
 
     def __init__(self, consumer: "PushConsumer") -> None:
         super().__init__(consumer)
         self._timers: set[threading.Timer] = set()
+        self._pooled = 0                # batches submitted to the pool and not finished
+        self.listener_s = 0.0           # EWMA of a listener call, seconds
+        self.inline_batches = 0         # batches consumed on the pull thread (for tests and stats)
+
+    def handed_off(self) -> bool:
+        return self._pooled > 0
 
     def shutdown(self) -> None:
         with self.c.lock:
@@ -167,22 +186,48 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         for i in range(0, len(batch), size):
             self.submit_batch(mq, pq, batch[i:i + size], 0)
 
+    def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        size = self.c.batch_size
+        if len(batch) <= size and not self._pooled and self.listener_s < INLINE_MAX_S and \
+                type(self).submit_batch is ConsumeMessageConcurrentlyService.submit_batch:
+            self.inline_batches += 1
+            try:
+                self.consume(mq, pq, batch, 0)
+            except Exception:               # as a pool thread would, never end the pull thread
+                log.exception("%s: consuming a batch failed", self.c.group)
+            return
+        for i in range(0, len(batch), size):
+            self.submit_batch(mq, pq, batch[i:i + size], 0)
+
     def submit_batch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         """One batch to the listener pool."""
         pool = self.c.pool
         if pool is None:
             return
+        with self.c.lock:
+            self._pooled += 1
         try:
-            pool.submit(self.consume, mq, pq, batch, attempt)
+            pool.submit(self._pooled_consume, mq, pq, batch, attempt)
         except RuntimeError:                # the pool is shutting down: the offset stays uncommitted
-            pass
+            with self.c.lock:
+                self._pooled -= 1
+
+    def _pooled_consume(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
+        try:
+            self.consume(mq, pq, batch, attempt)
+        finally:
+            with self.c.lock:
+                self._pooled -= 1
 
     def consume(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         c = self.c
         if pq.dropped or c.stopping.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
         ctx = ConsumeConcurrentlyContext(mq)
-        self.settle(mq, pq, batch, attempt, c.call_listener(batch, ctx), ctx)
+        t0 = time.monotonic()
+        result = c.call_listener(batch, ctx)
+        self.listener_s += (time.monotonic() - t0 - self.listener_s) * INLINE_EWMA
+        self.settle(mq, pq, batch, attempt, result, ctx)
 
     def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,
                result: ConsumeResult, ctx: ConsumeConcurrentlyContext) -> None:

@@ -293,3 +293,75 @@ def test_messages_filtered_out_after_the_last_match_do_not_hold_back_the_offset(
         wait_until(lambda: all(r["lag"] == 0 for r in progress()), 30,
                    f"the lag to reach 0 (it was {[r['lag'] for r in rows]})")
     assert sorted(got.counts) == list(range(20)) and max(got.counts.values()) == 1
+
+
+class ThreadLog:
+    """A listener that notes the thread of each call and how many calls overlap (``delay_s`` each)."""
+
+    def __init__(self, delay_s: float = 0.0, stop_on: int | None = None) -> None:
+        self.delay_s, self.stop_on = delay_s, stop_on
+        self.threads: list[str] = []
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+        self.consumer: hostmq.PushConsumer | None = None
+
+    def __call__(self, msgs) -> ConsumeResult:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            if self.stop_on is not None and SEQ.unpack_from(msgs[0].body)[0] == self.stop_on:
+                self.consumer.shutdown()        # from inside the listener: must neither raise nor hang
+        finally:
+            with self.lock:
+                self.running -= 1
+        return ConsumeResult.SUCCESS
+
+
+def test_a_fast_listener_runs_on_the_pull_thread_and_a_slow_one_keeps_the_pool(cluster):
+    """Issue 29's hot path: one message fetched while the pool is idle is consumed on the pull thread
+    (no thread hand-off); a listener that averages over ``INLINE_MAX_S`` gets the pool back, so
+    slow calls overlap again."""
+    from hostmq.client.consume_service import INLINE_MAX_S
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("inline-t", queues=1)
+    fast, slow = ThreadLog(), ThreadLog(delay_s=max(0.05, 50 * INLINE_MAX_S))
+    consumers = [push(c.root, fast, "inline-t", group="inline-fast", threads=4),
+                 push(c.root, slow, "inline-t", group="inline-slow", threads=4)]
+    try:
+        with hostmq.Producer(c.root) as p:
+            for i in range(20):                 # one at a time: each fetch finds one message
+                p.send(Message("inline-t", SEQ.pack(i)))
+                wait_until(lambda: len(fast.threads) > i, 30, f"message {i} at the fast listener")
+            wait_until(lambda: len(slow.threads) >= 1, 30, "the slow listener's first call")
+            for i in range(20, 40):             # the slow group's later fetches: pool threads, overlapping
+                p.send(Message("inline-t", SEQ.pack(i)))
+            wait_until(lambda: len(slow.threads) >= 40 and len(fast.threads) >= 40, 60, "40 calls each")
+        assert sum(t.startswith("hostmq-pull") for t in fast.threads[:20]) >= 15, fast.threads[:20]
+        assert consumers[0].service.inline_batches >= 15
+        assert all(t.startswith("hostmq-consume") for t in slow.threads[2:]), slow.threads
+        assert slow.most >= 2
+    finally:
+        for k in consumers:
+            k.shutdown()
+
+
+def test_a_listener_on_the_pull_thread_may_shut_its_consumer_down(cluster):
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("inline-stop", queues=1)
+    log = ThreadLog(stop_on=3)
+    consumer = log.consumer = push(c.root, log, "inline-stop", group="inline-stop-g")
+    try:
+        with hostmq.Producer(c.root) as p:
+            for i in range(4):
+                p.send(Message("inline-stop", SEQ.pack(i)))
+                wait_until(lambda: len(log.threads) > i, 30, f"message {i}")
+        wait_until(lambda: consumer.stopping.is_set() and not consumer._thread_alive(), 30, "the pull thread to end")
+        assert consumer.error is None and log.threads[3].startswith("hostmq-pull")
+    finally:
+        consumer.shutdown()
