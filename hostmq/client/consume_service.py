@@ -28,6 +28,7 @@ A listener is called as before — ``fn(msgs)`` — or, if it takes a second pos
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import logging
 import threading
@@ -48,8 +49,8 @@ log = logging.getLogger(__name__)
 ACK_ALL = 2 ** 31 - 1           # RocketMQ's ackIndex default (Integer.MAX_VALUE): every message acknowledged
 DELAY_BROKER = 0                # delay_level_when_next_consume: the broker's back-off (3 + times consumed)
 DELAY_DLQ = -1                  # ... straight to the DLQ
-INLINE_MAX_S = 0.001            # a listener this fast on average (EWMA) runs on the pull thread when the pool is idle
-INLINE_EWMA = 0.2               # weight of the newest call in that average
+INLINE_MAX_S = 0.001            # a listener call longer than this is slow ...
+INLINE_WINDOW = 8               # ... and a listener with half its last calls slow runs on the pool only
 
 
 @dataclass
@@ -161,15 +162,18 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
 
     The hot path (issue 29): a fetch that makes one batch while no batch runs on the pool is consumed
     on the pull thread itself — no hand-off to a pool thread, which would first wait for the GIL —
-    as long as the listener is fast: its calls average (EWMA) under ``INLINE_MAX_S``. A slower
-    listener, or more than one batch, goes to the pool, so slow listeners keep the pool's
-    concurrency and never hold up fetching for long (at most one slow call, the one that shows it)."""
+    as long as the listener is fast: fewer than half of its last ``INLINE_WINDOW`` calls took over
+    ``INLINE_MAX_S`` (a count, not a mean, so a call that only lost its CPU to another process for a
+    time slice does not send the next ones to the pool). A slow listener, or more than one batch,
+    goes to the pool, so slow listeners keep the pool's concurrency and never hold up fetching for
+    long (at most the slow call that shows it)."""
 
     def __init__(self, consumer: "PushConsumer") -> None:
         super().__init__(consumer)
         self._timers: set[threading.Timer] = set()
         self._pooled = 0                # batches submitted to the pool and not finished
-        self.listener_s = 0.0           # EWMA of a listener call, seconds
+        self._calls: collections.deque = collections.deque(maxlen=INLINE_WINDOW)    # slow? per recent call
+        self._slow = 0                  # how many of them were slow
         self.inline_batches = 0         # batches consumed on the pull thread (for tests and stats)
 
     def handed_off(self) -> bool:
@@ -188,7 +192,7 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
         size = self.c.batch_size
-        if len(batch) <= size and not self._pooled and self.listener_s < INLINE_MAX_S and \
+        if len(batch) <= size and not self._pooled and 2 * self._slow < max(1, len(self._calls)) and \
                 type(self).submit_batch is ConsumeMessageConcurrentlyService.submit_batch:
             self.inline_batches += 1
             try:
@@ -226,7 +230,13 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         ctx = ConsumeConcurrentlyContext(mq)
         t0 = time.monotonic()
         result = c.call_listener(batch, ctx)
-        self.listener_s += (time.monotonic() - t0 - self.listener_s) * INLINE_EWMA
+        slow = time.monotonic() - t0 > INLINE_MAX_S
+        with c.lock:
+            calls = self._calls
+            if len(calls) == calls.maxlen:
+                self._slow -= calls[0]
+            calls.append(slow)
+            self._slow += slow
         self.settle(mq, pq, batch, attempt, result, ctx)
 
     def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,

@@ -323,7 +323,7 @@ class ThreadLog:
 
 def test_a_fast_listener_runs_on_the_pull_thread_and_a_slow_one_keeps_the_pool(cluster):
     """Issue 29's hot path: one message fetched while the pool is idle is consumed on the pull thread
-    (no thread hand-off); a listener that averages over ``INLINE_MAX_S`` gets the pool back, so
+    (no thread hand-off); a listener whose calls mostly take over ``INLINE_MAX_S`` gets the pool back, so
     slow calls overlap again."""
     from hostmq.client.consume_service import INLINE_MAX_S
     c = cluster()
@@ -363,5 +363,24 @@ def test_a_listener_on_the_pull_thread_may_shut_its_consumer_down(cluster):
                 wait_until(lambda: len(log.threads) > i, 30, f"message {i}")
         wait_until(lambda: consumer.stopping.is_set() and not consumer._thread_alive(), 30, "the pull thread to end")
         assert consumer.error is None and log.threads[3].startswith("hostmq-pull")
+    finally:
+        consumer.shutdown()
+
+
+def test_one_slow_call_does_not_send_a_fast_listener_to_the_pool(cluster):
+    """A call that took long once (the listener lost its CPU for a time slice, say) does not move a
+    fast listener off the pull thread: the rule counts slow calls among the last few."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("inline-once", queues=1)
+    log = ThreadLog()
+    consumer = push(c.root, log, "inline-once", group="inline-once-g")
+    try:
+        with hostmq.Producer(c.root) as p:
+            for i in range(12):
+                log.delay_s = 0.02 if i == 2 else 0.0
+                p.send(Message("inline-once", SEQ.pack(i)))
+                wait_until(lambda: len(log.threads) > i, 30, f"message {i}")
+        assert sum(t.startswith("hostmq-pull") for t in log.threads[3:]) >= 7, log.threads
     finally:
         consumer.shutdown()
