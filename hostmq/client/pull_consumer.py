@@ -95,6 +95,7 @@ class PullConsumer:
         self.paused: set[MessageQueue] = set()
         self._reset_seen: dict[str, int] = {}           # broker → offsets_reset_version applied
         self.reset_queues: set[MessageQueue] = set()    # queues moved by a reset (a push consumer resyncs)
+        self.assignment_version = 0     # bumped whenever queues join or leave ``positions``
         self.offsets = offset_store if offset_store is not None else BrokerOffsets(self.instance, group)
         self.member: GroupMember | None = None          # set by subscribe (group-managed queues)
         self.subscriptions: dict[str, str | SQL] = {}
@@ -124,6 +125,7 @@ class PullConsumer:
         for mq in sorted(set(queues)):
             positions[mq] = self.positions[mq] if mq in self.positions else self._initial_offset(mq)
         self.positions = positions
+        self.assignment_version += 1
         self.expression = expression
 
     def subscribe(self, topic: str, expression: str | SQL = "*") -> None:
@@ -183,6 +185,8 @@ class PullConsumer:
                 self._seen.pop(q, None)
         for q in gained:
             self.positions[q] = self._initial_offset(q)
+        if lost or gained:
+            self.assignment_version += 1
         if gained:
             self.on_assign(gained)
         if lost or gained:

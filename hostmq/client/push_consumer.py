@@ -73,7 +73,7 @@ ServiceFactory = Callable[["PushConsumer", bool], ConsumeMessageService]
 def show_original_topics(batch: list[MessageExt]) -> None:
     """A retried message is shown under its own topic (RocketMQ ``resetRetryAndNamespace``)."""
     for m in batch:
-        if m.queue.topic.startswith(RETRY_PREFIX):
+        if m.topic.startswith(RETRY_PREFIX):
             m.show_as(m.properties.get(R.PROP_RETRY_TOPIC))
 
 
@@ -149,6 +149,7 @@ class PushConsumer:
         self._sessions: dict[str, ProducerSession] = {}          # broker → ring for send-backs
         self.lock = threading.Lock()
         self.error: BaseException | None = None
+        self._synced_version = -1       # the pull consumer's assignment_version the process queues follow
 
     # -- set-up ---------------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: str | SQL = "*") -> None:
@@ -293,8 +294,12 @@ class PushConsumer:
 
     def _sync_queues(self) -> None:
         """Process queues follow the pull consumer's assignment (after each rebalance)."""
-        positions = self.pull.positions
-        reset, self.pull.reset_queues = self.pull.reset_queues, set()
+        pull = self.pull
+        if not pull.reset_queues and pull.assignment_version == self._synced_version:
+            return                  # the common case, twice per pull round: nothing joined, left or moved
+        self._synced_version = pull.assignment_version
+        positions = pull.positions
+        reset, pull.reset_queues = pull.reset_queues, set()
         with self.lock:
             for mq in [q for q in self.queues if q not in positions or q in reset]:
                 self.queues.pop(mq).dropped = True
