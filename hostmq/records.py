@@ -670,12 +670,13 @@ def codec_layout_header(layout: dict | None = None) -> str:
 # STEP_LAYOUT_HEADER by tools/gen_layout.py like the codec's (tests/ingress/test_native_step.py fails
 # while the committed file is stale; the module compares its LAYOUT with this at import).
 STEP_LAYOUT = {
-    "RING_WORD": {n: RING_WORD[n] for n in ("data_write_pos", "completion_read_pos", "data_read_pos",
-                                            "completion_write_pos", "appended_data_pos", "staged_completion_pos")},
+    "RING_WORD": {n: RING_WORD[n] for n in ("data_write_pos", "completion_read_pos", "producer_waiting",
+                                            "data_read_pos", "completion_write_pos", "appended_data_pos",
+                                            "staged_completion_pos")},
     "RING_HEADER_BYTES": RING_HEADER.itemsize,
     "STATE_WORD": {n: STATE_WORD[n] for n in ("write_pos", "last_store_ts_ms", "appended_records", "intent_valid",
                                               "intent_slot", "intent_generation", "intent_phys_start",
-                                              "intent_data_end", "intent_cw_end")},
+                                              "intent_data_end", "intent_cw_end", "committed_pos")},
     "FRAME": {n: FRAME_HEADER_DTYPE.fields[n][1] for n in FRAME_HEADER_DTYPE.names},
     "FRAME_HEADER_BYTES": FRAME_HEADER.size,
     "FRAME_KIND": {"MESSAGE": FRAME_MESSAGE, "BATCH": FRAME_BATCH, "SKIP": FRAME_SKIP},

@@ -139,6 +139,11 @@ class Writer(RingSessions):
         # (readable at the commit: the dispatcher wakes them) or SYNC_FLUSH (the flusher does).
         self.wake_queues = st.queue_wakes and self.pool is None and not self.sync
         self._woken: set[int] = set()      # queue wake words of the batch being appended
+        # What the native step may follow a batch with in the same call (step.Follow), when nothing
+        # else must come first: no pool, ASYNC_FLUSH, not a SYNC_MASTER, nothing pending (checked per
+        # batch with the replication process, which wants to hear of each append).
+        self._follow = step.Follow(True, st.queue_wake if self.wake_queues else None, True) \
+            if self.pool is None and not self.sync and not self.sync_master else None
         self._dispatch_due_s = 0.0          # monotonic time of a deferred dispatcher wake-up (0: none)
         self._recover()
         st.set("writer_pid", os.getpid())
@@ -235,10 +240,13 @@ class Writer(RingSessions):
         refusal = self.refusals.status(time.monotonic(), self.state.w[W_FLUSH_ERROR])
         if self.state.w[W_FENCED_EPOCH]:
             refusal = R.COMPLETION_NOT_MASTER   # a newer master serves this name (broker/fencing.py)
+        follow = self._follow if self._follow is not None and not self.pending and not self._ha_wants_batches() \
+            else None
         try:
             b = step.serve_once(ring, a.slot, a.generation, self.state.w, self.cl, self.limits, self._queues,
                                 int(time.time() * 1000), refusal=refusal, io_failed=self._io_failed,
-                                woken=self._woken if self.wake_queues else None, on_publish=self._published)
+                                woken=self._woken if self.wake_queues else None, on_publish=self._published,
+                                follow=follow)
         except RingCorruptError as e:
             log.warning("writer: dropping session %d: %s", a.slot, e)
             ring.mark_dropped()
@@ -259,7 +267,9 @@ class Writer(RingSessions):
             else:
                 ring.restatus(b.cw_start, b.cw_end, R.COMPLETION_SLAVE_NOT_AVAILABLE)
         need_flush = self.sync and b.appended > 0
-        if need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
+        if b.followed & step.FOLLOW_RELEASE:
+            pass                                            # the native step answered already
+        elif need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
             self._add_pending(a, b.cw_start, b.cw_end, b.data_end, b.phys_end, need_flush, need_slave)
         else:
             step.release(ring, b.cw_end, b.data_end)
@@ -435,6 +445,7 @@ class Writer(RingSessions):
             self.pool.close()
         self.doorbell = None
         self.doorbell_segment.close()
+        self._follow = None                 # holds a view of the state's wake words
         self.state.close()
 
 

@@ -8,6 +8,7 @@
 enum {
     RW_DATA_WRITE_POS = 8,
     RW_COMPLETION_READ_POS = 9,
+    RW_PRODUCER_WAITING = 10,
     RW_DATA_READ_POS = 16,
     RW_COMPLETION_WRITE_POS = 17,
     RW_APPENDED_DATA_POS = 20,
@@ -27,6 +28,7 @@ enum {
     SW_INTENT_PHYS_START = 27,
     SW_INTENT_DATA_END = 28,
     SW_INTENT_CW_END = 29,
+    SW_COMMITTED_POS = 23,
 };
 
 /* Frame header: byte offset of each field (native byte order). */
@@ -70,6 +72,7 @@ enum { QUEUE_WAKE_WORDS = 64 };
 #define HOSTMQ_STEP_CONSTANTS(X) \
     X("RING_WORD.data_write_pos", 8) \
     X("RING_WORD.completion_read_pos", 9) \
+    X("RING_WORD.producer_waiting", 10) \
     X("RING_WORD.data_read_pos", 16) \
     X("RING_WORD.completion_write_pos", 17) \
     X("RING_WORD.appended_data_pos", 20) \
@@ -84,6 +87,7 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("STATE_WORD.intent_phys_start", 27) \
     X("STATE_WORD.intent_data_end", 28) \
     X("STATE_WORD.intent_cw_end", 29) \
+    X("STATE_WORD.committed_pos", 23) \
     X("FRAME.frame_bytes", 0) \
     X("FRAME.kind", 4) \
     X("FRAME.seq", 8) \

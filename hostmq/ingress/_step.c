@@ -26,8 +26,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "../include/record_layout.h"
@@ -337,15 +341,58 @@ static int writable(Py_buffer *b, Py_ssize_t at_least, const char *what)
     return 0;
 }
 
+/* The follow-ups of a batch (serve()'s ``follow`` bits), after the journal, in the writer's order:
+ * FOLLOW_COMMITTED — committed_pos = write_pos (no transient pool: published is committed);
+ * FOLLOW_WAKE — each queue wake word of the batch's queues bumped, then woken (consumers first);
+ * FOLLOW_RELEASE — the completions published, the ring bytes given back, the producer woken if it
+ * waits (step.py release). Python asks for them only when nothing else must come first (no pool, no
+ * replication following the appends, no group commit or slave ack to wait for). */
+enum { FOLLOW_COMMITTED = 1, FOLLOW_WAKE = 2, FOLLOW_RELEASE = 4 };
+
+/* FUTEX_WAKE every sleeper of the futex half of an aligned int64 word (hostmq/shm/futex.py: the
+ * low 32 bits; shared, not FUTEX_PRIVATE_FLAG: the word is in shared memory). */
+static void wake_word(int64_t *word)
+{
+    uint32_t *half = (uint32_t *)word;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    half += 1;
+#endif
+    syscall(SYS_futex, half, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void follow_up(Step *s, int follow, int64_t *queue_wake)
+{
+    if (follow & FOLLOW_COMMITTED)
+        store_i64(s->words + SW_COMMITTED_POS, load_i64(s->words + SW_WRITE_POS));
+    if ((follow & FOLLOW_WAKE) && queue_wake != NULL && s->wake_mask) {
+        for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
+            if (s->wake_mask >> b & 1)
+                __atomic_fetch_add(queue_wake + b, 1, __ATOMIC_RELEASE);
+        for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
+            if (s->wake_mask >> b & 1)
+                wake_word(queue_wake + b);
+    }
+    if (follow & FOLLOW_RELEASE) {
+        store_i64(s->q + RW_COMPLETION_WRITE_POS, s->cstaged);
+        store_i64(s->q + RW_DATA_READ_POS, s->hpos);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* then read the producer's flag (signal.fence) */
+        if (load_i64(s->q + RW_PRODUCER_WAITING))
+            wake_word(s->q + RW_COMPLETION_WRITE_POS);
+    }
+}
+
 PyDoc_STRVAR(serve_doc,
 "serve(ring_header, ring_data, completions, words, file, scratch, names, table, offsets, host,\n"
 "      capacity, entries, max_frame_bytes, hpos, rpos, cwpos, cstaged, uncompleted, slot, generation,\n"
-"      file_from, wrote_pos, file_bytes, max_body, max_props, batch_bytes, now_ms, last_ts, ntopics)\n"
+"      file_from, wrote_pos, file_bytes, max_body, max_props, batch_bytes, now_ms, last_ts, ntopics\n"
+"      [, queue_wake, follow])\n"
 "-> (status, frames, appended, hpos, cstaged, wrote_pos, last_ts, wake_mask)\n\n"
 "One batch of one ring (hostmq/ingress/step.py serve_once's steps 1-6) with the GIL released; a\n"
-"FALLBACK status means nothing was written and step.py serves the batch.");
+"FALLBACK status means nothing was written and step.py serves the batch. ``follow`` (bits\n"
+"COMMITTED 1, WAKE 2, RELEASE 4) adds the writer's follow-ups of a served batch, in the same call:\n"
+"committed_pos, the consumers' queue wake words (``queue_wake``, the state's int64 words), step 7.");
 
-enum { N_BUFFERS = 10, N_INTS = 19 };
+enum { N_BUFFERS = 10, N_INTS = 19, N_FOLLOW = 2 };
 
 static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -360,9 +407,33 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_RuntimeError, "hostmq.ingress._step: _bind(reserved_property_marks=...) first");
         return NULL;
     }
-    if (nargs != N_BUFFERS + N_INTS) {
-        PyErr_Format(PyExc_TypeError, "serve() takes %d arguments (%zd given)", N_BUFFERS + N_INTS, nargs);
+    if (nargs != N_BUFFERS + N_INTS && nargs != N_BUFFERS + N_INTS + N_FOLLOW) {
+        PyErr_Format(PyExc_TypeError, "serve() takes %d or %d arguments (%zd given)", N_BUFFERS + N_INTS,
+                     N_BUFFERS + N_INTS + N_FOLLOW, nargs);
         return NULL;
+    }
+    int follow = 0;
+    Py_buffer bwake;
+    int have_wake = 0;
+    if (nargs == N_BUFFERS + N_INTS + N_FOLLOW) {
+        long fv = PyLong_AsLong(args[N_BUFFERS + N_INTS + 1]);
+        if (fv == -1 && PyErr_Occurred())
+            return NULL;
+        if (fv < 0 || fv > (FOLLOW_COMMITTED | FOLLOW_WAKE | FOLLOW_RELEASE)) {
+            PyErr_SetString(PyExc_ValueError, "serve(): follow holds the bits 1, 2 and 4 only");
+            return NULL;
+        }
+        follow = (int)fv;
+        if (follow & FOLLOW_WAKE) {
+            if (PyObject_GetBuffer(args[N_BUFFERS + N_INTS], &bwake, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+                return NULL;
+            have_wake = 1;
+            if (bwake.len < QUEUE_WAKE_WORDS * 8 || ((uintptr_t)bwake.buf & 7)) {
+                PyBuffer_Release(&bwake);
+                PyErr_SetString(PyExc_ValueError, "serve(): queue_wake must be QUEUE_WAKE_WORDS aligned int64 words");
+                return NULL;
+            }
+        }
     }
     for (int i = 0; i < N_INTS; i++) {
         ints[i] = PyLong_AsLongLong(args[N_BUFFERS + i]);
@@ -377,6 +448,8 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (got < N_BUFFERS) {
         for (int i = 0; i < got; i++)
             PyBuffer_Release(&bufs[i]);
+        if (have_wake)
+            PyBuffer_Release(&bwake);
         return NULL;
     }
     Py_buffer *bq = &bufs[0], *bdata = &bufs[1], *bcomp = &bufs[2], *bwords = &bufs[3], *bfile = &bufs[4],
@@ -388,7 +461,8 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     s.ntopics = ints[18];
     PyObject *out = NULL;
     int bad = writable(bq, RING_HEADER_BYTES, "ring header") < 0
-        || writable(bwords, (SW_INTENT_CW_END + 1) * 8, "state words") < 0
+        || writable(bwords, ((SW_INTENT_CW_END > SW_COMMITTED_POS ? SW_INTENT_CW_END : SW_COMMITTED_POS) + 1) * 8,
+                    "state words") < 0
         || writable(bhost, HOST_BYTES, "store host") < 0;
     if (!bad && (s.capacity <= 0 || (s.capacity & (s.capacity - 1)) || bdata->len < s.capacity
                  || s.entries <= 0 || (s.entries & (s.entries - 1)) || bcomp->len < s.entries * COMPLETION_BYTES
@@ -421,9 +495,10 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
         status = take(&s, &used);
         if (status == ST_DONE) {
             status = check(&s, used);
-            if (status == ST_DONE)
+            if (status == ST_DONE) {
                 commit(&s, used, s.hpos);
-            else
+                follow_up(&s, follow, have_wake ? (int64_t *)bwake.buf : NULL);
+            } else
                 s.hpos = hpos0, s.frames = 0;           /* Python walks the same frames again */
         } else if (status != ST_EMPTY) {
             s.hpos = hpos0, s.frames = 0;
@@ -434,6 +509,8 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     for (int i = 0; i < N_BUFFERS; i++)
         PyBuffer_Release(&bufs[i]);
+    if (have_wake)
+        PyBuffer_Release(&bwake);
     return out;
 }
 

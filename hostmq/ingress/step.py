@@ -56,7 +56,8 @@ import numpy as np
 from .. import records as R
 from ..errors import RingCorruptError, ValidationError
 from ..record_check import frame_records, single_record
-from ..shm.signal import notify_if_waiting
+from ..shm.futex import FutexWord
+from ..shm.signal import fence, notify_if_waiting
 from ..store.queue_table import QueueTable
 
 try:
@@ -110,7 +111,8 @@ class Limits(NamedTuple):
 
 class Batch(NamedTuple):
     """What one :func:`serve_once` did: frames taken, records appended, the completions staged in
-    ``[cw_start, cw_end)``, the ring data they cover (to ``data_end``) and the published ``write_pos``."""
+    ``[cw_start, cw_end)``, the ring data they cover (to ``data_end``) and the published ``write_pos``;
+    ``followed``: the :class:`Follow` ups the native step did too (0: none, the caller does them)."""
 
     frames: int
     appended: int
@@ -118,12 +120,33 @@ class Batch(NamedTuple):
     cw_end: int
     data_end: int
     phys_end: int
+    followed: int = 0
+
+
+class Follow(NamedTuple):
+    """Follow-ups of a served batch the native step may do in the same call (``_step.c``
+    ``follow_up``), in the writer's order, when nothing else must come first: ``committed``
+    (``committed_pos`` = ``write_pos``: no transient pool, no replication following the appends —
+    ``on_publish`` is then not called), ``queue_wake`` (the state's queue wake words: bumped and
+    woken for the batch's queues; ``woken`` stays empty) and ``release`` (step 7, :func:`release`)."""
+
+    committed: bool
+    queue_wake: np.ndarray | None
+    release: bool
+
+    def bits(self) -> int:
+        return (FOLLOW_COMMITTED if self.committed else 0) | (FOLLOW_WAKE if self.queue_wake is not None else 0) \
+            | (FOLLOW_RELEASE if self.release else 0)
+
+
+FOLLOW_COMMITTED, FOLLOW_WAKE, FOLLOW_RELEASE = 1, 2, 4
+W_COMMITTED = _W["committed_pos"]
 
 
 def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, queues: dict[bytes, int],
                now_ms: int, *, refusal: int = 0, io_failed: Callable[[OSError, int], int] | None = None,
                woken: set | None = None, on_publish: Callable[[int, int], None] | None = None,
-               trace: Callable[[str], None] | None = None) -> Batch | None:
+               trace: Callable[[str], None] | None = None, follow: Follow | None = None) -> Batch | None:
     """One batch of ``ring`` (the writer's end of a producer's ingress ring, attached as ``slot`` of
     ``generation``) into the commitlog ``log_``, through the broker state ``words``; None when the
     ring had no frame. See the module docstring for the steps.
@@ -137,9 +160,12 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
     if USE_NATIVE and trace is None and not refusal and type(words) in _NATIVE_WORDS:
         qt = log_.topic_queue_table
         if type(qt) is QueueTable and qt.queues is queues:
-            b = _serve_native(ring, slot, generation, words, log_, limits, qt, now_ms, woken, on_publish)
+            b = _serve_native(ring, slot, generation, words, log_, limits, qt, now_ms, woken, on_publish, follow)
             if b is not _FALLBACK:
                 return b
+    bits = follow.bits() if follow is not None else 0
+    if bits & FOLLOW_WAKE:
+        woken = set()                       # this call wakes them (follow_up); the caller's set stays empty
     frames = ring.frames(limits.batch_bytes)
     n = len(frames)
     if n == 0:
@@ -167,7 +193,7 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
         trace("stage")
     end = log_.max_offset() if appended else phys_start
     words[W_WRITE_POS] = end                # publish the whole batch at once
-    if on_publish is not None:
+    if on_publish is not None and not bits & FOLLOW_COMMITTED:
         on_publish(end, appended)
     words[W_LAST_TS] = log_.last_store_ts_ms
     words[W_APPENDED] += appended
@@ -177,7 +203,26 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
     words[I_VALID] = 0
     if trace is not None:
         trace("journal")
-    return Batch(n, appended, cw_start, ring.staged_position, data_end, end)
+    b = Batch(n, appended, cw_start, ring.staged_position, data_end, end, bits)
+    if bits:
+        follow_up(words, ring, b, follow, woken)
+    return b
+
+
+def follow_up(words, ring, b: Batch, follow: Follow, woken: set | None) -> None:
+    """The ``follow`` ups of a served batch ``b`` (the spec of ``_step.c``'s ``follow_up``): committed_pos,
+    then the queue wake words of ``woken`` bumped and woken, then step 7."""
+    if follow.committed:
+        words[W_COMMITTED] = words[W_WRITE_POS]
+    qw = follow.queue_wake
+    if qw is not None and woken:
+        for i in woken:
+            qw[i] += 1
+        fence()
+        for i in woken:
+            FutexWord(qw, i).wake()
+    if follow.release:
+        release(ring, b.cw_end, b.data_end)
 
 
 _FALLBACK = object()
@@ -186,8 +231,9 @@ _SCRATCH_SLACK = 64 * 1024
 
 
 def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits, qt: QueueTable, now_ms: int,
-                  woken: set | None, on_publish: Callable[[int, int], None] | None):
-    """Steps 1–6 in C (see the module docstring): a Batch, None (no frame) or ``_FALLBACK``."""
+                  woken: set | None, on_publish: Callable[[int, int], None] | None, follow: Follow | None = None):
+    """Steps 1–6 in C (see the module docstring), and the ``follow`` ups: a Batch, None (no frame) or
+    ``_FALLBACK``."""
     mf = log_._cur
     files = log_.mfq.files
     if mf is None or not files or files[-1] is not mf or mf.wmm is None:
@@ -197,17 +243,21 @@ def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits,
         scratch = qt.scratch = bytearray(2 * limits.batch_bytes + _SCRATCH_SLACK)
     cw_start = ring._cstaged
     names, table, offsets, ntopics = qt.pins
+    bits = follow.bits() if follow is not None else 0
     status, n, appended, hpos, cstaged, wrote, last_ts, wake = NATIVE_STEP.serve(
         ring._q, ring._data, ring._comp_bytes, words, mf.wmm, scratch, names, table, offsets, log_.store_host,
         ring.capacity, ring.completion_entries, ring.max_frame_bytes, ring._hpos, ring._rpos, ring._cwpos,
         cw_start, ring._uncompleted, slot, generation, mf.file_from_offset, mf.wrote_pos, log_.file_bytes,
-        limits.max_body, limits.max_props, limits.batch_bytes, now_ms, log_.last_store_ts_ms, ntopics)
+        limits.max_body, limits.max_props, limits.batch_bytes, now_ms, log_.last_store_ts_ms, ntopics,
+        follow.queue_wake if bits & FOLLOW_WAKE else None, bits)
     if status > 1:
         return _FALLBACK
     ring._hpos = hpos
     if not status:
         return None
     ring._cstaged = cstaged
+    if bits & FOLLOW_RELEASE:               # step 7 done in C: the ring's own view of its cursors follows
+        ring._cwpos, ring._rpos = cstaged, hpos
     log_.last_store_ts_ms = last_ts
     end = int(words[W_WRITE_POS])
     if appended:
@@ -215,14 +265,14 @@ def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits,
         mf.store_ts_ms = last_ts
         if wrote >= log_._prealloc_pos:
             log_.mfq.preallocate_next(wrote)
-        if woken is not None:
+        if woken is not None and not bits & FOLLOW_WAKE:
             while wake:
                 low = wake & -wake
                 woken.add(low.bit_length() - 1)
                 wake ^= low
-    if on_publish is not None:
+    if on_publish is not None and not bits & FOLLOW_COMMITTED:
         on_publish(end, appended)
-    return Batch(n, appended, cw_start, cstaged, hpos, end)
+    return Batch(n, appended, cw_start, cstaged, hpos, end, bits)
 
 
 def append_frames(frames, log_, limits: Limits, queues: dict[bytes, int], now_ms: int, refusal: int = 0,
@@ -300,5 +350,6 @@ def unreleased(ring) -> bool:
     return ring.staged_position != ring.published_position or ring.handed_position != ring.released_position
 
 
-__all__ = ["Batch", "Limits", "NATIVE_STEP", "STEPS", "StepStatus", "USE_NATIVE", "append_frames", "release",
-           "resolve_intent", "serve_once", "unreleased", "RingCorruptError"]
+__all__ = ["Batch", "FOLLOW_COMMITTED", "FOLLOW_RELEASE", "FOLLOW_WAKE", "Follow", "Limits", "NATIVE_STEP", "STEPS",
+           "StepStatus", "USE_NATIVE", "append_frames", "follow_up", "release", "resolve_intent", "serve_once",
+           "unreleased", "RingCorruptError"]

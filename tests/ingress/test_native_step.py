@@ -96,6 +96,7 @@ class World:
         self.cl._room_for(0)            # the first file, current (else the first batch is Python's to place)
         self.cl.topic_queue_table = QueueTable()
         self.cl.topic_queue_table.set_topics(queues)
+        self.wake = np.zeros(R.QUEUE_WAKE_WORDS, np.int64)     # the state's queue wake words (step.Follow)
         self.dropped = False
 
     def close(self) -> None:
@@ -111,7 +112,7 @@ class World:
         return {"header": bytes(self.p.segment.buf[:R.RING_HEADER.itemsize]),
                 "completions": self.w._comp.tobytes(),
                 "cursors": (w._hpos, w._cstaged, w._uncompleted, w._rpos, w._cwpos),
-                "files": files, "words": self.words.tobytes(),
+                "files": files, "words": self.words.tobytes(), "wake": self.wake.tobytes(),
                 "table": dict(self.cl.topic_queue_table), "ts": self.cl.last_store_ts_ms,
                 "wrote": [(mf.file_from_offset, mf.wrote_pos) for mf in self.cl.mfq.files]}
 
@@ -215,8 +216,12 @@ class NativeAgainstPython(RuleBasedStateMachine):
         self.seq += 1
 
     @rule(batch_bytes=st.sampled_from([1, 200, 1 << 20]), dt=st.integers(-5, 5),
-          refusal=st.sampled_from([0, 0, 0, 0, R.COMPLETION_STORE_FULL]), release=st.booleans())
-    def serve(self, batch_bytes, dt, refusal, release):
+          refusal=st.sampled_from([0, 0, 0, 0, R.COMPLETION_STORE_FULL]), release=st.booleans(),
+          follow=st.sampled_from([None, None, (True, True, True), (True, True, False), (False, True, True),
+                                  (True, False, True), (False, False, False)]))
+    def serve(self, batch_bytes, dt, refusal, release, follow):
+        """One batch; with ``follow`` the writer's follow-ups too (step.Follow: committed_pos, queue
+        wake words, step 7), in the same native call on one side and by step.follow_up on the other."""
         self.now += dt
         out = []
         for wd, native in ((self.native, True), (self.python, False)):
@@ -228,9 +233,10 @@ class NativeAgainstPython(RuleBasedStateMachine):
             saved = step.USE_NATIVE
             step.USE_NATIVE = native
             try:
+                fw = None if follow is None else step.Follow(follow[0], wd.wake if follow[1] else None, follow[2])
                 b = step.serve_once(wd.w, 3, 7, wd.words, wd.cl, step.Limits(1 << 16, 1 << 12, batch_bytes),
                                     self.queues, self.now, refusal=refusal, woken=woken,
-                                    on_publish=lambda end, n: published.append((end, n)))
+                                    on_publish=lambda end, n: published.append((end, n)), follow=fw)
             except RingCorruptError:
                 wd.w.mark_dropped()
                 wd.dropped = True
@@ -238,7 +244,7 @@ class NativeAgainstPython(RuleBasedStateMachine):
                 continue
             finally:
                 step.USE_NATIVE = saved
-            if b is not None and release:
+            if b is not None and release and not b.followed & step.FOLLOW_RELEASE:
                 step.release(wd.w, b.cw_end, b.data_end)
             out.append((b, sorted(woken), published))
         assert out[0] == out[1]
