@@ -439,6 +439,8 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
     nxt = queue_offset + scanned
     cl_min = commitlog.min_offset()
     if read_check.NATIVE is not None:       # the common case in one pass (hostmq/store/_read.c batch_rows)
+        if ents.dtype != R.CQ_ENTRY or not ents.flags.c_contiguous:    # tail entries joined: native order
+            ents = np.ascontiguousarray(ents, R.CQ_ENTRY)
         mf = commitlog.mfq.find(_CQ_PHYS.unpack_from(ents.data, 0)[0])
         if mf is not None:
             rel, sizes, offsets = (np.empty(scanned, np.int64) for _ in range(3))

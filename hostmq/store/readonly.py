@@ -86,6 +86,10 @@ class StoreReader:
         self._corrects = corrects
         self.tail = CommitlogTail(self.commitlog) if tail_limit is not None else None
         self._shown: dict[tuple[str, int], int] = {}    # per queue, the highest max offset shown (see _uncorrected)
+        # per queue, (readable_end, max offset) of its last consume-queue refresh: with the same bound
+        # the same entries are readable (the dispatcher stores entries before it publishes), so a
+        # refresh while the dispatcher has not moved is one dict lookup (the tail serves the news)
+        self._cq_refreshed: dict[tuple[str, int], tuple[int, int]] = {}
         self._earlier: dict[tuple[str, int], int] = {}  # the same, shown by views this one replaced (carry_shown)
         self._warned: set[tuple[str, str, int, int]] = set()
         if scan_queues:
@@ -170,7 +174,15 @@ class StoreReader:
         enough to call before every read of a live broker's queue."""
         if self._limit is not None:
             self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
-        m = self._refresh_consume_queue(topic, queue_id)
+        key = (topic, queue_id)
+        seen = self._cq_refreshed.get(key)
+        if seen is not None and seen[0] == self.readable_end and key in self.queues:
+            m = seen[1]
+        else:
+            m = self._refresh_consume_queue(topic, queue_id)
+            if len(self._cq_refreshed) >= MAX_WARNED:
+                self._cq_refreshed.clear()
+            self._cq_refreshed[key] = (self.readable_end, m)
         tail = self.tail
         if tail is not None:
             # The tail continues from the same readable_end the consume queue was bounded by: every
