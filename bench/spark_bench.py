@@ -5,8 +5,11 @@
 1. Builds a store of N messages of 100 B (4 queues, one broker directory, no broker running) with
    the embedded store's batch append, then reads the whole topic on ``local[2]`` into Spark's
    ``noop`` sink, once with Arrow record batches and once with tuples. Beside each: the raw limits
-   measured in the same run — ``spark.range(N)`` into ``noop`` (Spark's own ceiling) and our row
-   building alone in this process (``scan.read_range`` on one queue, one core).
+   measured in the same run — ``spark.range(N)`` into ``noop`` (Spark's own ceiling), a Python data
+   source that yields one prebuilt record batch of hostmq's schema over and over in the same
+   partitions (Spark's own Arrow ingestion of our rows, no hostmq in the loop), and our row building
+   alone in this process (``scan.read_range`` on one queue, one core). Arrow batches are built by
+   ``hostmq/store/_columns.c`` unless ``HOSTMQ_NATIVE_COLUMNS=0`` (the Python path; the table says which).
 2. Streaming: a LocalCluster, a producer sending ``--rate`` messages/s, and a query with the default
    trigger (next micro-batch as soon as the previous one ends) whose ``foreachBatch`` sink notes,
    for every row, now − the message's born time; per micro-batch: rows, batch duration, and the
@@ -81,6 +84,30 @@ def timed_noop(df) -> float:
     return time.perf_counter() - t
 
 
+def spark_cpu_s() -> tuple[float, float]:
+    """CPU seconds used so far by Spark's JVM and by its Python workers (exited ones included)."""
+    import psutil
+    jvm = py = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+            if "java" in p.name():
+                jvm += t.user + t.system
+            else:
+                py += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return jvm, py
+
+
+def timed_noop_cpu(df, n: int) -> tuple[float, str]:
+    """timed_noop, and where the CPU went per row: Spark's JVM, the Python workers."""
+    jvm0, py0 = spark_cpu_s()
+    dt = timed_noop(df)
+    jvm1, py1 = spark_cpu_s()
+    return dt, f"CPU per row: JVM {(jvm1 - jvm0) / n * 1e6:.2f} µs, Python workers {(py1 - py0) / n * 1e6:.2f} µs"
+
+
 def raw_rows_per_s(root: str, arrow: bool, n: int) -> float:
     from hostmq.spark.scan import read_range
     t = time.perf_counter()
@@ -90,18 +117,76 @@ def raw_rows_per_s(root: str, arrow: bool, n: int) -> float:
     return rows / (time.perf_counter() - t)
 
 
+def partition_rows(n: int) -> list[int]:
+    """Rows per partition of a hostmq read of n messages: per queue, chunks of maxRecordsPerPartition."""
+    per_queue = [n // QUEUES + (q < n % QUEUES) for q in range(QUEUES)]
+    return [min(1_000_000, m - s) for m in per_queue for s in range(0, m, 1_000_000)]
+
+
+def prebuilt_source(spark, root: str) -> str:
+    """Register a Python data source with hostmq's schema whose ``read`` yields one record batch —
+    read from the store here and saved under ``root`` — again and again, in the partitions a hostmq
+    read of option ``rows`` messages has: what Spark alone costs to ingest our Arrow batches. Its name."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from hostmq.spark.scan import SCHEMA_DDL, read_range
+    batch = next(read_range(root, (TOPIC, "broker-a", 0), 0, 8192))
+    path = os.path.join(root, "prebuilt.arrow")
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, batch.schema) as w:
+        w.write_batch(batch)
+
+    class Reader(DataSourceReader):       # defined here: pickled by value, no module for workers to import
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self):
+            return [InputPartition(k) for k in partition_rows(self.rows)]
+
+        def read(self, partition):
+            with pa.memory_map(path) as f:
+                b = pa.ipc.open_file(f).get_batch(0)
+            left = partition.value
+            while left > 0:
+                part = b if left >= b.num_rows else b.slice(0, left)
+                left -= part.num_rows
+                yield part
+
+    class Prebuilt(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "hostmq_prebuilt_limit"
+
+        def schema(self):
+            return SCHEMA_DDL
+
+        def reader(self, schema):
+            return Reader(int(self.options["rows"]))
+
+    spark.dataSource.register(Prebuilt)
+    return Prebuilt.name()
+
+
 def batch_read(spark, root: str, n: int, rows: list) -> None:
     dt = timed_noop(spark.range(n))
     rows.append(("batch", "spark.range → noop (JVM only, limit)", n, n / dt, ""))
+    prebuilt = prebuilt_source(spark, root)
+    # Warm the JVM first: its Arrow-to-row code runs ~1.7x slower per row until the JIT has compiled
+    # it (measured: 1.72 then 1.04 µs/row of JVM CPU), which would favour whichever read came last.
+    timed_noop(spark.read.format(prebuilt).option("rows", str(min(n, 2_000_000))).load())
+    df = spark.read.format(prebuilt).option("rows", str(n)).load()
+    dt, cpu = timed_noop_cpu(df, n)
+    ingest = n / dt
+    rows.append(("batch", "prebuilt Arrow batches → noop (no hostmq, limit)", n, ingest, cpu))
     for arrow in ("true", "false"):
         per_core = raw_rows_per_s(root, arrow == "true", min(n // QUEUES, 500_000))
         rows.append(("batch", f"row building alone, 1 core ({'Arrow' if arrow == 'true' else 'tuples'}, limit)",
                      min(n // QUEUES, 500_000), per_core, ""))
         df = spark.read.format("hostmq").option("root", root).option("topic", TOPIC).option("arrow", arrow).load()
         timed_noop(df.limit(1000))                                   # warm the Python workers
-        dt = timed_noop(df)
+        dt, cpu = timed_noop_cpu(df, n)
         rows.append(("batch", f"hostmq read → noop ({'Arrow batches' if arrow == 'true' else 'tuples'})", n, n / dt,
-                     f"{n / dt / (2 * per_core):.0%} of 2 cores × row building"))
+                     f"{n / dt / (2 * per_core):.0%} of 2 cores × row building, {n / dt / ingest:.0%} of prebuilt; "
+                     + cpu))
 
 
 def stream_latency(spark, seconds: float, rate: int, rows: list) -> None:
@@ -171,7 +256,10 @@ def main() -> int:
             spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    from hostmq.spark import scan
     print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print("Arrow columns: " + ("native (hostmq/store/_columns.c)" if scan.NATIVE_COLUMNS is not None else
+                               "Python (batch_columns; HOSTMQ_NATIVE_COLUMNS=0 or not built)"))
     print(f"{'kind':<7} {'what':<62} {'rows':>11} {'rows/s or ms':>14}  note")
     for kind, what, n, v, note in rows:
         print(f"{kind:<7} {what:<62} {n:>11,} {v:>14,.1f}  {note}")

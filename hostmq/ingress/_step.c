@@ -349,7 +349,7 @@ static int writable(Py_buffer *b, Py_ssize_t at_least, const char *what)
  * replication following the appends, no group commit or slave ack to wait for). */
 enum { FOLLOW_COMMITTED = 1, FOLLOW_WAKE = 2, FOLLOW_RELEASE = 4 };
 
-/* FUTEX_WAKE every sleeper of the futex half of an aligned int64 word (hostmq/shm/futex.py: the
+/* FUTEX_WAKE every sleeper of the futex half of an aligned int64 word (as hostmq.shm.futex does: the
  * low 32 bits; shared, not FUTEX_PRIVATE_FLAG: the word is in shared memory). */
 static void wake_word(int64_t *word)
 {

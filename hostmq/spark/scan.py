@@ -9,16 +9,23 @@ Arrow record batches or tuples. Nothing here writes to the store or needs the br
 Retention: a queue's first readable offset is the first entry whose record is still in the commitlog
 (consume-queue files may outlive the commitlog files they point at until the broker corrects them).
 Asking for less is data loss: :class:`DataLossError`, or a logged skip with ``fail_on_data_loss=False``.
+
+Arrow batches are built by ``hostmq/store/_columns.c`` (:data:`NATIVE_COLUMNS`, None where it was not
+built or ``HOSTMQ_NATIVE_COLUMNS=0``): Arrow's buffers straight from the records, no Python object per
+message. :func:`batch_columns` + :func:`arrow_batch` stay its spec and serve tuples, row filters and
+every batch the native path hands back (tests/store/test_columns_native.py compares the two).
 """
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 from typing import Callable, Iterator
 
 import numpy as np
 
+from .. import records as R
 from ..broker.topics import TopicTable, topics_path
 from ..client.broker_view import BrokerView
 from ..errors import DataLossError, HostMQError
@@ -28,6 +35,21 @@ from ..store.reader import GetStatus
 from .options import OptionError, QueueKey
 
 log = logging.getLogger(__name__)
+
+try:
+    from ..store import _columns as NATIVE_COLUMNS
+except ImportError:         # not built (no compiler at install time): batch_columns serves
+    NATIVE_COLUMNS = None
+if os.environ.get("HOSTMQ_NATIVE_COLUMNS", "1") == "0":     # the Python path only (benchmarks, bisecting)
+    NATIVE_COLUMNS = None
+if NATIVE_COLUMNS is not None:
+    R.layout_check(all(NATIVE_COLUMNS.LAYOUT[k] == FIELD[k] for k in (
+        "queue_offset", "phys_offset", "sys_flag", "born_ts_ms", "store_ts_ms", "store_host", "body_length"))
+        and NATIVE_COLUMNS.LAYOUT["MSG_HEADER"] == R.MSG_HEADER.size
+        and NATIVE_COLUMNS.LAYOUT["PROPERTY_END"] == ord(R.PROPERTY_SEP)
+        and NATIVE_COLUMNS.LAYOUT["NAME_VALUE_SEP"] == ord(R.NAME_VALUE_SEP) and len(KEY_SEPARATOR.encode()) == 1,
+        "hostmq/store/_columns.c's layout differs from records.py's (rebuild it: pip install -e .)")
+_PROP_NAMES = (PROP_TAGS.encode(), PROP_KEYS.encode(), KEY_SEPARATOR.encode(), R.SYSFLAG_COMPRESSED)
 
 READ_CHUNK = 4096               # consume-queue entries fetched per step (tuples)
 SCHEMA_DDL = ("topic string, broker string, queue_id int, queue_offset bigint, msg_id string, tags string, "
@@ -196,7 +218,13 @@ def read_range(root: str, key: QueueKey, start: int, end: int, *, row_filter: Ca
     """Rows of one queue's [start, end): ``pyarrow.RecordBatch`` es of at most ``batch_rows``
     (``arrow``) or tuples in the order of ``COLUMNS``."""
     topic, broker, qid = key
+    native = arrow and row_filter is None and NATIVE_COLUMNS is not None
     for b in iter_batches(root, key, start, end, fail_on_data_loss, batch_rows if arrow else READ_CHUNK):
+        rb = native_arrow_batch(b, key) if native else None
+        if rb is not None:
+            if rb.num_rows:
+                yield rb
+            continue
         c = batch_columns(b, key, row_filter)
         if not c["n"]:
             continue
@@ -236,11 +264,75 @@ def _map_array(dicts: list[dict]):
     return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), pa.array(values, pa.string()))
 
 
+def native_arrow_batch(b, key: QueueKey):
+    """``arrow_batch(batch_columns(b, key), key)`` built from the buffers ``NATIVE_COLUMNS.columns``
+    fills in one call, or None where it hands the batch back (a record it does not read exactly as
+    :func:`batch_columns` does: that path then gives its own outcome)."""
+    import pyarrow as pa
+    topic, broker, qid = key
+    if len(topic) > 0xFF:
+        return None
+    # MessageBatch's spans (reader.py): its mapped files, each record's file, position and size.
+    index = None if b._file is None else np.ascontiguousarray(b._file, np.int64)
+    got = NATIVE_COLUMNS.columns(tuple(mf.mm for mf in b._files), index, np.ascontiguousarray(b._pos, np.int64),
+                                 np.ascontiguousarray(b._sizes, np.int64), len(topic), *_PROP_NAMES)
+    if got is None:
+        return None
+    (qoff, born, stored, ids, body_off, body, tag_valid, tag_nulls, tag_off, tags, keys_off, key_off, keys, map_off,
+     name_off, names, value_off, values) = got
+    n = len(b)
+    buf, ts, i32 = pa.py_buffer, pa.timestamp("us", tz="UTC"), pa.int32()
+
+    def strings(count: int, offsets, data, valid=None, nulls: int = 0):
+        return pa.Array.from_buffers(pa.string(), count, [valid, buf(offsets), buf(data)], null_count=nulls)
+
+    entries = pa.Array.from_buffers(i32, n + 1, [None, buf(map_off)])
+    props = pa.MapArray.from_arrays(entries, strings(len(name_off) // 4 - 1, name_off, names),
+                                    strings(len(value_off) // 4 - 1, value_off, values))
+    key_list = pa.Array.from_buffers(_keys_type(), n, [None, buf(keys_off)],
+                                     children=[strings(len(key_off) // 4 - 1, key_off, keys)])
+    return pa.RecordBatch.from_arrays([
+        _constant_strings(topic, n), _constant_strings(broker, n), _constant_int32(qid, n),
+        pa.Array.from_buffers(pa.int64(), n, [None, buf(qoff)]),
+        pa.Array.from_buffers(pa.string(), n, [None, _fixed_offsets(32, n), buf(ids)]),
+        strings(n, tag_off, tags, buf(tag_valid) if tag_nulls else None, tag_nulls), key_list, props,
+        pa.Array.from_buffers(pa.binary(), n, [None, buf(body_off), buf(body)]),
+        pa.Array.from_buffers(ts, n, [None, buf(born)]), pa.Array.from_buffers(ts, n, [None, buf(stored)])],
+        schema=arrow_schema())
+
+
+@functools.lru_cache(maxsize=16)
+def _fixed_offsets(width: int, n: int):
+    """int32 offsets of ``n`` strings of ``width`` bytes each, as an Arrow buffer (shared between batches)."""
+    import pyarrow as pa
+    return pa.py_buffer(np.arange(n + 1, dtype=np.int32) * np.int32(width))
+
+
+@functools.lru_cache(maxsize=16)
+def _constant_strings(value: str, n: int):
+    """A string column of ``n`` times ``value`` (Spark wants plain strings, no dictionary)."""
+    import pyarrow as pa
+    data = value.encode()
+    return pa.Array.from_buffers(pa.string(), n, [None, _fixed_offsets(len(data), n), pa.py_buffer(data * n)])
+
+
+@functools.lru_cache(maxsize=16)
+def _constant_int32(value: int, n: int):
+    import pyarrow as pa
+    return pa.array(np.full(n, value, np.int32), pa.int32())
+
+
+def _keys_type():
+    import pyarrow as pa
+    return pa.list_(pa.field("element", pa.string()))
+
+
+@functools.cache
 def arrow_schema():
     import pyarrow as pa
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema([("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32()),
                       ("queue_offset", pa.int64()), ("msg_id", pa.string()), ("tags", pa.string()),
-                      ("keys", pa.list_(pa.field("element", pa.string()))),
+                      ("keys", _keys_type()),
                       ("properties", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
                       ("born_timestamp", ts), ("store_timestamp", ts)])

@@ -168,3 +168,31 @@ def test_batch_write_then_read_back(spark, cluster, root):
     with pytest.raises(Exception, match="'body' column"):
         spark.createDataFrame([("x",)], "value string").write.format("hostmq").option("root", root) \
             .option("topic", "out").mode("append").save()
+
+
+def test_native_columns_give_spark_the_rows_of_the_python_path(spark, root):
+    """Records of every shape (compressed and empty bodies, empty and unicode properties, keys with
+    spaces, pairs with empty values) over several commitlog files: what Spark reads — the Arrow
+    batches of hostmq/store/_columns.c — is row for row what the Python path builds."""
+    from hostmq.spark import scan
+    from hostmq.store.message_store import MessageStore
+    from tests.store.conftest import small_config
+    from tests.store.test_columns_native import BROKER, T, fill
+    if scan.NATIVE_COLUMNS is None:
+        pytest.skip("hostmq/store/_columns.c is not built")
+    with MessageStore(os.path.join(root, "brokers", BROKER, "store"),
+                      small_config(consume_queue_file_entries=1000)) as s:
+        fill(s)
+    got = {(r.queue_id, r.queue_offset): r for r in load(spark, root, T, arrowBatchRows="100").collect()}
+    saved, scan.NATIVE_COLUMNS = scan.NATIVE_COLUMNS, None
+    try:
+        want = [row for q in (0, 1) for b in scan.read_range(root, (T, BROKER, q), 0, 350) for row in b.to_pylist()]
+    finally:
+        scan.NATIVE_COLUMNS = saved
+    assert len(got) == len(want) == 700
+    for w in want:
+        r = got[w["queue_id"], w["queue_offset"]]
+        assert (r.topic, r.broker, r.msg_id, r.tags, list(r.keys), r.properties, bytes(r.body)) == \
+            (w["topic"], w["broker"], w["msg_id"], w["tags"], w["keys"], dict(w["properties"]), w["body"])
+        assert r.born_timestamp.timestamp() == w["born_timestamp"].timestamp()
+        assert r.store_timestamp.timestamp() == w["store_timestamp"].timestamp()
