@@ -688,6 +688,120 @@ static PyObject *copy_bodies(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* tail_scan(mm, rel, end, base, max_records, max_topic, skip_topic, out) -> (rel, status, counted): the common
+ * case of store/tail.py's scan (dispatch.scan_records, the spec) over one mapped commitlog file:
+ * records from ``rel`` while they end by ``end``, each checked as records_checks.sound_at checks it,
+ * at most ``max_records`` kept. For each record it appends (topic, queue_id, queue_offset, phys,
+ * size, tag code) to the list ``out`` — the consume-queue entry the dispatcher will write — except
+ * for ``skip_topic`` (the schedule topic, whose tag code is a due time only the broker computes),
+ * which counts towards ``max_records`` all the same, as in the spec. Returns (rel, status, counted).
+ * It stops, handing the rest to the spec, at the first record it does not decide alone (status 1):
+ * a blank or broken one, a topic that is not a valid name, TAGS that are not ASCII. Status 0: done
+ * (``rel`` is ``end``, or ``max_records`` were kept). */
+static int topic_char_ok(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '%' || c == '|';
+}
+
+static PyObject *tail_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "tail_scan() takes 8 arguments");
+        return NULL;
+    }
+    int64_t rel, end, base, max_records, max_topic;
+    if (get_i64(args[1], &rel) < 0 || get_i64(args[2], &end) < 0 || get_i64(args[3], &base) < 0 ||
+        get_i64(args[4], &max_records) < 0 || get_i64(args[5], &max_topic) < 0)
+        return NULL;
+    if (!PyBytes_Check(args[6]) || !PyList_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "tail_scan(): skip_topic must be bytes and out a list");
+        return NULL;
+    }
+    Py_buffer mm;
+    if (get_buffer(args[0], &mm, "mm") < 0)
+        return NULL;
+    const unsigned char *b = mm.buf, *skip = (const unsigned char *)PyBytes_AS_STRING(args[6]);
+    Py_ssize_t skip_len = PyBytes_GET_SIZE(args[6]);
+    PyObject *out = args[7], *last_topic = NULL;
+    const unsigned char *last_t = NULL;
+    int64_t last_tlen = -1, kept = 0;
+    int status = 0;
+    static const unsigned char tags_name[] = "\x02TAGS\x01";
+    const int64_t tn = (int64_t)sizeof tags_name - 1;
+    if (end > mm.len)
+        end = mm.len;
+    while (rel < end && kept < max_records) {
+        if (rel < 0 || rel + HDR_BYTES > end) { status = 1; break; }       /* a blank, or broken: the spec */
+        const unsigned char *r = b + rel;
+        int64_t total = (int32_t)be32(r + OFF_TOTAL_SIZE), blen = (int32_t)be32(r + OFF_BODY_LENGTH);
+        int64_t qid = (int32_t)be32(r + OFF_QUEUE_ID), qoff = (int64_t)be64(r + OFF_QUEUE_OFFSET);
+        if (be32(r + OFF_MAGIC) != MAGIC_CODE || total < MIN_RECORD_BYTES || total > end - rel ||
+            (int64_t)be64(r + OFF_PHYS_OFFSET) != base + rel || qid < 0 || qoff < 0 || blen < 0 ||
+            blen > total - MIN_RECORD_BYTES) { status = 1; break; }
+        int64_t tpos = HDR_BYTES + blen, tlen = r[tpos], ppos = tpos + TOPIC_LEN_BYTES + tlen, stop = total;
+        if (ppos + PROPS_LEN_BYTES > stop) { status = 1; break; }
+        int64_t plen = (r[ppos] << 8) | r[ppos + 1], pstart = ppos + PROPS_LEN_BYTES;
+        if (pstart + plen != stop || (plen && r[stop - 1] != PROPERTY_END)) { status = 1; break; }
+        const unsigned char *t = r + tpos + TOPIC_LEN_BYTES;
+        int valid = tlen >= 1 && tlen <= max_topic;
+        for (int64_t i = 0; valid && i < tlen; i++)
+            valid = topic_char_ok(t[i]);
+        if (!valid) { status = 1; break; }               /* the spec skips it, counts and logs it */
+        if (tlen == skip_len && memcmp(t, skip, (size_t)tlen) == 0) {
+            kept++;                                     /* counted as the spec counts it, not kept */
+            rel += total;
+            continue;
+        }
+        /* TAGS as dispatch._prop finds it: the first "\x02TAGS\x01" in "\x02" + properties, up to the next \x02 */
+        int64_t code = 0, found = -1;
+        const unsigned char *pr = r + pstart;
+        if (plen >= tn - 1 && memcmp(pr, tags_name + 1, (size_t)(tn - 1)) == 0)
+            found = tn - 1;
+        for (int64_t i = 0; found < 0 && i + tn <= plen; i++) {
+            const unsigned char *hit = memchr(pr + i, 0x02, (size_t)(plen - i));
+            if (hit == NULL)
+                break;
+            i = hit - pr;
+            if (i + tn <= plen && memcmp(hit, tags_name, (size_t)tn) == 0)
+                found = i + tn;
+        }
+        if (found >= 0) {
+            uint32_t h = 0;
+            int ascii = 1;
+            for (int64_t i = found; i < plen && pr[i] != 0x02; i++) {
+                ascii &= pr[i] < 0x80;
+                h = 31u * h + pr[i];
+            }
+            if (!ascii) { status = 1; break; }           /* decoded with replacement characters: the spec */
+            code = (int32_t)h;
+        }
+        if (last_topic == NULL || tlen != last_tlen || memcmp(t, last_t, (size_t)tlen) != 0) {
+            Py_XDECREF(last_topic);
+            last_topic = PyUnicode_DecodeASCII((const char *)t, tlen, NULL);
+            if (last_topic == NULL) { status = -1; break; }
+            last_t = t;
+            last_tlen = tlen;
+        }
+        PyObject *row = Py_BuildValue("(OLLLLL)", last_topic, (long long)qid, (long long)qoff, (long long)(base + rel),
+                                      (long long)total, (long long)code);
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            status = -1;
+            break;
+        }
+        Py_DECREF(row);
+        kept++;
+        rel += total;
+    }
+    Py_XDECREF(last_topic);
+    PyBuffer_Release(&mm);
+    if (status < 0)
+        return NULL;
+    return Py_BuildValue("(LiL)", (long long)rel, status, (long long)kept);
+}
+
 /* The byte offset of a slot from its member descriptor (an object slot of ``cls``). */
 static int slot_offset(PyTypeObject *cls, PyObject *descr, Py_ssize_t *off)
 {
@@ -745,6 +859,7 @@ static PyMethodDef methods[] = {
     {"check_rows", (PyCFunction)(void (*)(void))check_rows, METH_FASTCALL, "read_check.check_rows's common case."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, "MessageBatch.bodies_joined's copy."},
     {"batch_rows", (PyCFunction)(void (*)(void))batch_rows, METH_FASTCALL, "reader.get_batch's common case."},
+    {"tail_scan", (PyCFunction)(void (*)(void))tail_scan, METH_FASTCALL, "store/tail.py's scan, its common case."},
     {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
     {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
     {"_bind", bind, METH_VARARGS, "Bind MessageExt and its slots (read_check.py does, at import)."},

@@ -23,8 +23,12 @@ from itertools import islice
 
 import numpy as np
 
+from .. import records as R
 from ..records import CQ_ENTRY
+from . import read_check
 from .dispatch import SCHEDULE_TOPIC
+
+_SCHEDULE_B = SCHEDULE_TOPIC.encode()
 
 TAIL_MAX_BYTES = 4 << 20        # commitlog bytes a consumer tails past dispatched_pos at most
 SCAN_RECORDS = 4096             # records scanned per refresh at most
@@ -70,17 +74,15 @@ class CommitlogTail:
             mfq.refresh()
         if mfq.find(self.cursor) is None:
             return
-        reqs, nxt = cl.scan(self.cursor, limit, SCAN_RECORDS)
+        rows, nxt = scan(cl, self.cursor, limit, SCAN_RECORDS)
         self.stopped_at = cl.scan_error
         queues = self.queues
-        for r in reqs:
-            if r.topic == SCHEDULE_TOPIC:        # its tag code is a due time only the broker computes
-                continue
-            key = (r.topic, r.queue_id)
+        for topic, qid, qoff, phys, size, tag in rows:
+            key = (topic, qid)
             d = queues.get(key)
             if d is None:
                 d = queues[key] = deque()
-            d.append((r.queue_offset, r.phys_offset, r.size, r.tag_hash))
+            d.append((qoff, phys, size, tag))
         if nxt > self.cursor:
             self.cursor = nxt
 
@@ -110,6 +112,30 @@ class CommitlogTail:
     def clear(self) -> None:
         self.queues.clear()
         self.start = self.cursor = self.limit = 0
+
+
+def scan(cl, from_phys: int, limit: int, max_records: int) -> tuple[list[tuple], int]:
+    """Consume-queue rows ``(topic, queue_id, queue_offset, phys, size, tag code)`` of the records from
+    the boundary ``from_phys`` up to ``limit`` (at most ``max_records``; the schedule topic's left out)
+    and the next offset; ``cl.scan_error`` says where a broken record stopped it. The spec is
+    ``CommitLog.scan`` (``dispatch.scan_records``); ``hostmq/store/_read.c`` ``tail_scan`` serves
+    the records of the current file it decides alone and hands the rest to the spec."""
+    rows: list[tuple] = []
+    mf = cl.mfq.find(from_phys) if read_check.NATIVE is not None else None
+    if mf is not None:
+        base = mf.file_from_offset
+        end = min(mf.committed_pos, limit - base)
+        rel, status, counted = read_check.NATIVE.tail_scan(mf.mm, from_phys - base, end, base, max_records,
+                                                           R.MAX_TOPIC_CHARS, _SCHEDULE_B, rows)
+        from_phys = base + rel
+        max_records -= counted
+        if not status and (max_records <= 0 or from_phys >= limit):
+            cl.scan_error = None
+            return rows, from_phys
+    reqs, nxt = cl.scan(from_phys, limit, max_records)
+    rows += [(r.topic, r.queue_id, r.queue_offset, r.phys_offset, r.size, r.tag_hash) for r in reqs
+             if r.topic != SCHEDULE_TOPIC]      # its tag code is a due time only the broker computes
+    return rows, max(nxt, from_phys)
 
 
 def _consecutive(d: deque, first: int) -> int:

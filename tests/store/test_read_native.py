@@ -380,3 +380,68 @@ class ReadRounds(RuleBasedStateMachine):
 
 TestReadRounds = ReadRounds.TestCase
 TestReadRounds.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+
+
+@pytest.fixture(scope="module")
+def tail_store(tmp_path_factory):
+    """Records the tail scans: several topics (the schedule topic among them), TAGS first, later, absent,
+    empty, not ASCII, behind a longer name; a few commitlog files; not dispatched."""
+    from hostmq.store.dispatch import SCHEDULE_TOPIC
+    s = MessageStore(str(tmp_path_factory.mktemp("tail-scan") / "store"), small_config())
+    props = [b"TAGS\x01A\x02", b"a\x01b\x02TAGS\x01xy\x02", b"", b"TAGS\x01\x02",
+             b"XTAGS\x01no\x02TAGS\x01yes\x02", b"KEYS\x01k\x02", b"TAGS\x01" + b"t" * 40 + b"\x02"]
+    for i in range(700):
+        topic = (T, "other-topic", SCHEDULE_TOPIC)[i % 7 % 3] if i % 7 < 3 else T
+        prop = b"TAGS\x01\xc3\xa9\x02" if i % 97 == 50 else props[i % len(props)]     # the spec's (not ASCII)
+        rec = R.encode_record(topic.encode(), b"b%d" % i * (1 + i % 19), prop, queue_id=i % 2)
+        blob, starts = R.encode_batch([rec])
+        s.append_encoded(topic, i % 2, blob, starts, now_ms=NOW_MS)
+    assert len(s.commitlog.mfq.files) >= 2
+    yield s
+    s.close()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_native_tail_scan_finds_what_the_dispatchers_scan_finds(tail_store, data):
+    """``tail.scan`` with ``tail_scan`` (C) and with the spec alone (``CommitLog.scan``) give the same
+    rows, next offset and scan error from any record boundary, under any bound and count, with bytes
+    damaged anywhere (headers, topics, properties)."""
+    from hostmq.store import tail as TL
+    cl = tail_store.commitlog
+    bounds = [r.phys_offset for r in cl.records_between(0, cl.max_offset())]
+    layout = []                         # per record, undamaged: its file, position, size, topic, properties
+    for phys in bounds:
+        mf = cl.mfq.find(phys)
+        rel = phys - mf.file_from_offset
+        tpos = rel + R.MSG_HEADER.size + int.from_bytes(mf.mm[rel + R.FIELD["body_length"]:][:4], "big")
+        layout.append((mf, rel, int.from_bytes(mf.mm[rel:rel + 4], "big"), tpos, tpos + 1 + mf.mm[tpos] + 2))
+    saved: list[tuple] = []
+    try:
+        first = len(bounds) - 1
+        for _ in range(data.draw(st.integers(0, 4), label="damages")):
+            k = data.draw(st.integers(0, len(bounds) - 1))
+            first = min(first, k)
+            mf, rel, size, tpos, ppos = layout[k]
+            where = data.draw(st.sampled_from(["header", "sign", "topic", "last", "props", "anywhere"]))
+            at = {"header": lambda: rel + data.draw(st.integers(0, R.MSG_HEADER.size - 1)),
+                  "sign": lambda: rel + R.FIELD[data.draw(st.sampled_from(["queue_id", "queue_offset"]))],
+                  "topic": lambda: data.draw(st.integers(tpos, ppos - 3)),
+                  "last": lambda: rel + size - 1,
+                  "props": lambda: data.draw(st.integers(ppos, max(ppos, rel + size - 1))),
+                  "anywhere": lambda: rel + data.draw(st.integers(0, size - 1))}[where]()
+            saved.append((mf, at, int(mf.wu8[at])))
+            mf.wu8[at] = data.draw(st.sampled_from([0, 1, 2, ord("."), 0x80, 0xC3, 0xFF, ord("T")]))
+        start = data.draw(st.sampled_from(bounds[:first + 1]), label="start")
+        limit = data.draw(st.sampled_from([cl.max_offset()] * 3 + [start + 1, start + 500, start + 5000]), label="limit")
+        count = data.draw(st.sampled_from([4096, 4096, 1, 3, 50]), label="count")
+        native = TL.scan(cl, start, limit, count), cl.scan_error
+        keep, read_check.NATIVE = read_check.NATIVE, None
+        try:
+            spec = TL.scan(cl, start, limit, count), cl.scan_error
+        finally:
+            read_check.NATIVE = keep
+        assert native == spec
+    finally:
+        for mf, at, v in reversed(saved):
+            mf.wu8[at] = v
