@@ -260,15 +260,24 @@ class Broker:
                 return
             for c in self.children.children:
                 if not c.alive():
+                    if self._truncate_requested():
+                        # The replica met its master before its siblings had all started and found this
+                        # slave ahead: not a failed start but a request to cut the log, which supervise()
+                        # serves at its first turn by starting again.
+                        return
                     raise ConnectError(f"broker {self.rt.name}: the {c.name} process exited with "
                                        f"{c.process.exitcode} during start-up (see its log)")
             self.server.poll_once(20)
         raise ConnectError(f"broker {self.rt.name}: children did not start within {READY_TIMEOUT_S:.0f} s")
 
+    def _truncate_requested(self) -> bool:
+        """Whether this slave's replica exited asking for its log to be cut (``replica.EXIT_TRUNCATE``)."""
+        replica = self.children.children[0] if self.rt.is_slave else None     # SLAVE_CHILDREN[0]
+        return replica is not None and replica.process is not None and replica.process.exitcode == EXIT_TRUNCATE
+
     # -- running --------------------------------------------------------------------------------------
     def supervise(self) -> None:
-        replica = self.children.children[0] if self.rt.is_slave else None     # SLAVE_CHILDREN[0]
-        if replica is not None and replica.process is not None and replica.process.exitcode == EXIT_TRUNCATE:
+        if self._truncate_requested():
             # The replica found this slave ahead of its master: the next start cuts its log.
             self.start_again(f"to cut the log its master does not hold (store/{TRUNCATE_MARKER})")
             return
