@@ -33,7 +33,8 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
 Every row runs twice: quiet, and beside a CPU-bound neighbour (a Python busy loop at the bench's
 niceness, started before the row and killed after it). Then, one process each: hostmq and Redis sync
 send (p50, sends/s), batches of 100, hostmq send_async; a control round trip (hostmq PING of the broker
-and of the NameServer against a raw pyzmq REQ/REP over ipc); hostmq consume rates (poll_batch, poll)
+and of the NameServer against a raw pyzmq REQ/REP over ipc, and a raw DEALER ↔ ROUTER echo in hostmq's socket
+shape, the floor of a Python server of that shape); hostmq consume rates (poll_batch, poll)
 over the topic those sends filled.
 
 The broker's own waits (writer, dispatcher) use its default strategy unless ``--broker-idle`` names one.
@@ -270,18 +271,20 @@ def send_table(env: dict, pl: dict) -> dict:
         p, conn = procs.worker(W.redis_send_worker, {"port": env["redis"].port, "key": "latsend", **counts})
         out["redis"] = recv(conn, 600, "redis send worker")
         procs.stop(p)
-    address = f"ipc://{env['tmp']}/reqrep.sock"
-    ready = SPAWN.Event()
-    server = procs.spawn(W.rep_server, address, ready)
-    try:
-        if not ready.wait(READY_TIMEOUT_S):
-            raise RuntimeError("REQ/REP server did not start")
-        p, conn = procs.worker(W.reqrep_worker, {"address": address, "pings": pl["pings"]})
-        out["reqrep"] = recv(conn, 300, "REQ/REP worker")
-        procs.stop(p)
-    finally:
-        server.kill()
-        procs.stop(server, 0)
+    for key, serve, ask, what in (("reqrep", W.rep_server, W.reqrep_worker, "REQ/REP"),
+                                  ("dealer_router", W.router_server, W.dealer_worker, "DEALER/ROUTER")):
+        address = f"ipc://{env['tmp']}/{key}.sock"
+        ready = SPAWN.Event()
+        server = procs.spawn(serve, address, ready)
+        try:
+            if not ready.wait(READY_TIMEOUT_S):
+                raise RuntimeError(f"{what} server did not start")
+            p, conn = procs.worker(ask, {"address": address, "pings": pl["pings"]})
+            out[key] = recv(conn, 300, f"{what} worker")
+            procs.stop(p)
+        finally:
+            server.kill()
+            procs.stop(server, 0)
     p, conn = procs.worker(W.hostmq_drain_worker, {"root": env["root"], "topic": SEND_TOPIC,
                                                    "expect": out["hostmq"]["sent"]})
     out["drain"] = recv(conn, 600, "hostmq drain worker")
@@ -368,6 +371,10 @@ def send_tables(s: dict) -> list[str]:
             f"{ratio(h['ping_broker_p50_us'], rr)} |",
             f"| hostmq PING → NameServer | {fmt(h['ping_namesrv_p50_us'], 1)} | {ratio(h['ping_namesrv_p50_us'], rr)} |",
             f"| raw pyzmq REQ/REP over ipc (echo process) | {fmt(rr, 1)} | 1.0× |"]
+    if "dealer_router" in s:
+        dr = s["dealer_router"]["p50_us"]
+        out.append(f"| raw pyzmq DEALER ↔ ROUTER over ipc, hostmq's socket shape (poll loop + eventfd, "
+                   f"no hostmq code) | {fmt(dr, 1)} | {ratio(dr, rr)} |")
     if r:
         out.append(f"| redis PING (TCP loopback) | {fmt(r['ping_p50_us'], 1)} | {ratio(r['ping_p50_us'], rr)} |")
     d = s["drain"]

@@ -496,6 +496,61 @@ def rep_server(address: str, ready) -> None:
         s.send(s.recv())
 
 
+def router_server(address: str, ready) -> None:
+    """Echo server in hostmq's control-socket shape with none of its code: a ROUTER polled beside an
+    eventfd (``transport.Server.poll_once``), the identity frame taken without a copy, the reply sent
+    NOBLOCK — the floor a Python server of that shape pays over REQ/REP. Runs until killed."""
+    import os as os_
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.ROUTER)
+    s.bind(address)
+    wake = os_.eventfd(0, os_.EFD_NONBLOCK)
+    poller = zmq.Poller()
+    poller.register(s, zmq.POLLIN)
+    poller.register(wake, zmq.POLLIN)
+    ready.set()
+    while True:
+        if s in dict(poller.poll(1000)):
+            while True:
+                try:
+                    first = s.recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                rest = s.recv_multipart() if first.more else []
+                s.send_multipart([first.bytes, *rest], zmq.NOBLOCK)
+
+
+def dealer_worker(conn, cfg: dict) -> None:
+    """Round trips through :func:`router_server` as ``RemotingClient`` makes them: a DEALER, the
+    request sent NOBLOCK, a poll, the reply received NOBLOCK."""
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.connect(cfg["address"])
+    frame = b"x" * 64                   # about a PING's JSON header
+
+    def one() -> None:
+        s.send_multipart([frame], zmq.NOBLOCK)
+        s.poll(1000, zmq.POLLIN)
+        s.recv_multipart(zmq.NOBLOCK)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:              # connected (the send is NOBLOCK)
+        try:
+            s.send_multipart([frame], zmq.NOBLOCK)
+            break
+        except zmq.Again:
+            time.sleep(0.01)
+    s.poll(5000, zmq.POLLIN)
+    s.recv_multipart(zmq.NOBLOCK)
+    for _ in range(100):
+        one()
+    _, p50_us = _rate_and_p50(cfg["pings"], one)
+    s.close(linger=0)
+    ctx.term()
+    conn.send({"p50_us": p50_us})
+
+
 def reqrep_worker(conn, cfg: dict) -> None:
     import zmq
     ctx = zmq.Context()
