@@ -543,12 +543,7 @@ def dealer_worker(conn, cfg: dict) -> None:
             time.sleep(0.01)
     s.poll(5000, zmq.POLLIN)
     s.recv_multipart(zmq.NOBLOCK)
-    for _ in range(100):
-        one()
-    _, p50_us = _rate_and_p50(cfg["pings"], one)
-    s.close(linger=0)
-    ctx.term()
-    conn.send({"p50_us": p50_us})
+    _round_trips(conn, cfg, ctx, s, one)
 
 
 def reqrep_worker(conn, cfg: dict) -> None:
@@ -560,10 +555,15 @@ def reqrep_worker(conn, cfg: dict) -> None:
     def one() -> None:
         s.send(b"ping")
         s.recv()
+    _round_trips(conn, cfg, ctx, s, one)
+
+
+def _round_trips(conn, cfg: dict, ctx, sock, one) -> None:
+    """Warm up, time ``cfg["pings"]`` calls of ``one``, close; send their p50 (µs)."""
     for _ in range(100):
         one()
     _, p50_us = _rate_and_p50(cfg["pings"], one)
-    s.close(linger=0)
+    sock.close(linger=0)
     ctx.term()
     conn.send({"p50_us": p50_us})
 

@@ -142,7 +142,7 @@ class Writer(RingSessions):
         # What the native step may follow a batch with in the same call (step.Follow), when nothing
         # else must come first: no pool, ASYNC_FLUSH, not a SYNC_MASTER, nothing pending (checked per
         # batch with the replication process, which wants to hear of each append).
-        self._follow = step.Follow(True, st.queue_wake if self.wake_queues else None, True) \
+        self._follow = step.follow_of(True, st.queue_wake if self.wake_queues else None, True) \
             if self.pool is None and not self.sync and not self.sync_master else None
         self._dispatch_due_s = 0.0          # monotonic time of a deferred dispatcher wake-up (0: none)
         self._recover()
@@ -267,11 +267,9 @@ class Writer(RingSessions):
             else:
                 ring.restatus(b.cw_start, b.cw_end, R.COMPLETION_SLAVE_NOT_AVAILABLE)
         need_flush = self.sync and b.appended > 0
-        if b.followed & step.FOLLOW_RELEASE:
-            pass                                            # the native step answered already
-        elif need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
+        if need_flush or need_slave or self.pending:      # behind a waiting batch: answered in order
             self._add_pending(a, b.cw_start, b.cw_end, b.data_end, b.phys_end, need_flush, need_slave)
-        else:
+        elif not b.followed & step.FOLLOW_RELEASE:        # (else the step answered already)
             step.release(ring, b.cw_end, b.data_end)
         if b.appended:
             self._wake_dispatcher(self.last_work_s)

@@ -187,11 +187,6 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
         size = self.c.batch_size
-        for i in range(0, len(batch), size):
-            self.submit_batch(mq, pq, batch[i:i + size], 0)
-
-    def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
-        size = self.c.batch_size
         if len(batch) <= size and not self._pooled and 2 * self._slow < max(1, len(self._calls)) and \
                 type(self).submit_batch is ConsumeMessageConcurrentlyService.submit_batch:
             self.inline_batches += 1

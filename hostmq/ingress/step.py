@@ -133,10 +133,14 @@ class Follow(NamedTuple):
     committed: bool
     queue_wake: np.ndarray | None
     release: bool
+    bits: int = 0           # the native step's flags for the three (follow_of fills them: made once, used per batch)
 
-    def bits(self) -> int:
-        return (FOLLOW_COMMITTED if self.committed else 0) | (FOLLOW_WAKE if self.queue_wake is not None else 0) \
-            | (FOLLOW_RELEASE if self.release else 0)
+
+def follow_of(committed: bool, queue_wake: np.ndarray | None, release: bool) -> Follow:
+    """A :class:`Follow` with its ``bits``."""
+    return Follow(committed, queue_wake, release,
+                  (FOLLOW_COMMITTED if committed else 0) | (FOLLOW_WAKE if queue_wake is not None else 0)
+                  | (FOLLOW_RELEASE if release else 0))
 
 
 FOLLOW_COMMITTED, FOLLOW_WAKE, FOLLOW_RELEASE = 1, 2, 4
@@ -163,7 +167,7 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
             b = _serve_native(ring, slot, generation, words, log_, limits, qt, now_ms, woken, on_publish, follow)
             if b is not _FALLBACK:
                 return b
-    bits = follow.bits() if follow is not None else 0
+    bits = follow.bits if follow is not None else 0
     if bits & FOLLOW_WAKE:
         woken = set()                       # this call wakes them (follow_up); the caller's set stays empty
     frames = ring.frames(limits.batch_bytes)
@@ -243,7 +247,7 @@ def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits,
         scratch = qt.scratch = bytearray(2 * limits.batch_bytes + _SCRATCH_SLACK)
     cw_start = ring._cstaged
     names, table, offsets, ntopics = qt.pins
-    bits = follow.bits() if follow is not None else 0
+    bits = follow.bits if follow is not None else 0
     status, n, appended, hpos, cstaged, wrote, last_ts, wake = NATIVE_STEP.serve(
         ring._q, ring._data, ring._comp_bytes, words, mf.wmm, scratch, names, table, offsets, log_.store_host,
         ring.capacity, ring.completion_entries, ring.max_frame_bytes, ring._hpos, ring._rpos, ring._cwpos,
@@ -351,5 +355,5 @@ def unreleased(ring) -> bool:
 
 
 __all__ = ["Batch", "FOLLOW_COMMITTED", "FOLLOW_RELEASE", "FOLLOW_WAKE", "Follow", "Limits", "NATIVE_STEP", "STEPS",
-           "StepStatus", "USE_NATIVE", "append_frames", "follow_up", "release", "resolve_intent", "serve_once",
+           "StepStatus", "USE_NATIVE", "append_frames", "follow_of", "follow_up", "release", "resolve_intent", "serve_once",
            "unreleased", "RingCorruptError"]

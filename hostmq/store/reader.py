@@ -449,7 +449,7 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
             refused = read_check.NATIVE.batch_rows(ents, mf.mm, mf.file_from_offset, mf.file_end_offset, cl_min,
                                                    queue_offset, topic_b, queue.queue_id, rel, sizes, offsets, ok)
             if refused >= 0:
-                skipped = _skips(queue, mf, rel, sizes, offsets, mf.file_from_offset + rel, ok, refused)
+                skipped = _skips(queue, mf, rel, sizes, offsets, ok, refused)
                 if skipped:
                     rel, sizes, offsets = rel[ok], sizes[ok], offsets[ok]
                 status = GetStatus.FOUND if len(offsets) else GetStatus.NO_MATCHED_MESSAGE
@@ -461,7 +461,7 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
     if mf is not None and phys[0] >= cl_min and (phys >= mf.file_from_offset).all() and \
             (phys < mf.file_end_offset).all():
         rel = phys - mf.file_from_offset
-        ok, skipped = _checked(queue, mf, rel, sizes, offsets, phys)
+        ok, skipped = _checked(queue, mf, rel, sizes, offsets)
         if skipped:
             rel, sizes, offsets = rel[ok], sizes[ok], offsets[ok]
         status = GetStatus.FOUND if len(offsets) else GetStatus.NO_MATCHED_MESSAGE
@@ -476,7 +476,7 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
     ok, skipped = np.ones(len(rel), bool), 0
     for k in np.unique(fidx).tolist():
         sel = np.flatnonzero(fidx == k)
-        ok[sel], n = _checked(queue, files[k], rel[sel], sizes[sel], offsets[sel], phys[sel])
+        ok[sel], n = _checked(queue, files[k], rel[sel], sizes[sel], offsets[sel])
         skipped += n
     if skipped:
         rel, sizes, fidx, offsets = rel[ok], sizes[ok], fidx[ok], offsets[ok]
@@ -487,17 +487,18 @@ def get_batch(cq, commitlog, queue: MessageQueue, queue_offset: int, max_count: 
                         sizes, status, nxt, skipped)
 
 
-def _checked(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray,
-             phys: np.ndarray) -> tuple[np.ndarray, int]:
+def _checked(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray,
+             offsets: np.ndarray) -> tuple[np.ndarray, int]:
     """Mask of the rows of mapped file ``mf`` that decode (``read_check.check_rows``) and how many
     do not; those are logged once (``read_check.SKIPPED``)."""
     ok = check_rows(mf, rel, sizes, offsets, queue.topic.encode(), queue.queue_id)
-    return ok, _skips(queue, mf, rel, sizes, offsets, phys, ok, None)
+    return ok, _skips(queue, mf, rel, sizes, offsets, ok, None)
 
 
-def _skips(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, phys: np.ndarray,
-           ok: np.ndarray, refused: int | None) -> int:
-    """How many rows ``ok`` refuses, each logged once (``read_check.SKIPPED``). ``refused``: how many
+def _skips(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, ok: np.ndarray,
+           refused: int | None) -> int:
+    """How many rows ``ok`` refuses, each logged once with its commitlog offset (``read_check.SKIPPED``;
+    rows of ``mf``, so ``mf.file_from_offset + rel``). ``refused``: how many
     the native check left undecided (``batch_rows``) — the spec judges those first, as ``check_rows``
     does (None: ``ok`` is already the verdict)."""
     topic_b = queue.topic.encode()
@@ -510,7 +511,8 @@ def _skips(queue: MessageQueue, mf, rel: np.ndarray, sizes: np.ndarray, offsets:
     bad = np.flatnonzero(~ok).tolist()
     for i in bad:
         why = why_not(mf, int(rel[i]), int(sizes[i]), topic_b, queue.queue_id, int(offsets[i]))
-        read_check.SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]), int(phys[i]), why)
+        read_check.SKIPPED.note(queue.broker, queue.topic, queue.queue_id, int(offsets[i]),
+                                mf.file_from_offset + int(rel[i]), why)
     return len(bad)
 
 

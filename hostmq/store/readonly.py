@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
 MAX_WARNED = 1024               # positions a view remembers having warned about (then it forgets them all)
+MAX_REFRESHED = 4096            # queues whose last consume-queue refresh a view remembers (then it forgets them all)
 _CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's first two fields
 _CQ_SIZE_AT = CQ_ENTRY.fields["size"][1]
 R.layout_check(CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize,
@@ -180,7 +181,7 @@ class StoreReader:
             m = seen[1]
         else:
             m = self._refresh_consume_queue(topic, queue_id)
-            if len(self._cq_refreshed) >= MAX_WARNED:
+            if len(self._cq_refreshed) >= MAX_REFRESHED:
                 self._cq_refreshed.clear()
             self._cq_refreshed[key] = (self.readable_end, m)
         tail = self.tail

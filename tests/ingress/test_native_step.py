@@ -233,7 +233,7 @@ class NativeAgainstPython(RuleBasedStateMachine):
             saved = step.USE_NATIVE
             step.USE_NATIVE = native
             try:
-                fw = None if follow is None else step.Follow(follow[0], wd.wake if follow[1] else None, follow[2])
+                fw = None if follow is None else step.follow_of(follow[0], wd.wake if follow[1] else None, follow[2])
                 b = step.serve_once(wd.w, 3, 7, wd.words, wd.cl, step.Limits(1 << 16, 1 << 12, batch_bytes),
                                     self.queues, self.now, refusal=refusal, woken=woken,
                                     on_publish=lambda end, n: published.append((end, n)), follow=fw)
