@@ -42,6 +42,7 @@ import struct
 import time
 import zlib
 from collections import namedtuple
+from typing import Callable
 
 import numpy as np
 
@@ -386,10 +387,18 @@ def _seed_unique_ids() -> None:
     _MY_HOST[0] = host_bytes(os.getpid())
     prefix = _MY_HOST[0].hex().upper()
     counter = itertools.count(int(time.time() * 1000) << 16).__next__
+    _UID_SOURCE[0] = (prefix, counter)
     new_unique_id = lambda: f"{prefix}{counter():016X}"  # noqa: E731 - the hot path wants no frame
 
 
+def unique_id_source() -> tuple[str, Callable[[], int]]:
+    """``(prefix, counter)`` of :func:`new_unique_id` (its ids are ``f"{prefix}{counter():016X}"``), for
+    encoders that draw many ids at once (``store.encode.encode_messages``); re-seeded in a forked child."""
+    return _UID_SOURCE[0]
+
+
 new_unique_id = None
+_UID_SOURCE: list = [None]
 _seed_unique_ids()
 os.register_at_fork(after_in_child=_seed_unique_ids)
 

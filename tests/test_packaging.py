@@ -64,7 +64,7 @@ def wheel(tmp_path_factory) -> str:
             names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         assert {"LICENSE", "pyproject.toml", "README.md", "hostmq/_codec.c", "hostmq/include/record_layout.h",
                 "hostmq/ingress/_step.c", "hostmq/include/step_layout.h", "hostmq/include/record_check.h",
-                "hostmq/store/_read.c", "hostmq/store/_columns.c", "hostmq/py.typed"} <= names, names
+                "hostmq/store/_read.c", "hostmq/store/_columns.c", "hostmq/store/_encode.c", "hostmq/py.typed"} <= names, names
     return str(out / wheels[0])
 
 
@@ -80,6 +80,7 @@ def test_the_wheel_carries_license_types_and_one_version(wheel):
     assert any(re.fullmatch(r"hostmq/ingress/_step\..+\.so", n) for n in names), names     # the writer's step
     assert any(re.fullmatch(r"hostmq/store/_read\..+\.so", n) for n in names), names     # the read round
     assert any(re.fullmatch(r"hostmq/store/_columns\..+\.so", n) for n in names), names  # Spark's Arrow columns
+    assert any(re.fullmatch(r"hostmq/store/_encode\..+\.so", n) for n in names), names   # a producer's records
     assert any(re.search(r"\.dist-info/licenses/LICENSE$", n) for n in names), names
     assert re.search(r"^License-Expression: Apache-2.0$", meta, re.M), meta[:2000]
     assert f"Version: {hostmq.__version__}" in meta

@@ -8,10 +8,11 @@ hostmq_venv() {
     if [ ! -x "$top/.venv/bin/python" ]; then
         python3 -m venv "$top/.venv"
     fi
-    # Reinstall only when pyproject.toml, the C codec's source or the extras changed: keeps repeated
-    # runs fast. An editable install compiles hostmq/_codec.c once; a changed source needs pip again.
+    # Reinstall only when pyproject.toml, a native module's source or header, or the extras changed:
+    # keeps repeated runs fast. An editable install compiles the C once; a changed source needs pip again.
     stamp="$top/.venv/.hostmq-installed"
-    want="$(cat "$top/pyproject.toml" "$top/hostmq/_codec.c" | sha256sum | cut -c1-16)-$extras"
+    want="$( (cat "$top/pyproject.toml"; find "$top/hostmq" -name '*.c' -o -name '*.h' | LC_ALL=C sort | xargs cat) \
+             | sha256sum | cut -c1-16)-$extras"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$top/.venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
         local spec="$top"

@@ -30,7 +30,7 @@ from ..protocol.messages import TopicRequest
 from ..root import RootPaths
 from ..waiting import IdleStrategy, client_idle
 from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
-from ..store.encode import check_body, encode_records, properties_bytes
+from ..store.encode import check_body, encode_messages, properties_bytes, restamp
 from ..semantics.schedule import schedule_parts
 from ..semantics.system_topics import is_system_topic
 from .accumulator import Accumulator, BatchConfig
@@ -127,6 +127,14 @@ class Producer:
              selector: Callable | None = None, arg=None, sharding_key: str | None = None) -> SendResult:
         """Send and wait for the broker's answer (SendResult); retried on another broker on failure."""
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        alone = self.encoded_alone(msg)
+        if alone is not None:           # the common case, encoded in one native call
+            payload, sizes = alone
+
+            def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
+                rec = restamp(payload, sizes, mq.queue_id, session.store_host)
+                return session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), deadline)
+            return self._retrying(msg, queue, selector, arg, sharding_key, deadline, attempt)[1]
         topic_b, body, sys_flag, props = self.prepare(msg)
 
         def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
@@ -170,26 +178,27 @@ class Producer:
         msgs = list(msgs)
         if not msgs:
             raise ValidationError("send_batch needs at least one message")
-        topic = msgs[0].topic
-        prepared = []
-        for m in msgs:
-            if not isinstance(m, Message) or m.topic != topic:
-                raise ValidationError(f"a batch holds messages of one topic ({topic!r})")
-            if m.delay_level:
-                raise ValidationError("delay messages cannot be sent in a batch (as in RocketMQ)")
-            prepared.append(self.prepare(m, compress=False))
+        first = msgs[0]
+        if not isinstance(first, Message):
+            raise ValidationError(f"a batch holds hostmq.Message objects, got {type(first).__name__}")
+        topic_b = self.topic_bytes(first.topic)
+        lim = self._limits
+        prefix, counter = R.unique_id_source()
+        # Checked and encoded once (ids drawn once, as RocketMQ sets them before its retries); each
+        # attempt stamps its queue and broker into a copy.
+        payload, sizes = encode_messages(msgs, first.topic, topic_b, queue_id=0, born_ts_ms=int(time.time() * 1000),
+                                         born_host=R.host_bytes(), store_host=b"",
+                                         max_body_bytes=lim.max_message_bytes,
+                                         max_props_bytes=lim.max_properties_bytes, uid_prefix=prefix, uid_next=counter)
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
 
         def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
-            payload, sizes = encode_records(prepared[0][0], [pr[1] for pr in prepared], [pr[3] for pr in prepared],
-                                            queue_id=mq.queue_id, flags=[m.flag for m in msgs],
-                                            born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
-                                            store_host=session.store_host)
             if len(payload) > session.max_batch_bytes:
                 raise ValidationError(f"batch of {len(payload)} bytes exceeds the {session.max_batch_bytes} bytes "
                                       f"one batch may take on broker {mq.broker} (a frame of its ring, a "
                                       f"commitlog file); split it")
-            return session.send(R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes), deadline)
+            return session.send(R.FRAME_BATCH, restamp(payload, sizes, mq.queue_id, session.store_host), len(sizes),
+                                Waiter(mq, sizes), deadline)
         return self._retrying(msgs[0], queue, None, None, None, deadline, attempt)[1]
 
     # -- pieces ---------------------------------------------------------------------------------------
@@ -252,15 +261,7 @@ class Producer:
         for a message that fails here."""
         if not isinstance(msg, Message):
             raise ValidationError(f"expected a hostmq.Message, got {type(msg).__name__}")
-        if not self._started:
-            self.start()
-        topic_b = self._topics.get(msg.topic) if msg.topic.__class__ is str else None
-        if topic_b is None:
-            topic_b = R.validate_topic(msg.topic)
-            if is_system_topic(msg.topic):
-                raise ValidationError(f"topic {msg.topic!r} is a system topic; users cannot send to it")
-            if len(self._topics) < 10_000:
-                self._topics[msg.topic] = topic_b
+        topic_b = self.topic_bytes(msg.topic)
         lim = self._limits
         body = bytes(check_body(msg.body, lim.max_message_bytes))
         if msg.flag.__class__ is not int or not -(1 << 31) <= msg.flag < (1 << 31):
@@ -268,6 +269,33 @@ class Producer:
         props = properties_bytes(msg, R.new_unique_id(), lim.max_properties_bytes)
         body, sys_flag = self._compressed(body) if compress else (body, 0)
         return topic_b, body, sys_flag, props
+
+    def encoded_alone(self, msg: Message) -> tuple[bytes, list[int]] | None:
+        """A message that needs neither the delay routing nor compression, checked and encoded as a
+        batch of one (``store.encode.encode_messages``; queue and broker stamped per attempt with
+        ``restamp``): the same record ``prepare`` + ``record`` build. None for any other message."""
+        if msg.__class__ is not Message or msg.delay_level or msg.body.__class__ is not bytes \
+                or len(msg.body) > self.compress_over_bytes:
+            return None
+        lim = self._limits
+        prefix, counter = R.unique_id_source()
+        return encode_messages([msg], msg.topic, self.topic_bytes(msg.topic), queue_id=0,
+                               born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(), store_host=b"",
+                               max_body_bytes=lim.max_message_bytes, max_props_bytes=lim.max_properties_bytes,
+                               uid_prefix=prefix, uid_next=counter)
+
+    def topic_bytes(self, topic: str) -> bytes:
+        """``topic`` validated as a user's topic, encoded (cached); starts the producer if it was not."""
+        if not self._started:
+            self.start()
+        topic_b = self._topics.get(topic) if topic.__class__ is str else None
+        if topic_b is None:
+            topic_b = R.validate_topic(topic)
+            if is_system_topic(topic):
+                raise ValidationError(f"topic {topic!r} is a system topic; users cannot send to it")
+            if len(self._topics) < 10_000:
+                self._topics[topic] = topic_b
+        return topic_b
 
     def _compressed(self, body: bytes) -> tuple[bytes, int]:
         """``(body to store, sys flag)``: zlib-compressed if over ``compress_over_bytes`` and smaller so."""

@@ -41,6 +41,7 @@ from ..root import RootPaths
 from ..shm.futex import FutexWord
 from .ring import IngressRing
 from ..shm.segment import Segment
+from ..store.encode import batch_msg_ids
 from ..shm.signal import notify_if_waiting, wait_for
 from ..waiting import SLEEP, IdleStrategy
 
@@ -297,8 +298,7 @@ class ProducerSession:
             if w.sizes is None:
                 msg_id = f"{self.host_hex}{phys:016X}"
             else:
-                starts = phys + np.concatenate(([0], np.cumsum(w.sizes[:-1]))).astype(np.int64)
-                msg_id = ",".join(f"{self.host_hex}{p:016X}" for p in starts.tolist())
+                msg_id = batch_msg_ids(self.host_hex, phys, w.sizes)
             w.outcome = SendResult(_STATUS.get(status, SendStatus.SEND_OK), msg_id, w.queue, qoff)
         w.done = True
         f = w.future
