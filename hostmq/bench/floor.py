@@ -5,7 +5,10 @@ middle process that copies and CRCs each message as hostmq's writer does. What h
 ``c_relay`` is its own work, not the design's three processes.
 
 * ``c_ring``: producer → consumer (one hop, the raw ring in C);
-* ``c_relay``: producer → writer → consumer (two hops, hostmq's shape).
+* ``c_relay``: producer → writer → consumer (two hops, hostmq's shape);
+* ``echo`` (the send table's floor column): an acknowledged send — the producer writes a frame of 1
+  or 100 messages, the writer copies, CRCs and appends each and answers, the producer sends the next
+  frame at once (:func:`measure_echo`).
 
 Readers sleep on the futex at once (``sleep``, the 2-vCPU default), or spin ``--floor-spin`` µs first.
 """
@@ -29,7 +32,8 @@ def build(tmp: str) -> tuple[str | None, str]:
         return None, "no C compiler on PATH (cc, gcc or $CC)"
     exe = os.path.join(tmp, "relay_floor")
     try:
-        p = subprocess.run([cc, "-O2", "-o", exe, SOURCE], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        p = subprocess.run([cc, "-O2", "-o", exe, SOURCE, "-lz"], capture_output=True, text=True,
+                           timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"{cc} failed: {e}"
     if p.returncode != 0:
@@ -48,6 +52,23 @@ def measure(exe: str, row: str, messages: int, warmup: int, period_s: float, spi
         raise RuntimeError(f"{row}: the floor program ran past {timeout_s:.0f} s") from None
     if p.returncode != 0:
         raise RuntimeError(f"{row}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    try:
+        return np.fromfile(out, dtype=np.uint64).astype(np.float64) / 1000.0
+    finally:
+        os.unlink(out)
+
+
+def measure_echo(exe: str, batch: int, round_trips: int, warmup: int, spin_us: int, tmp: str,
+                 timeout_s: float) -> np.ndarray:
+    """Acknowledged sends of ``batch`` messages, back to back: each round trip in µs. Raises RuntimeError."""
+    out = os.path.join(tmp, f"echo{batch}.lat")
+    args = [exe, "echo", str(round_trips), str(warmup), str(batch), str(spin_us), out]
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"echo of {batch}: the floor program ran past {timeout_s:.0f} s") from None
+    if p.returncode != 0:
+        raise RuntimeError(f"echo of {batch}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
     try:
         return np.fromfile(out, dtype=np.uint64).astype(np.float64) / 1000.0
     finally:

@@ -285,6 +285,11 @@ def send_table(env: dict, pl: dict) -> dict:
         finally:
             server.kill()
             procs.stop(server, 0)
+    if env.get("floor_exe"):                # the same sends in C: what the hand-offs alone cost
+        one = F.measure_echo(env["floor_exe"], 1, pl["sync"], 100, pl["floor_spin_us"], env["tmp"], 120)
+        many = F.measure_echo(env["floor_exe"], W.SEND_BATCH, pl["batches"], 20, pl["floor_spin_us"], env["tmp"], 120)
+        out["floor"] = {"sync_p50_us": float(np.median(one)), "sync_per_s": len(one) / (one.sum() / 1e6),
+                        "batch_msgs_per_s": W.SEND_BATCH * len(many) / (many.sum() / 1e6)}
     p, conn = procs.worker(W.hostmq_drain_worker, {"root": env["root"], "topic": SEND_TOPIC,
                                                    "expect": out["hostmq"]["sent"]})
     out["drain"] = recv(conn, 600, "hostmq drain worker")
@@ -300,7 +305,8 @@ def fmt(v, digits: int = 0) -> str:
 
 
 def ratio(v, ref) -> str:
-    return f"{v / ref:.1f}×" if isinstance(ref, (int, float)) and ref and np.isfinite(ref) and np.isfinite(v) else "–"
+    return f"{v / ref:.1f}×" if isinstance(ref, (int, float)) and isinstance(v, (int, float)) and ref \
+        and np.isfinite(ref) and np.isfinite(v) else "–"
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -351,20 +357,21 @@ def fmt_x(v) -> str:
 
 
 def send_tables(s: dict) -> list[str]:
-    h, r = s["hostmq"], s.get("redis", {})
+    h, r, c = s["hostmq"], s.get("redis", {}), s.get("floor", {})
 
-    def line(what, hv, rv, digits=0, inverse=False):
-        x = ratio(hv, rv) if not inverse else ratio(rv, hv)
-        return f"| {what} | {fmt(hv, digits)} | {fmt(rv, digits)} | {x} |"
+    def line(what, key, digits=0):
+        hv, rv, cv = h.get(key), r.get(key), c.get(key)
+        return f"| {what} | {fmt(hv, digits)} | {fmt(rv, digits)} | {ratio(hv, rv)} | {fmt(cv, digits)} | {ratio(hv, cv)} |"
     out = ["### Send (one producer process, unpaced, acknowledged)", "",
-           "| measure | hostmq | redis | hostmq / redis |", "|---|---|---|---|",
-           line("sync send p50, µs", h["sync_p50_us"], r.get("sync_p50_us"), 1),
-           line("sync sends/s", h["sync_per_s"], r.get("sync_per_s")),
-           line(f"batch of {W.SEND_BATCH} (send_batch / pipelined XADD), msgs/s", h["batch_msgs_per_s"],
-                r.get("batch_msgs_per_s")),
-           line("send_async, one call per message, msgs/s", h["async_msgs_per_s"], None),
-           line("send_async with auto_batch=True (RocketMQ 5 auto-batching), msgs/s",
-                h.get("auto_batch_msgs_per_s"), None), "",
+           "C floor: the same acknowledged sends in C (hostmq/bench/relay_floor.c echo: the producer writes "
+           "the frame, the writer copies, CRCs and appends each message and answers; the same idle strategy "
+           "as the floor rows).", "",
+           "| measure | hostmq | redis | hostmq / redis | C floor | hostmq / floor |", "|---|---|---|---|---|---|",
+           line("sync send p50, µs", "sync_p50_us", 1),
+           line("sync sends/s", "sync_per_s"),
+           line(f"batch of {W.SEND_BATCH} (send_batch / pipelined XADD), msgs/s", "batch_msgs_per_s"),
+           line("send_async, one call per message, msgs/s", "async_msgs_per_s"),
+           line("send_async with auto_batch=True (RocketMQ 5 auto-batching), msgs/s", "auto_batch_msgs_per_s"), "",
            "### Control round trip (p50, µs)", "", "| measure | µs | × raw REQ/REP |", "|---|---|---|"]
     rr = s["reqrep"]["p50_us"]
     out += [f"| hostmq PING → broker (RemotingClient DEALER ↔ ROUTER) | {fmt(h['ping_broker_p50_us'], 1)} | "

@@ -10,17 +10,23 @@
  *   direct   producer → consumer                     (one hop: the raw ring, in C)
  *   relay    producer → writer → consumer            (two hops: hostmq's shape — the writer copies
  *                                                      the 100-byte message, CRCs it, republishes it)
+ *   echo     producer → writer → producer            (an acknowledged send: the producer writes a
+ *                                                      batch of BATCH messages, the writer copies each
+ *                                                      out, CRCs it and appends it to a log, then
+ *                                                      answers; the producer sends the next batch as
+ *                                                      soon as the answer comes — send / send_batch)
  *
  * The producer stamps CLOCK_MONOTONIC into the message and sends one every PERIOD_US (absolute
  * deadlines, clock_nanosleep); the consumer takes now − stamp. Readers spin SPIN_US µs (0: none,
  * hostmq's "sleep" strategy) before they sleep on the futex.
  *
- *   relay_floor MODE MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]
+ *   relay_floor direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]
+ *   relay_floor echo ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]
  *
- * prints one line: "MODE measured p50 p90 p99 p99.9 max" (ns) and, given LATENCIES_FILE, writes every
- * measured latency there (native uint64 ns, in arrival order); exits 2 on bad arguments and 1 on a
- * system error. Its children die with it (PR_SET_PDEATHSIG). Built and run by hostmq/bench/floor.py
- * with the system compiler (cc -O2). */
+ * prints one line: "MODE measured p50 p90 p99 p99.9 max" (ns; echo: round trips) and, given
+ * LATENCIES_FILE, writes every measured latency there (native uint64 ns, in arrival order); exits 2
+ * on bad arguments and 1 on a system error. Its children die with it (PR_SET_PDEATHSIG). Built and
+ * run by hostmq/bench/floor.py with the system compiler (cc -O2, zlib's crc32 as hostmq's writer). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
@@ -36,9 +42,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define SLOTS 64
 #define MSG_BYTES 100
+#define MAX_BATCH 1000
+#define LOG_BYTES (4u << 20)
 
 typedef struct {
     _Alignas(64) _Atomic uint32_t seq;      /* messages published (the futex word) */
@@ -50,6 +59,8 @@ typedef struct {
     Hop a, b;                               /* producer → (writer →) consumer */
     _Atomic uint32_t ready;                 /* readers up */
     uint32_t crc_sink;
+    unsigned char batch[MAX_BATCH * MSG_BYTES];     /* echo: the producer's frame */
+    unsigned char log[LOG_BYTES];                   /* echo: where the writer appends (wraps) */
 } Shared;
 
 static long futex(_Atomic uint32_t *w, int op, uint32_t v)
@@ -101,24 +112,9 @@ static uint32_t await_next(Hop *h, uint32_t seen, uint64_t spin_ns)
     }
 }
 
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
 static uint32_t crc32_of(const unsigned char *p, size_t n)
 {
-    uint32_t c = 0xFFFFFFFFu;
-    while (n--)
-        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return (uint32_t)crc32(0L, p, (uInt)n) & 0x7FFFFFFFu;
 }
 
 static void writer(Shared *sh, uint32_t total, uint64_t spin_ns)
@@ -137,10 +133,52 @@ static void writer(Shared *sh, uint32_t total, uint64_t spin_ns)
     }
 }
 
+/* echo: copy each message of a frame out, check it, append it; then answer. */
+static void echo_writer(Shared *sh, uint32_t total, uint32_t batch, uint64_t spin_ns)
+{
+    uint32_t seen = 0;
+    size_t at = 0;
+    unsigned char copy[MSG_BYTES];
+    while (seen < total) {
+        uint32_t upto = await_next(&sh->a, seen, spin_ns);
+        for (uint32_t s = seen; s != upto; s++)
+            for (uint32_t i = 0; i < batch; i++) {
+                memcpy(copy, sh->batch + (size_t)i * MSG_BYTES, MSG_BYTES);
+                sh->crc_sink ^= crc32_of(copy, MSG_BYTES);
+                if (at + MSG_BYTES > LOG_BYTES)
+                    at = 0;
+                memcpy(sh->log + at, copy, MSG_BYTES);
+                at += MSG_BYTES;
+            }
+        seen = upto;
+        publish(&sh->b, seen);
+    }
+}
+
 static int cmp_u64(const void *x, const void *y)
 {
     uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
     return a < b ? -1 : a > b;
+}
+
+/* Write the latencies (if asked), print the summary line, free them. */
+static int report(uint64_t *lat, uint32_t n, const char *mode, const char *out_path)
+{
+    if (out_path != NULL) {
+        FILE *f = fopen(out_path, "wb");
+        if (f == NULL || fwrite(lat, sizeof *lat, n, f) != n || fclose(f) != 0) {
+            perror(out_path);
+            free(lat);
+            return 1;
+        }
+    }
+    qsort(lat, n, sizeof *lat, cmp_u64);
+#define Q(p) (n ? lat[(size_t)((p) * (n - 1) + 0.5)] : 0)
+    printf("%s %u %llu %llu %llu %llu %llu\n", mode, n, (unsigned long long)Q(0.5), (unsigned long long)Q(0.9),
+           (unsigned long long)Q(0.99), (unsigned long long)Q(0.999), (unsigned long long)(n ? lat[n - 1] : 0));
+    fflush(stdout);
+    free(lat);
+    return 0;
 }
 
 static int consumer(Shared *sh, Hop *h, uint32_t total, uint32_t warmup, uint64_t spin_ns, const char *mode,
@@ -162,21 +200,33 @@ static int consumer(Shared *sh, Hop *h, uint32_t total, uint32_t warmup, uint64_
         }
         seen = upto;
     }
-    if (out_path != NULL) {
-        FILE *f = fopen(out_path, "wb");
-        if (f == NULL || fwrite(lat, sizeof *lat, n, f) != n || fclose(f) != 0) {
-            perror(out_path);
-            free(lat);
-            return 1;
+    return report(lat, n, mode, out_path);
+}
+
+/* echo's producer: a frame of `batch` stamped messages, publish, wait for the answer; round trips. */
+static int echo_producer(Shared *sh, uint32_t total, uint32_t warmup, uint32_t batch, uint64_t spin_ns,
+                         const char *out_path)
+{
+    uint64_t *lat = calloc(total, sizeof *lat);
+    if (lat == NULL)
+        return 1;
+    while (atomic_load(&sh->ready) < 1)
+        usleep(1000);
+    unsigned char msg[MSG_BYTES];
+    memset(msg, 'x', sizeof msg);
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < total; s++) {
+        uint64_t t0 = now_ns();
+        for (uint32_t i = 0; i < batch; i++) {
+            memcpy(msg, &t0, sizeof t0);
+            memcpy(sh->batch + (size_t)i * MSG_BYTES, msg, MSG_BYTES);
         }
+        publish(&sh->a, s + 1);
+        await_next(&sh->b, s, spin_ns);
+        if (s >= warmup)
+            lat[n++] = now_ns() - t0;
     }
-    qsort(lat, n, sizeof *lat, cmp_u64);
-#define Q(p) (n ? lat[(size_t)((p) * (n - 1) + 0.5)] : 0)
-    printf("%s %u %llu %llu %llu %llu %llu\n", mode, n, (unsigned long long)Q(0.5), (unsigned long long)Q(0.9),
-           (unsigned long long)Q(0.99), (unsigned long long)Q(0.999), (unsigned long long)(n ? lat[n - 1] : 0));
-    fflush(stdout);
-    free(lat);
-    return 0;
+    return report(lat, n, "echo", out_path);
 }
 
 static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t readers)
@@ -203,18 +253,19 @@ static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t re
 int main(int argc, char **argv)
 {
     if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]\n", argv[0]);
+        fprintf(stderr, "usage: %s direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]\n"
+                        "       %s echo ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]\n", argv[0], argv[0]);
         return 2;
     }
     const char *mode = argv[1];
-    int relay = strcmp(mode, "relay") == 0;
+    int relay = strcmp(mode, "relay") == 0, echo = strcmp(mode, "echo") == 0;
     long messages = atol(argv[2]), warmup = atol(argv[3]), period_us = atol(argv[4]), spin_us = atol(argv[5]);
-    if ((!relay && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
-        warmup > 1000000 || period_us < 1 || period_us > 1000000 || spin_us < 0 || spin_us > 1000000) {
+    if ((!relay && !echo && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
+        warmup > 1000000 || period_us < 1 || period_us > (echo ? MAX_BATCH : 1000000) || spin_us < 0 ||
+        spin_us > 1000000) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
-    crc_init();
     uint32_t total = (uint32_t)(messages + warmup);
     uint64_t spin_ns = (uint64_t)spin_us * 1000u;
     Shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -223,6 +274,22 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(sh, 0, sizeof *sh);
+    if (echo) {
+        pid_t w = fork();
+        if (w < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (w == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            atomic_fetch_add(&sh->ready, 1);
+            echo_writer(sh, total, (uint32_t)period_us, spin_ns);
+            _exit(0);
+        }
+        int bad = echo_producer(sh, total, (uint32_t)warmup, (uint32_t)period_us, spin_ns, argc == 7 ? argv[6] : NULL);
+        int status;
+        return bad || waitpid(w, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status);
+    }
     pid_t kids[2] = {0, 0};
     kids[0] = fork();
     if (kids[0] == 0) {
