@@ -48,6 +48,8 @@ class BrokerView:
         self.root = root
         self.broker = broker
         self.slaves = slaves
+        self._wake_for: tuple | None = None     # wake_words: the queues tuple its word indices are of
+        self._wake_idx: list[int] = []
         self.lag_reads = _slave is not None     # a slave read beside a running master (slave_view)
         # The process group read: the master (whichever instance plays it, live/group.py), or a
         # slave; with none running, the stopped master's store (None: read what recovery would keep).
@@ -142,8 +144,12 @@ class BrokerView:
         if st.confirms():               # a SYNC_MASTER's consumers read what a slave acknowledged
             words.append(st.confirm_wake_word)
         if self.tailing and not dispatch_only:
-            for b in sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues}):
-                words.append(st.queue_wake_words[b])
+            if queues is not self._wake_for:        # a consumer passes the same tuple while its queues stay
+                idx = sorted({R.queue_wake_word(q.topic.encode(), q.queue_id) for q in queues})
+                if not isinstance(queues, tuple):
+                    return words + [st.queue_wake_words[b] for b in idx]
+                self._wake_for, self._wake_idx = queues, idx
+            words.extend(st.queue_wake_words[b] for b in self._wake_idx)
         return words
 
     def stale(self) -> bool:

@@ -96,6 +96,8 @@ class PullConsumer:
         self._reset_seen: dict[str, int] = {}           # broker → offsets_reset_version applied
         self.reset_queues: set[MessageQueue] = set()    # queues moved by a reset (a push consumer resyncs)
         self.assignment_version = 0     # bumped whenever queues join or leave ``positions``
+        self._by_broker: dict[str, tuple[MessageQueue, ...]] = {}
+        self._by_broker_at = -1         # the assignment_version _by_broker was grouped at
         self.offsets = offset_store if offset_store is not None else BrokerOffsets(self.instance, group)
         self.member: GroupMember | None = None          # set by subscribe (group-managed queues)
         self.subscriptions: dict[str, str | SQL] = {}
@@ -332,9 +334,13 @@ class PullConsumer:
         """What to sleep on until there may be news, read once per poll round before fetching: each
         broker's wake words (``BrokerView.wake_words``) with their current values. Also lets go of the
         store files every consumer group has read (``broker.consumed``: one word read per broker)."""
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in self.positions:
-            by_broker.setdefault(mq.broker, []).append(mq)
+        if self._by_broker_at != self.assignment_version:      # queues per broker, as tuples (wake_words)
+            grouped: dict[str, list[MessageQueue]] = {}
+            for mq in self.positions:
+                grouped.setdefault(mq.broker, []).append(mq)
+            self._by_broker = {b: tuple(qs) for b, qs in grouped.items()}
+            self._by_broker_at = self.assignment_version
+        by_broker = self._by_broker
         lists = []
         self.slave_reads.drop_consumed()
         for name, v in self.views.items():
