@@ -39,10 +39,12 @@ def test_bad_messages_are_refused_before_anything_is_stored(cluster):
                Message("rmq_sys_x", b"x"), Message("TRANS_CHECK_MAX_TIME_TOPIC", b"x"), Message("CHECKPOINT_TOPIC", b"x"),
                Message("good", b"x", properties={"a": None}), Message("good", b"x", properties={None: "v"}),
                Message("good", b"x", properties={"a": ""}), Message("good", b"x", properties={"a": " \t"}),
-               Message("good", b"x", properties={" ": "v"})]
+               Message("good", b"x", properties={" ": "v"}), Message("good", b"x", tags="\ud800")]
         for m in bad:
             with pytest.raises(ValidationError):
                 p.send(m)
+            with pytest.raises(ValidationError):         # the batch path (one native call) checks alike
+                p.send_batch([m])
         # A name the system sets itself is refused by a typed error that names it: a TAGS property
         # would be written twice and match neither tag filter (the consume queue takes the first).
         for props, names in (({"TRACE_ON": "true"}, ("TRACE_ON",)), ({"TAGS": "x", "KEYS": "k"}, ("KEYS", "TAGS")),
@@ -56,6 +58,8 @@ def test_bad_messages_are_refused_before_anything_is_stored(cluster):
             p.send_batch([Message("good", b"a"), Message("other", b"b")])
         with pytest.raises(ValidationError):
             p.send_batch([])
+        with pytest.raises(ValidationError, match="hostmq.Message"):
+            p.send_batch([b"not a message"])
         with pytest.raises(ValidationError):
             p.send(Message("good", b"x"), queue=hostmq.MessageQueue("other", "broker-a", 0))
         assert write_pos(c.root) == before
