@@ -44,31 +44,25 @@ def build(tmp: str) -> tuple[str | None, str]:
 def measure(exe: str, row: str, messages: int, warmup: int, period_s: float, spin_us: int, tmp: str,
             timeout_s: float) -> np.ndarray:
     """One floor row: the measured latencies in µs (arrival order). Raises RuntimeError on a failure."""
-    out = os.path.join(tmp, f"{row}.lat")
-    args = [exe, ROWS[row], str(messages), str(warmup), str(max(1, round(period_s * 1e6))), str(spin_us), out]
-    try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{row}: the floor program ran past {timeout_s:.0f} s") from None
-    if p.returncode != 0:
-        raise RuntimeError(f"{row}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
-    try:
-        return np.fromfile(out, dtype=np.uint64).astype(np.float64) / 1000.0
-    finally:
-        os.unlink(out)
+    return _run(row, [exe, ROWS[row], str(messages), str(warmup), str(max(1, round(period_s * 1e6))), str(spin_us)],
+                os.path.join(tmp, f"{row}.lat"), timeout_s)
 
 
 def measure_echo(exe: str, batch: int, round_trips: int, warmup: int, spin_us: int, tmp: str,
                  timeout_s: float) -> np.ndarray:
     """Acknowledged sends of ``batch`` messages, back to back: each round trip in µs. Raises RuntimeError."""
-    out = os.path.join(tmp, f"echo{batch}.lat")
-    args = [exe, "echo", str(round_trips), str(warmup), str(batch), str(spin_us), out]
+    return _run(f"echo of {batch}", [exe, "echo", str(round_trips), str(warmup), str(batch), str(spin_us)],
+                os.path.join(tmp, f"echo{batch}.lat"), timeout_s)
+
+
+def _run(what: str, args: list[str], out: str, timeout_s: float) -> np.ndarray:
+    """Run the floor program writing its latencies to ``out``; them in µs (the file removed)."""
     try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(args + [out], capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"echo of {batch}: the floor program ran past {timeout_s:.0f} s") from None
+        raise RuntimeError(f"{what}: the floor program ran past {timeout_s:.0f} s") from None
     if p.returncode != 0:
-        raise RuntimeError(f"echo of {batch}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
+        raise RuntimeError(f"{what}: the floor program exited {p.returncode}: {p.stderr.strip()[-300:]}")
     try:
         return np.fromfile(out, dtype=np.uint64).astype(np.float64) / 1000.0
     finally:
