@@ -3,7 +3,8 @@ ring frame per batch.
 
 A producer made with ``auto_batch=True`` does not publish each ``send_async`` message as its own
 frame. The message is validated and encoded at once (a bad message raises in the caller, as
-always) and joins the open batch of its topic; the batch goes out as one batch frame — one queue,
+always; ``Producer.encoded_alone``, one native call, for a plain message) and its record — for no
+queue yet — joins the open batch of its topic; the batch goes out as one batch frame — one queue,
 one ring write, one wake-up of the writer — when it holds ``batch_max_messages`` messages or
 ``batch_max_bytes`` bytes, or when its first message has waited ``batch_max_delay_ms`` (a flusher
 thread), or at ``flush()`` / ``shutdown()``. Every message keeps its own Future and its own
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .. import records as R
 from ..errors import HostMQError, ValidationError
-from ..store.encode import encode_records
+from ..store.encode import restamp
 from ..ingress.session import Waiter
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,12 @@ class BatchConfig:
 
 @dataclass
 class _Open:
-    """The open batch of one topic."""
-    topic_b: bytes
+    """The open batch of one topic: its records (encoded for queue 0 and no broker: ``restamp``
+    stamps the queue and broker they go to) and each one's Future."""
+    overhead: int                    # a record's bytes besides its body and properties
     first_msg: object                # routes the batch (its topic) and carries its timeout
-    bodies: list = field(default_factory=list)
-    props: list = field(default_factory=list)
-    flags: list = field(default_factory=list)
+    records: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
     futures: list = field(default_factory=list)
     nbytes: int = 0
     due: float = 0.0                 # monotonic time it must go out by
@@ -71,22 +72,22 @@ class Accumulator:
         self._thread = threading.Thread(target=self._run, name="hostmq-batcher", daemon=True)
         self._thread.start()
 
-    def add(self, msg, topic_b: bytes, body: bytes, props: bytes, fut, timeout_s: float) -> None:
+    def add(self, msg, topic_b: bytes, record: bytes, fut, timeout_s: float) -> None:
+        """Join ``msg``'s ``record`` (encoded for queue 0 and no broker) to its topic's open batch."""
         cfg = self.config
         now = time.monotonic()
         full = None
         with self._lock:
             b = self._open.get(msg.topic)
             if b is None:
-                b = self._open[msg.topic] = _Open(topic_b, msg, due=now + cfg.max_delay_ms / 1000,
-                                                  deadline=now + timeout_s)
+                b = self._open[msg.topic] = _Open(R.record_size(0, len(topic_b), 0), msg,
+                                                  due=now + cfg.max_delay_ms / 1000, deadline=now + timeout_s)
                 self._wake.notify()
-            b.bodies.append(body)
-            b.props.append(props)
-            b.flags.append(msg.flag)
+            b.records.append(record)
+            b.sizes.append(len(record))
             b.futures.append(fut)
-            b.nbytes += len(body) + len(props)
-            if len(b.bodies) >= cfg.max_messages or b.nbytes >= cfg.max_bytes:
+            b.nbytes += len(record) - b.overhead         # body + properties bytes, as the limit counts
+            if len(b.records) >= cfg.max_messages or b.nbytes >= cfg.max_bytes:
                 full = self._open.pop(msg.topic)
         if full is not None:
             self._publish(full)
@@ -123,11 +124,11 @@ class Accumulator:
     def _publish(self, b: _Open) -> None:
         """One batch frame on a queue the producer chooses (``Producer.publish_frame``: another broker
         if this one is gone or busy); its futures fail together otherwise."""
+        joined = b"".join(b.records)
+
         def frame(mq, session) -> tuple:
-            payload, sizes = encode_records(b.topic_b, b.bodies, b.props, queue_id=mq.queue_id, flags=b.flags,
-                                            born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(),
-                                            store_host=session.store_host)
-            return R.FRAME_BATCH, payload, len(sizes), Waiter(mq, sizes, futures=b.futures)
+            payload = restamp(joined, b.sizes, mq.queue_id, session.store_host)
+            return R.FRAME_BATCH, payload, len(b.sizes), Waiter(mq, b.sizes, futures=b.futures)
         try:
             self.producer.publish_frame(b.first_msg, None, None, None, None, b.deadline, frame)
             return

@@ -152,16 +152,22 @@ class Producer:
             fut.add_done_callback(callback)
         if self.batch_config is not None and queue is None and selector is None and sharding_key is None \
                 and isinstance(msg, Message) and not msg.delay_level:
-            topic_b, body, sys_flag, props = self.prepare(msg, compress=False)
-            if len(body) <= self.compress_over_bytes:
-                acc = self._accumulator
-                if acc is None:
-                    with self._lock:
-                        acc = self._accumulator = self._accumulator or Accumulator(self, self.batch_config)
-                acc.add(msg, topic_b, body, props, fut, self.send_timeout_s if timeout is None else timeout)
-                return fut
-            self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut,
-                               (topic_b, *self._compressed(body), props))     # too large to batch: alone
+            alone = self.encoded_alone(msg)
+            if alone is not None:
+                record = alone[0]
+            else:
+                topic_b, body, sys_flag, props = self.prepare(msg, compress=False)
+                if len(body) > self.compress_over_bytes:
+                    self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut,
+                                       (topic_b, *self._compressed(body), props))     # too large to batch: alone
+                    return fut
+                record = R.encode_record(topic_b, body, props, flag=msg.flag, born_ts_ms=int(time.time() * 1000),
+                                         born_host=R.host_bytes(), store_host=b"")
+            acc = self._accumulator
+            if acc is None:
+                with self._lock:
+                    acc = self._accumulator = self._accumulator or Accumulator(self, self.batch_config)
+            acc.add(msg, self.topic_bytes(msg.topic), record, fut, self.send_timeout_s if timeout is None else timeout)
             return fut
         self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut)
         return fut
@@ -226,6 +232,15 @@ class Producer:
 
     def _submit_async(self, msg, timeout, queue, selector, arg, sharding_key, fut, prepared=None) -> None:
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
+        alone = self.encoded_alone(msg) if prepared is None else None
+        if alone is not None:           # the common case, encoded in one native call
+            payload, sizes = alone
+
+            def frame(mq: MessageQueue, session: ProducerSession) -> tuple:
+                return R.FRAME_MESSAGE, restamp(payload, sizes, mq.queue_id, session.store_host), 1, \
+                    Waiter(mq, None, fut)
+            self.publish_frame(msg, queue, selector, arg, sharding_key, deadline, frame)
+            return
         topic_b, body, sys_flag, props = prepared or self.prepare(msg)
 
         def frame(mq: MessageQueue, session: ProducerSession) -> tuple:
