@@ -72,7 +72,7 @@ class Accumulator:
         self._thread = threading.Thread(target=self._run, name="hostmq-batcher", daemon=True)
         self._thread.start()
 
-    def add(self, msg, topic_b: bytes, record: bytes, fut, timeout_s: float) -> None:
+    def add(self, msg, record: bytes, fut, timeout_s: float) -> None:
         """Join ``msg``'s ``record`` (encoded for queue 0 and no broker) to its topic's open batch."""
         cfg = self.config
         now = time.monotonic()
@@ -80,7 +80,7 @@ class Accumulator:
         with self._lock:
             b = self._open.get(msg.topic)
             if b is None:
-                b = self._open[msg.topic] = _Open(R.record_size(0, len(topic_b), 0), msg,
+                b = self._open[msg.topic] = _Open(R.record_size(0, len(msg.topic.encode()), 0), msg,
                                                   due=now + cfg.max_delay_ms / 1000, deadline=now + timeout_s)
                 self._wake.notify()
             b.records.append(record)

@@ -167,7 +167,7 @@ class Producer:
             if acc is None:
                 with self._lock:
                     acc = self._accumulator = self._accumulator or Accumulator(self, self.batch_config)
-            acc.add(msg, self.topic_bytes(msg.topic), record, fut, self.send_timeout_s if timeout is None else timeout)
+            acc.add(msg, record, fut, self.send_timeout_s if timeout is None else timeout)
             return fut
         self._submit_async(msg, timeout, queue, selector, arg, sharding_key, fut)
         return fut
@@ -187,15 +187,9 @@ class Producer:
         first = msgs[0]
         if not isinstance(first, Message):
             raise ValidationError(f"a batch holds hostmq.Message objects, got {type(first).__name__}")
-        topic_b = self.topic_bytes(first.topic)
-        lim = self._limits
-        prefix, counter = R.unique_id_source()
         # Checked and encoded once (ids drawn once, as RocketMQ sets them before its retries); each
         # attempt stamps its queue and broker into a copy.
-        payload, sizes = encode_messages(msgs, first.topic, topic_b, queue_id=0, born_ts_ms=int(time.time() * 1000),
-                                         born_host=R.host_bytes(), store_host=b"",
-                                         max_body_bytes=lim.max_message_bytes,
-                                         max_props_bytes=lim.max_properties_bytes, uid_prefix=prefix, uid_next=counter)
+        payload, sizes = self._encoded(msgs, first.topic)
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
 
         def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
@@ -292,12 +286,16 @@ class Producer:
         if msg.__class__ is not Message or msg.delay_level or msg.body.__class__ is not bytes \
                 or len(msg.body) > self.compress_over_bytes:
             return None
+        return self._encoded([msg], msg.topic)
+
+    def _encoded(self, msgs: list[Message], topic: str) -> tuple[bytes, list[int]]:
+        """``msgs`` (of ``topic``) checked and encoded for queue 0 and no broker (``restamp`` stamps
+        those per attempt), their unique ids drawn from this process's counter."""
         lim = self._limits
         prefix, counter = R.unique_id_source()
-        return encode_messages([msg], msg.topic, self.topic_bytes(msg.topic), queue_id=0,
-                               born_ts_ms=int(time.time() * 1000), born_host=R.host_bytes(), store_host=b"",
-                               max_body_bytes=lim.max_message_bytes, max_props_bytes=lim.max_properties_bytes,
-                               uid_prefix=prefix, uid_next=counter)
+        return encode_messages(msgs, topic, self.topic_bytes(topic), queue_id=0, born_ts_ms=int(time.time() * 1000),
+                               born_host=R.host_bytes(), store_host=b"", max_body_bytes=lim.max_message_bytes,
+                               max_props_bytes=lim.max_properties_bytes, uid_prefix=prefix, uid_next=counter)
 
     def topic_bytes(self, topic: str) -> bytes:
         """``topic`` validated as a user's topic, encoded (cached); starts the producer if it was not."""

@@ -305,10 +305,9 @@ static PyObject *batch_msg_ids(PyObject *self, PyObject *const *args, Py_ssize_t
     long long at = phys;
     for (Py_ssize_t i = 0; i < n; i++) {        /* every start fits 16 hex digits */
         long long s;
-        if (as_int(PyList_GET_ITEM(sizes, i), 0, INT32_MAX, &s) < 0 || (i + 1 < n && at > LLONG_MAX - s))
+        if (as_int(PyList_GET_ITEM(sizes, i), 0, INT32_MAX, &s) < 0 || at > LLONG_MAX - s)
             Py_RETURN_NONE;
-        if (i + 1 < n)
-            at += s;
+        at += s;
     }
     PyObject *out = PyUnicode_New(n * (hn + UID_HEX) + (n - 1), 127);
     if (out == NULL)
