@@ -278,7 +278,9 @@ def test_the_native_step_writes_what_the_python_step_writes(tmp_path, monkeypatc
     monkeypatch.setattr(step.NATIVE_STEP, "serve", counted)
     try:
         NativeAgainstPython.TestCase.settings = settings(
-            max_examples=300, stateful_step_count=50, deadline=None,
+            # derandomize: the same 300 programs every run, so the coverage checks below (BATCH
+            # frames served natively, every fallback) hold every run, not most.
+            max_examples=300, stateful_step_count=50, deadline=None, derandomize=True,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
         NativeAgainstPython.TestCase().runTest()
     finally:
