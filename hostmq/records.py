@@ -681,11 +681,15 @@ def codec_layout_header(layout: dict | None = None) -> str:
 STEP_LAYOUT = {
     "RING_WORD": {n: RING_WORD[n] for n in ("data_write_pos", "completion_read_pos", "producer_waiting",
                                             "data_read_pos", "completion_write_pos", "appended_data_pos",
-                                            "staged_completion_pos")},
+                                            "staged_completion_pos", "writer_waiting")},
     "RING_HEADER_BYTES": RING_HEADER.itemsize,
     "STATE_WORD": {n: STATE_WORD[n] for n in ("write_pos", "last_store_ts_ms", "appended_records", "intent_valid",
                                               "intent_slot", "intent_generation", "intent_phys_start",
-                                              "intent_data_end", "intent_cw_end", "committed_pos")},
+                                              "intent_data_end", "intent_cw_end", "committed_pos",
+                                              # the native loop's (serve_loop): its sleep and what ends it
+                                              "writer_waiting", "dispatcher_waiting", "dispatch_wake",
+                                              "sessions_version", "topics_version", "flush_error",
+                                              "fenced_epoch", "ha_slaves", "confirmed_pos")},
     "FRAME": {n: FRAME_HEADER_DTYPE.fields[n][1] for n in FRAME_HEADER_DTYPE.names},
     "FRAME_HEADER_BYTES": FRAME_HEADER.size,
     "FRAME_KIND": {"MESSAGE": FRAME_MESSAGE, "BATCH": FRAME_BATCH, "SKIP": FRAME_SKIP},

@@ -29,6 +29,8 @@ import time
 from collections import deque
 from typing import NamedTuple
 
+import numpy as np
+
 from .. import records as R
 from ..errors import RingCorruptError
 from ..ingress import step
@@ -59,6 +61,7 @@ DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
 DISPATCH_WAKE_DELAY_S = 0.001       # the dispatcher is woken at most this often while consumers tail
+LOOP_SLICE_S = 0.05                 # the native loop hands back at least this often (stop, timers)
 
 
 class _Pending(NamedTuple):
@@ -124,6 +127,7 @@ class Writer(RingSessions):
         self.cl.on_commit = self._committed
         self.cl.mfq.load()
         self.doorbell_segment, self.doorbell = open_doorbell(st)
+        self._doorbell_words = self.doorbell_segment.array(np.int64, 1)     # the native loop sleeps on it
         self.topics = TopicTable(topics_path(rt.config_dir))
         self._queues: dict[bytes, int] = {}
         self._topics_seen = -1
@@ -231,6 +235,32 @@ class Writer(RingSessions):
                 n += self._serve(a)
         if self.pending:
             self._publish_synced(time.monotonic())
+        return n
+
+    def loop_ready(self) -> bool:
+        """Whether the native loop (:meth:`serve_loop`) may serve now: every batch would be followed in
+        the native call (``_follow``: no pool, ASYNC_FLUSH, not a SYNC_MASTER), nothing is pending,
+        no replication follows the appends, writes are not refused, sessions and topics are current."""
+        if self._follow is None or self.pending or not step.loop_allowed(self.cl, self._queues):
+            return False
+        w = self.state.w
+        return w[W_SESSIONS_VERSION] == self._sessions_seen and w[W_TOPICS_VERSION] == self._topics_seen \
+            and not w[W_FENCED_EPOCH] and not self._ha_wants_batches() \
+            and not self.refusals.status(time.monotonic(), w[W_FLUSH_ERROR])
+
+    def serve_loop(self, until_s: float) -> int:
+        """The loop body in C until ``until_s`` or something for Python (``step.serve_loop``: serve,
+        follow, wait — what ``run_once`` and ``wait`` do in this case); a ring it hands back is served
+        here. Returns the frames handled."""
+        r = step.serve_loop(self._serving, self.state.w, self._doorbell_words, self.state.queue_wake, self.cl,
+                            self.limits, sessions_seen=self._sessions_seen, topics_seen=self._topics_seen,
+                            until_s=until_s, dispatch_due_s=self._dispatch_due_s,
+                            dispatch_delay_s=DISPATCH_WAKE_DELAY_S, idle=self.idle, busy_idle=self.busy_idle,
+                            busy_window_s=BUSY_WINDOW_S, last_work_s=self.last_work_s)
+        self._dispatch_due_s, self.last_work_s = r.dispatch_due_s, r.last_work_s
+        n = r.frames
+        if r.exit == step.LoopExit.FALLBACK:
+            n += self._serve(self._serving[r.ring])
         return n
 
     def _serve(self, a: _Attached) -> int:
@@ -441,7 +471,7 @@ class Writer(RingSessions):
         self.cl.close()
         if self.pool is not None:
             self.pool.close()
-        self.doorbell = None
+        self.doorbell = self._doorbell_words = None
         self.doorbell_segment.close()
         self._follow = None                 # holds a view of the state's wake words
         self.state.close()
@@ -454,7 +484,9 @@ def run(rt: BrokerRuntime, stop) -> int:
     next_housekeeping = 0.0
     try:
         while not stop.is_set():
-            if not w.run_once():
+            if w.loop_ready():
+                w.serve_loop(min(next_housekeeping, time.monotonic() + LOOP_SLICE_S))
+            elif not w.run_once():
                 w.wait(stop)
             now = time.monotonic()
             w.commit_due(now)

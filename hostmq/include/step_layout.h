@@ -13,6 +13,7 @@ enum {
     RW_COMPLETION_WRITE_POS = 17,
     RW_APPENDED_DATA_POS = 20,
     RW_STAGED_COMPLETION_POS = 21,
+    RW_WRITER_WAITING = 18,
 };
 
 enum { RING_HEADER_BYTES = 256 };
@@ -29,6 +30,15 @@ enum {
     SW_INTENT_DATA_END = 28,
     SW_INTENT_CW_END = 29,
     SW_COMMITTED_POS = 23,
+    SW_WRITER_WAITING = 18,
+    SW_DISPATCHER_WAITING = 34,
+    SW_DISPATCH_WAKE = 30,
+    SW_SESSIONS_VERSION = 9,
+    SW_TOPICS_VERSION = 10,
+    SW_FLUSH_ERROR = 47,
+    SW_FENCED_EPOCH = 69,
+    SW_HA_SLAVES = 53,
+    SW_CONFIRMED_POS = 70,
 };
 
 /* Frame header: byte offset of each field (native byte order). */
@@ -77,6 +87,7 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("RING_WORD.completion_write_pos", 17) \
     X("RING_WORD.appended_data_pos", 20) \
     X("RING_WORD.staged_completion_pos", 21) \
+    X("RING_WORD.writer_waiting", 18) \
     X("RING_HEADER_BYTES", 256) \
     X("STATE_WORD.write_pos", 16) \
     X("STATE_WORD.last_store_ts_ms", 19) \
@@ -88,6 +99,15 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("STATE_WORD.intent_data_end", 28) \
     X("STATE_WORD.intent_cw_end", 29) \
     X("STATE_WORD.committed_pos", 23) \
+    X("STATE_WORD.writer_waiting", 18) \
+    X("STATE_WORD.dispatcher_waiting", 34) \
+    X("STATE_WORD.dispatch_wake", 30) \
+    X("STATE_WORD.sessions_version", 9) \
+    X("STATE_WORD.topics_version", 10) \
+    X("STATE_WORD.flush_error", 47) \
+    X("STATE_WORD.fenced_epoch", 69) \
+    X("STATE_WORD.ha_slaves", 53) \
+    X("STATE_WORD.confirmed_pos", 70) \
     X("FRAME.frame_bytes", 0) \
     X("FRAME.kind", 4) \
     X("FRAME.seq", 8) \

@@ -26,11 +26,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -514,6 +517,397 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* ---- the writer's loop (serve_loop) --------------------------------------------------------------
+ *
+ * hostmq/broker/writer.py's loop body — run_once (each ring with frames served once, a batch each),
+ * then wait (the idle strategy, then the doorbell's futex with the writer's waiting flags set), the
+ * deferred dispatcher wake-up — for the common case only: every batch served by the native step and
+ * followed in the same call (step.Follow: committed_pos, the queue wake words, step 7), which the
+ * writer allows when nothing else must come between a batch and its answer. It hands back to Python
+ * (a LOOP_* reason) at ``until_ns``, when a ring's batch needs the Python steps (LOOP_FALLBACK: a file
+ * roll, a record to refuse, a corrupt ring), when a state word the writer's policy depends on moved
+ * (LOOP_CHANGED: sessions, topics, a flush error, fencing, replication), when the file passed the
+ * preallocation mark (LOOP_PREALLOC), or when a signal interrupted the sleep (LOOP_SIGNAL). The GIL
+ * is released throughout; the rings' cursors come back in the result for the Python objects. */
+enum { LOOP_DEADLINE = 0, LOOP_FALLBACK = 1, LOOP_CHANGED = 2, LOOP_PREALLOC = 3, LOOP_SIGNAL = 4 };
+enum { IDLE_SLEEP = 0, IDLE_SPIN = 1, IDLE_YIELD = 2, IDLE_BACKOFF = 3 };   /* waiting.IDLE_KINDS */
+#define MAX_LOOP_RINGS 4096
+#define BACKOFF_SPIN_NS 10000LL       /* waiting.BACKOFF_SPIN_US */
+#define RING_INTS 10
+
+typedef struct {
+    Py_buffer q, data, comp;
+    long long capacity, entries, max_fb, hpos, rpos, cwpos, cstaged, uncompleted, slot, generation;
+} LoopRing;
+
+typedef struct {
+    int64_t *words, *doorbell, *queue_wake;
+    LoopRing *rings;
+    Py_ssize_t nrings;
+    long long sessions_seen, topics_seen;
+} Loop;
+
+static inline long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline long long wall_ms(void)       /* int(time.time() * 1000) */
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (long long)t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* WriterSide.has_frames: frames past the handed-out position, and a completion slot free for them. */
+static inline int ring_has_frames(const LoopRing *r)
+{
+    const int64_t *q = r->q.buf;
+    return load_i64(q + RW_DATA_WRITE_POS) != r->hpos
+        && r->cstaged - load_i64(q + RW_COMPLETION_READ_POS) + r->uncompleted < r->entries;
+}
+
+/* A state word the writer's policy reads moved: Python decides what next (Writer.loop_ready). */
+static inline int loop_changed(const Loop *L)
+{
+    const int64_t *w = L->words;
+    return load_i64(w + SW_SESSIONS_VERSION) != L->sessions_seen || load_i64(w + SW_TOPICS_VERSION) != L->topics_seen
+        || load_i64(w + SW_FLUSH_ERROR) != 0 || load_i64(w + SW_FENCED_EPOCH) != 0
+        || load_i64(w + SW_HA_SLAVES) != 0 || load_i64(w + SW_CONFIRMED_POS) >= 0;
+}
+
+static int loop_ready(const Loop *L)       /* Writer._ready, without pending batches (none here) */
+{
+    if (loop_changed(L))
+        return 1;
+    for (Py_ssize_t i = 0; i < L->nrings; i++)
+        if (ring_has_frames(&L->rings[i]))
+            return 1;
+    return 0;
+}
+
+static void set_waiting(Loop *L, int64_t v)
+{
+    store_i64(L->words + SW_WRITER_WAITING, v);
+    for (Py_ssize_t i = 0; i < L->nrings; i++)
+        store_i64((int64_t *)L->rings[i].q.buf + RW_WRITER_WAITING, v);
+}
+
+/* One batch of ring r through the native step with every follow-up (step.py _serve_native with
+ * step.Follow(True, queue_wake, True)); the ring's cursors advance on ST_DONE (and over skip frames
+ * on ST_EMPTY, as Python's walk moves them). */
+static int loop_serve(Step *s, LoopRing *r, int64_t *queue_wake)
+{
+    s->q = r->q.buf;
+    s->data = r->data.buf;
+    s->comp = r->comp.buf;
+    s->comp_len = r->comp.len;
+    s->capacity = r->capacity; s->entries = r->entries; s->max_fb = r->max_fb;
+    s->hpos = r->hpos; s->rpos = r->rpos; s->cwpos = r->cwpos; s->cstaged = r->cstaged;
+    s->uncompleted = r->uncompleted; s->slot = r->slot; s->generation = r->generation;
+    s->frames = s->appended = 0;
+    s->wake_mask = 0;
+    s->now_ms = wall_ms();
+    Py_ssize_t used = 0;
+    int status = take(s, &used);
+    if (status == ST_DONE) {
+        status = check(s, used);
+        if (status == ST_DONE) {
+            commit(s, used, s->hpos);
+            follow_up(s, FOLLOW_COMMITTED | FOLLOW_WAKE | FOLLOW_RELEASE, queue_wake);
+            r->hpos = r->rpos = s->hpos;
+            r->cstaged = r->cwpos = s->cstaged;
+        }
+    } else if (status == ST_EMPTY) {
+        r->hpos = s->hpos;
+    }
+    return status;
+}
+
+static void notify_dispatcher(int64_t *w)         /* signal.notify_if_waiting(dispatcher_waiting, dispatch_wake) */
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (load_i64(w + SW_DISPATCHER_WAITING)) {
+        __atomic_fetch_add(w + SW_DISPATCH_WAKE, 1, __ATOMIC_RELEASE);
+        wake_word(w + SW_DISPATCH_WAKE);
+    }
+}
+
+/* The idle strategy's phase before the futex (waiting.IdleStrategy.idle): 1 as soon as ready. */
+static int idle_phase(const Loop *L, int kind, long long budget_ns, long long deadline_ns)
+{
+    if (kind == IDLE_SLEEP || budget_ns <= 0)
+        return 0;
+    long long now = mono_ns();
+    long long end = now + budget_ns < deadline_ns ? now + budget_ns : deadline_ns;
+    long long busy_end = kind == IDLE_SPIN ? end
+                       : kind == IDLE_BACKOFF ? (now + BACKOFF_SPIN_NS < end ? now + BACKOFF_SPIN_NS : end) : now;
+    while (now < busy_end) {
+        if (loop_ready(L))
+            return 1;
+        cpu_relax();
+        now = mono_ns();
+    }
+    while (now < end) {
+        if (loop_ready(L))
+            return 1;
+        sched_yield();
+        now = mono_ns();
+    }
+    return 0;
+}
+
+typedef struct {
+    long long until_ns, due_ns, delay_ns, prealloc_pos, idle_ns, busy_ns, window_ns, last_work_ns;
+    int idle_kind;
+    /* out */
+    int reason;
+    Py_ssize_t ring;
+    long long frames, appended;
+} LoopRun;
+
+static void run_loop(Loop *L, Step *s, LoopRun *R)
+{
+    R->ring = -1;
+    for (;;) {
+        if (loop_changed(L)) {
+            R->reason = LOOP_CHANGED;
+            return;
+        }
+        int served = 0;
+        for (Py_ssize_t i = 0; i < L->nrings; i++) {
+            LoopRing *r = &L->rings[i];
+            if (!ring_has_frames(r))
+                continue;
+            int status = loop_serve(s, r, L->queue_wake);
+            if (status > ST_DONE) {
+                R->reason = LOOP_FALLBACK;
+                R->ring = i;
+                return;
+            }
+            if (status == ST_EMPTY)
+                continue;
+            served = 1;
+            R->frames += s->frames;
+            R->appended += s->appended;
+            R->last_work_ns = mono_ns();
+            if (s->appended && !R->due_ns)
+                R->due_ns = R->last_work_ns + R->delay_ns;
+            if (s->wrote_pos >= R->prealloc_pos) {
+                R->reason = LOOP_PREALLOC;
+                return;
+            }
+        }
+        long long now = mono_ns();
+        if (R->due_ns && now >= R->due_ns) {
+            R->due_ns = 0;
+            notify_dispatcher(L->words);
+        }
+        if (now >= R->until_ns) {
+            R->reason = LOOP_DEADLINE;
+            return;
+        }
+        if (served)
+            continue;               /* serve again before waiting (run(): run_once found work) */
+        long long deadline = R->due_ns && R->due_ns < R->until_ns ? R->due_ns : R->until_ns;
+        int busy = now - R->last_work_ns < R->window_ns;
+        if (idle_phase(L, R->idle_kind, busy ? R->busy_ns : R->idle_ns, deadline))
+            continue;
+        set_waiting(L, 1);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* signal.fence: the flags, then the cursors */
+        uint32_t *half = (uint32_t *)L->doorbell;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        half += 1;
+#endif
+        int interrupted = 0;
+        for (;;) {
+            uint32_t token = __atomic_load_n(half, __ATOMIC_ACQUIRE);      /* arm, then the last check */
+            if (loop_ready(L))
+                break;
+            now = mono_ns();
+            if (now >= deadline)
+                break;
+            long long left = deadline - now;
+            struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
+            if (syscall(SYS_futex, half, FUTEX_WAIT, token, &ts, NULL, 0) == -1 && errno == EINTR) {
+                interrupted = 1;
+                break;
+            }
+        }
+        set_waiting(L, 0);
+        if (interrupted) {
+            R->reason = LOOP_SIGNAL;         /* Python's handlers run once the call returns */
+            return;
+        }
+    }
+}
+
+PyDoc_STRVAR(serve_loop_doc,
+"serve_loop(rings, words, doorbell, file, scratch, names, table, offsets, host, queue_wake,\n"
+"           file_from, wrote_pos, file_bytes, prealloc_pos, max_body, max_props, batch_bytes, last_ts,\n"
+"           ntopics, sessions_seen, topics_seen, until_ns, dispatch_due_ns, dispatch_delay_ns,\n"
+"           idle_kind, idle_ns, busy_ns, busy_window_ns, last_work_ns)\n"
+"-> (reason, ring, frames, appended, wrote_pos, last_ts, dispatch_due_ns, last_work_ns, cursors)\n\n"
+"The writer's loop (serve, follow, wait) in C with the GIL released until a LOOP_* reason hands back\n"
+"to Python (see hostmq/ingress/step.py serve_loop). ``rings``: a tuple of (ring_header, ring_data,\n"
+"completions, capacity, entries, max_frame_bytes, hpos, rpos, cwpos, cstaged, uncompleted, slot,\n"
+"generation); ``cursors``: a tuple of (hpos, rpos, cwpos, cstaged) per ring. Times are\n"
+"CLOCK_MONOTONIC ns.");
+
+enum { L_BUFFERS = 9, L_INTS = 19 };
+
+static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    StepState *st = state_of(self);
+    if (!st->bound) {
+        PyErr_SetString(PyExc_RuntimeError, "hostmq.ingress._step: _bind(reserved_property_marks=...) first");
+        return NULL;
+    }
+    if (nargs != 1 + L_BUFFERS + L_INTS) {
+        PyErr_Format(PyExc_TypeError, "serve_loop() takes %d arguments (%zd given)", 1 + L_BUFFERS + L_INTS, nargs);
+        return NULL;
+    }
+    PyObject *rings = args[0];
+    if (!PyTuple_Check(rings) || PyTuple_GET_SIZE(rings) > MAX_LOOP_RINGS) {
+        PyErr_SetString(PyExc_ValueError, "serve_loop(): rings must be a tuple of at most 4096 ring tuples");
+        return NULL;
+    }
+    long long ints[L_INTS];
+    for (int i = 0; i < L_INTS; i++) {
+        ints[i] = PyLong_AsLongLong(args[1 + L_BUFFERS + i]);
+        if (ints[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    /* words, doorbell, file, scratch, names, table, offsets, host, queue_wake */
+    static const int write_it[L_BUFFERS] = {1, 0, 1, 1, 0, 1, 1, 0, 1};
+    Py_buffer bufs[L_BUFFERS];
+    int got = 0;
+    for (; got < L_BUFFERS; got++)
+        if (PyObject_GetBuffer(args[1 + got], &bufs[got], write_it[got] ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                                                        : PyBUF_C_CONTIGUOUS) < 0)
+            break;
+    Py_ssize_t n = PyTuple_GET_SIZE(rings), held = 0;
+    LoopRing *lr = got == L_BUFFERS ? PyMem_Calloc(n ? (size_t)n : 1, sizeof(LoopRing)) : NULL;
+    PyObject *out = NULL;
+    if (got == L_BUFFERS && lr == NULL)
+        PyErr_NoMemory();
+    int bad = lr == NULL;
+    for (; !bad && held < n; held++) {
+        PyObject *t = PyTuple_GET_ITEM(rings, held);
+        LoopRing *r = &lr[held];
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 + RING_INTS) {
+            PyErr_SetString(PyExc_ValueError, "serve_loop(): each ring is a tuple of 3 buffers and 10 ints");
+            bad = 1;
+            break;
+        }
+        long long v[RING_INTS];
+        for (int i = 0; i < RING_INTS && !bad; i++) {
+            v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 3 + i));
+            bad = v[i] == -1 && PyErr_Occurred();
+        }
+        if (bad)
+            break;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 0), &r->q, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            bad = 1;
+            break;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 1), &r->data, PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&r->q);
+            bad = 1;
+            break;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(t, 2), &r->comp, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&r->q);
+            PyBuffer_Release(&r->data);
+            bad = 1;
+            break;
+        }
+        r->capacity = v[0]; r->entries = v[1]; r->max_fb = v[2]; r->hpos = v[3]; r->rpos = v[4];
+        r->cwpos = v[5]; r->cstaged = v[6]; r->uncompleted = v[7]; r->slot = v[8]; r->generation = v[9];
+        if (r->q.len < RING_HEADER_BYTES || ((uintptr_t)r->q.buf & 7)
+            || r->capacity <= 0 || (r->capacity & (r->capacity - 1)) || r->data.len < r->capacity
+            || r->entries <= 0 || (r->entries & (r->entries - 1)) || r->comp.len < r->entries * COMPLETION_BYTES
+            || r->max_fb > r->capacity / 2 || r->uncompleted < 0) {
+            PyErr_SetString(PyExc_ValueError, "serve_loop(): a ring's buffers and geometry disagree");
+            held++;
+            bad = 1;
+            break;
+        }
+    }
+    Step s;
+    memset(&s, 0, sizeof s);
+    LoopRun R;
+    memset(&R, 0, sizeof R);
+    if (!bad) {
+        Py_buffer *bwords = &bufs[0], *bbell = &bufs[1], *bfile = &bufs[2], *bscratch = &bufs[3], *bnames = &bufs[4],
+                  *btable = &bufs[5], *boff = &bufs[6], *bhost = &bufs[7], *bwake = &bufs[8];
+        int max_sw = SW_INTENT_CW_END;
+        const int sws[] = {SW_COMMITTED_POS, SW_WRITER_WAITING, SW_DISPATCHER_WAITING, SW_DISPATCH_WAKE,
+                           SW_SESSIONS_VERSION, SW_TOPICS_VERSION, SW_FLUSH_ERROR, SW_FENCED_EPOCH, SW_HA_SLAVES,
+                           SW_CONFIRMED_POS, SW_WRITE_POS, SW_LAST_STORE_TS_MS, SW_APPENDED_RECORDS};
+        for (size_t i = 0; i < sizeof sws / sizeof sws[0]; i++)
+            if (sws[i] > max_sw)
+                max_sw = sws[i];
+        s.file_from = ints[0]; s.wrote_pos = ints[1]; s.file_bytes = ints[2]; R.prealloc_pos = ints[3];
+        s.max_body = ints[4]; s.max_props = ints[5]; s.batch_bytes = ints[6]; s.last_ts = ints[7]; s.ntopics = ints[8];
+        R.until_ns = ints[11]; R.due_ns = ints[12]; R.delay_ns = ints[13]; R.idle_kind = (int)ints[14];
+        R.idle_ns = ints[15]; R.busy_ns = ints[16]; R.window_ns = ints[17]; R.last_work_ns = ints[18];
+        if (bwords->len < (max_sw + 1) * 8 || ((uintptr_t)bwords->buf & 7) || bbell->len < 8
+            || ((uintptr_t)bbell->buf & 7) || bhost->len < HOST_BYTES || bwake->len < QUEUE_WAKE_WORDS * 8
+            || ((uintptr_t)bwake->buf & 7) || s.ntopics < 0 || bnames->len < s.ntopics * TOPIC_SLOT_BYTES
+            || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0 || ints[14] < IDLE_SLEEP
+            || ints[14] > IDLE_BACKOFF) {
+            PyErr_SetString(PyExc_ValueError, "serve_loop(): buffers and arguments disagree");
+            bad = 1;
+        } else {
+            s.words = bwords->buf;
+            s.file = bfile->buf;
+            s.file_len = bfile->len;
+            s.scratch = bscratch->buf;
+            s.scratch_len = bscratch->len & ~(Py_ssize_t)7;
+            s.names = bnames->buf;
+            s.table = btable->buf;
+            s.offsets = boff->buf;
+            s.offsets_len = boff->len / 8;
+            s.host = bhost->buf;
+            s.st = st;
+            Loop L = {bwords->buf, bbell->buf, bwake->buf, lr, n, ints[9], ints[10]};
+            Py_BEGIN_ALLOW_THREADS
+            run_loop(&L, &s, &R);
+            Py_END_ALLOW_THREADS
+            PyObject *cur = PyTuple_New(n);
+            for (Py_ssize_t i = 0; cur != NULL && i < n; i++) {
+                PyObject *c = Py_BuildValue("(LLLL)", lr[i].hpos, lr[i].rpos, lr[i].cwpos, lr[i].cstaged);
+                if (c == NULL)
+                    Py_CLEAR(cur);
+                else
+                    PyTuple_SET_ITEM(cur, i, c);
+            }
+            if (cur != NULL)
+                out = Py_BuildValue("(inLLLLLLN)", R.reason, R.ring, R.frames, R.appended, s.wrote_pos, s.last_ts,
+                                    R.due_ns, R.last_work_ns, cur);
+        }
+    }
+    for (Py_ssize_t i = 0; lr != NULL && i < held; i++) {
+        PyBuffer_Release(&lr[i].q);
+        PyBuffer_Release(&lr[i].data);
+        PyBuffer_Release(&lr[i].comp);
+    }
+    PyMem_Free(lr);
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    return out;
+}
+
 static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     StepState *st = state_of(self);
@@ -529,6 +923,7 @@ static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 
 static PyMethodDef methods[] = {
     {"serve", (PyCFunction)(void (*)(void))step_serve, METH_FASTCALL, serve_doc},
+    {"serve_loop", (PyCFunction)(void (*)(void))step_serve_loop, METH_FASTCALL, serve_loop_doc},
     {"_bind", (PyCFunction)(void (*)(void))step_bind, METH_VARARGS | METH_KEYWORDS,
      "Register the reserved property marks (record_fields._RESERVED_MARKS) in this module's state."},
     {NULL, NULL, 0, NULL},
@@ -556,6 +951,11 @@ static int step_exec(PyObject *m)
     ADD_STATUS("FALLBACK_FILE", ST_FALLBACK_FILE)
     ADD_STATUS("FALLBACK_CHECK", ST_FALLBACK_CHECK)
     ADD_STATUS("FALLBACK_SCRATCH", ST_FALLBACK_SCRATCH)
+    ADD_STATUS("LOOP_DEADLINE", LOOP_DEADLINE)
+    ADD_STATUS("LOOP_FALLBACK", LOOP_FALLBACK)
+    ADD_STATUS("LOOP_CHANGED", LOOP_CHANGED)
+    ADD_STATUS("LOOP_PREALLOC", LOOP_PREALLOC)
+    ADD_STATUS("LOOP_SIGNAL", LOOP_SIGNAL)
     ADD_STATUS("TOPIC_SLOT_BYTES", TOPIC_SLOT_BYTES)
     ADD_STATUS("TABLE_WORDS", TABLE_WORDS)
 #undef ADD_STATUS

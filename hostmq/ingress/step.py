@@ -279,6 +279,97 @@ def _serve_native(ring, slot: int, generation: int, words, log_, limits: Limits,
     return Batch(n, appended, cw_start, cstaged, hpos, end, bits)
 
 
+# -- the writer's loop in C (``_step.c`` serve_loop) ----------------------------------------------------
+
+USE_NATIVE_LOOP = NATIVE_STEP is not None and hasattr(NATIVE_STEP, "serve_loop") \
+    and os.environ.get("HOSTMQ_NATIVE_LOOP", "1").lower() not in ("0", "off", "false")
+"""Whether the writer hands its loop to :func:`serve_loop` when it may (``HOSTMQ_NATIVE_LOOP=0`` turns
+it off; ``HOSTMQ_NATIVE_STEP=0`` too, with the step)."""
+
+
+class LoopExit(enum.IntEnum):
+    """Why :func:`serve_loop` handed back to Python."""
+
+    DEADLINE = 0        # ``until_s`` passed: the writer's own timers (housekeeping, stop)
+    FALLBACK = 1        # ``LoopResult.ring``'s batch needs the Python steps (a file roll, a record to refuse, …)
+    CHANGED = 2         # sessions, topics, a flush error, fencing or replication moved: the writer's policy decides
+    PREALLOC = 3        # the file passed its preallocation mark (preallocated here, before returning)
+    SIGNAL = 4          # a signal interrupted the sleep (its handler runs when the call returns)
+
+
+if NATIVE_STEP is not None and USE_NATIVE_LOOP:
+    R.layout_check(all(getattr(NATIVE_STEP, "LOOP_" + e.name) == e.value for e in LoopExit),
+                   "hostmq/ingress/_step.c's loop exits differ from step.LoopExit")
+
+
+class LoopResult(NamedTuple):
+    """What one :func:`serve_loop` call did: its exit, the ring index that needs Python (FALLBACK,
+    else -1), frames and records served, and the writer's timers as it left them (monotonic
+    seconds; ``dispatch_due_s`` 0 when no dispatcher wake-up is deferred)."""
+
+    exit: LoopExit
+    ring: int
+    frames: int
+    appended: int
+    dispatch_due_s: float
+    last_work_s: float
+
+
+IDLE_CODES = {"sleep": 0, "spin": 1, "yield": 2, "backoff": 3}
+"""``waiting.IdleStrategy.kind`` as the native loop's idle codes."""
+
+
+def loop_allowed(log_, queues: dict[bytes, int]) -> bool:
+    """Whether the commitlog is in the state :func:`serve_loop` serves (as :func:`_serve_native` checks
+    per batch): the current file mapped and last, the native queue table over these ``queues``."""
+    if not USE_NATIVE_LOOP:
+        return False
+    mf = log_._cur
+    files = log_.mfq.files
+    qt = log_.topic_queue_table
+    return mf is not None and bool(files) and files[-1] is mf and mf.wmm is not None \
+        and type(qt) is QueueTable and qt.queues is queues
+
+
+def serve_loop(rings, words, doorbell_words, queue_wake, log_, limits: Limits, *, sessions_seen: int,
+               topics_seen: int, until_s: float, dispatch_due_s: float, dispatch_delay_s: float, idle, busy_idle,
+               busy_window_s: float, last_work_s: float) -> LoopResult:
+    """The writer's loop — every ring with frames served a batch at a time and followed up in the same
+    call (:class:`Follow` with all three), the deferred dispatcher wake-up, the wait on the doorbell
+    under the idle strategy — in C with the GIL released, until a :class:`LoopExit`. ``rings``: the
+    writer's ``(slot, generation, ring)`` in serving order. The caller checked :func:`loop_allowed` and
+    that nothing else must come between a batch and its answer (``Writer.loop_ready``). The rings'
+    cursors and the commitlog's file state are brought up to date before it returns; the step it runs
+    is :func:`serve_once`'s, so the bytes are the same (tests/ingress/test_serve_loop.py)."""
+    qt = log_.topic_queue_table
+    mf = log_._cur
+    scratch = qt.scratch
+    if scratch is None or len(scratch) < 2 * limits.batch_bytes + _SCRATCH_SLACK:
+        scratch = qt.scratch = bytearray(2 * limits.batch_bytes + _SCRATCH_SLACK)
+    names, table, offsets, ntopics = qt.pins
+    mark = log_._prealloc_pos
+    if mf.wrote_pos >= mark:            # crossed already: asked for the next file once, no exit per batch
+        log_.mfq.preallocate_next(mf.wrote_pos)
+        mark = 1 << 62
+    args = tuple((r._q, r._data, r._comp_bytes, r.capacity, r.completion_entries, r.max_frame_bytes, r._hpos, r._rpos,
+                  r._cwpos, r._cstaged, r._uncompleted, slot, gen) for slot, gen, r in rings)
+    ex, ring, frames, appended, wrote, last_ts, due_ns, work_ns, cursors = NATIVE_STEP.serve_loop(
+        args, words, doorbell_words, mf.wmm, scratch, names, table, offsets, log_.store_host, queue_wake,
+        mf.file_from_offset, mf.wrote_pos, log_.file_bytes, mark, limits.max_body, limits.max_props,
+        limits.batch_bytes, log_.last_store_ts_ms, ntopics, sessions_seen, topics_seen, int(until_s * 1e9),
+        int(dispatch_due_s * 1e9), int(dispatch_delay_s * 1e9), IDLE_CODES[idle.kind], int(idle.spin_s * 1e9),
+        int(busy_idle.spin_s * 1e9), int(busy_window_s * 1e9), int(last_work_s * 1e9))
+    for (_, _, r), (hpos, rpos, cwpos, cstaged) in zip(rings, cursors):
+        r._hpos, r._rpos, r._cwpos, r._cstaged = hpos, rpos, cwpos, cstaged
+    if appended:
+        mf.wrote_pos = wrote
+        mf.store_ts_ms = last_ts
+        log_.last_store_ts_ms = last_ts
+        if wrote >= log_._prealloc_pos:
+            log_.mfq.preallocate_next(wrote)
+    return LoopResult(LoopExit(ex), ring, frames, appended, due_ns / 1e9, work_ns / 1e9)
+
+
 def append_frames(frames, log_, limits: Limits, queues: dict[bytes, int], now_ms: int, refusal: int = 0,
                   io_failed: Callable[[OSError, int], int] | None = None,
                   woken: set | None = None) -> tuple[list[tuple], int]:
@@ -354,6 +445,6 @@ def unreleased(ring) -> bool:
     return ring.staged_position != ring.published_position or ring.handed_position != ring.released_position
 
 
-__all__ = ["Batch", "FOLLOW_COMMITTED", "FOLLOW_RELEASE", "FOLLOW_WAKE", "Follow", "Limits", "NATIVE_STEP", "STEPS",
+__all__ = ["Batch", "LoopExit", "LoopResult", "USE_NATIVE_LOOP", "loop_allowed", "serve_loop", "FOLLOW_COMMITTED", "FOLLOW_RELEASE", "FOLLOW_WAKE", "Follow", "Limits", "NATIVE_STEP", "STEPS",
            "StepStatus", "USE_NATIVE", "append_frames", "follow_of", "follow_up", "release", "resolve_intent", "serve_once",
            "unreleased", "RingCorruptError"]
