@@ -681,7 +681,8 @@ def codec_layout_header(layout: dict | None = None) -> str:
 STEP_LAYOUT = {
     "RING_WORD": {n: RING_WORD[n] for n in ("data_write_pos", "completion_read_pos", "producer_waiting",
                                             "data_read_pos", "completion_write_pos", "appended_data_pos",
-                                            "staged_completion_pos", "writer_waiting")},
+                                            "staged_completion_pos", "writer_waiting", "writer_state")},
+    "RING_STATE": {"DROPPED": RING_STATE_DROPPED},
     "RING_HEADER_BYTES": RING_HEADER.itemsize,
     "STATE_WORD": {n: STATE_WORD[n] for n in ("write_pos", "last_store_ts_ms", "appended_records", "intent_valid",
                                               "intent_slot", "intent_generation", "intent_phys_start",
@@ -733,6 +734,7 @@ def step_layout_header(layout: dict | None = None) -> str:
         *block("RW_", lay["RING_WORD"]),
         f"enum {{ RING_HEADER_BYTES = {lay['RING_HEADER_BYTES']} }};",
         "",
+        *block("RING_STATE_", lay["RING_STATE"]),
         "/* Broker state: index of each word (int64) the step uses. */",
         *block("SW_", lay["STATE_WORD"]),
         "/* Frame header: byte offset of each field (native byte order). */",

@@ -29,6 +29,7 @@ def poll_until(cond: Callable[[], Any], timeout_s: float, what: str, *, step_s: 
 # -- idle strategies (CONVENTIONS §19; docs/tuning.md "Idle strategies") -------------------------------
 
 IDLE_KINDS = ("spin", "yield", "backoff", "sleep")
+IDLE_CODES = {k: i for i, k in enumerate(IDLE_KINDS)}      # the native waits' codes (hostmq/ingress/_step.c)
 DEFAULT_SPIN_US = 50.0          # the spin budget where neither the string nor a legacy *_spin_s key names one
 BACKOFF_SPIN_US = 10.0          # backoff: the busy-spin part of its budget; the rest is spent yielding
 MAX_SPIN_US = 1_000_000.0       # one second: a longer budget is a mistake, not a strategy

@@ -229,14 +229,19 @@ class PullConsumer:
         # poll again — never what this poll is about to return (RocketMQ's and Kafka's rule): a
         # consumer killed before handling a batch gets it again (at least once).
         self._maybe_autocommit()
+        woke = False
         while True:
+            if woke:            # woken for news: read it first; the bookkeeping comes before the next sleep
+                msgs = self._fetch(self.max_poll_records)
+                if msgs:
+                    return msgs
             self._maybe_rebalance()
             self._maybe_reload_offsets()
             seqs = self._seqs()
             msgs = self._fetch(self.max_poll_records)
             if msgs or time.monotonic() >= deadline:
                 return msgs
-            self._wait(seqs, deadline)
+            woke = self._wait(seqs, deadline)
 
     def poll_batch(self, timeout: float = 1.0, max_count: int = 4096) -> MessageBatch:
         """The next messages of one assigned queue as a zero-copy MessageBatch (bodies valid until the
@@ -254,7 +259,10 @@ class PullConsumer:
                 return b
             if time.monotonic() >= deadline:
                 return MessageBatch(None, _EMPTY, [], None, _EMPTY, _EMPTY, GetStatus.NO_MESSAGE_IN_QUEUE, 0)
-            self._wait(seqs, deadline)
+            if self._wait(seqs, deadline):         # woken for news: read it first (as poll does)
+                b = self._fetch_batch(max_count)
+                if b is not None:
+                    return b
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop fetching from these queues (flow control) until ``resume``; positions are kept."""
@@ -351,18 +359,20 @@ class PullConsumer:
         self._following = [v.follows_dispatcher() for v in self.views.values()]
         return [(w, w.arm()) for ws in lists for w in ws]
 
-    def _wait(self, seqs: list[tuple], deadline: float) -> None:
+    def _wait(self, seqs: list[tuple], deadline: float) -> bool:
+        """Sleep until a word of ``seqs`` moves (True: news may have come) or the stale check / the
+        deadline is due (False)."""
         end = min(deadline, time.monotonic() + STALE_CHECK_S)
         if any(v.tail_scanning() for v in self.views.values()):
             end = min(end, time.monotonic() + TAIL_SCAN_WAIT_S)    # more stored records to scan now
         if not seqs:            # no broker running: nothing can wake us before the stale check
             time.sleep(max(0.0, end - time.monotonic()))
-            return
+            return False
         if [v.follows_dispatcher() for v in self.views.values()] != self._following:
-            return              # the fetch filled a tail to its bound: sleep on the dispatcher's word too
+            return False        # the fetch filled a tail to its bound: sleep on the dispatcher's word too
         words = [w for w, _ in seqs]
-        wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, idle=self.idle,
-                 stats=self.wait_stats)
+        return wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, idle=self.idle,
+                        stats=self.wait_stats)
 
     def _refresh_stale(self) -> None:
         if time.monotonic() >= self._next_stale_check:

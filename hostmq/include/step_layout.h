@@ -14,9 +14,14 @@ enum {
     RW_APPENDED_DATA_POS = 20,
     RW_STAGED_COMPLETION_POS = 21,
     RW_WRITER_WAITING = 18,
+    RW_WRITER_STATE = 19,
 };
 
 enum { RING_HEADER_BYTES = 256 };
+
+enum {
+    RING_STATE_DROPPED = 2,
+};
 
 /* Broker state: index of each word (int64) the step uses. */
 enum {
@@ -88,6 +93,8 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("RING_WORD.appended_data_pos", 20) \
     X("RING_WORD.staged_completion_pos", 21) \
     X("RING_WORD.writer_waiting", 18) \
+    X("RING_WORD.writer_state", 19) \
+    X("RING_STATE.DROPPED", 2) \
     X("RING_HEADER_BYTES", 256) \
     X("STATE_WORD.write_pos", 16) \
     X("STATE_WORD.last_store_ts_ms", 19) \

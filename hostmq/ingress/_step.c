@@ -530,7 +530,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
  * preallocation mark (LOOP_PREALLOC), or when a signal interrupted the sleep (LOOP_SIGNAL). The GIL
  * is released throughout; the rings' cursors come back in the result for the Python objects. */
 enum { LOOP_DEADLINE = 0, LOOP_FALLBACK = 1, LOOP_CHANGED = 2, LOOP_PREALLOC = 3, LOOP_SIGNAL = 4 };
-enum { IDLE_SLEEP = 0, IDLE_SPIN = 1, IDLE_YIELD = 2, IDLE_BACKOFF = 3 };   /* waiting.IDLE_KINDS */
+enum { IDLE_SPIN = 0, IDLE_YIELD = 1, IDLE_BACKOFF = 2, IDLE_SLEEP = 3 };   /* waiting.IDLE_CODES */
 #define MAX_LOOP_RINGS 4096
 #define BACKOFF_SPIN_NS 10000LL       /* waiting.BACKOFF_SPIN_US */
 #define RING_INTS 10
@@ -864,8 +864,8 @@ static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize
         if (bwords->len < (max_sw + 1) * 8 || ((uintptr_t)bwords->buf & 7) || bbell->len < 8
             || ((uintptr_t)bbell->buf & 7) || bhost->len < HOST_BYTES || bwake->len < QUEUE_WAKE_WORDS * 8
             || ((uintptr_t)bwake->buf & 7) || s.ntopics < 0 || bnames->len < s.ntopics * TOPIC_SLOT_BYTES
-            || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0 || ints[14] < IDLE_SLEEP
-            || ints[14] > IDLE_BACKOFF) {
+            || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0 || ints[14] < 0
+            || ints[14] > IDLE_SLEEP) {
             PyErr_SetString(PyExc_ValueError, "serve_loop(): buffers and arguments disagree");
             bad = 1;
         } else {
@@ -908,6 +908,218 @@ static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize
     return out;
 }
 
+/* ---- the producer's side of a send -----------------------------------------------------------------
+ *
+ * ring_write: hostmq/ingress/ring.py IngressRing.try_write (room, a SKIP frame where the frame wraps,
+ * the payload, its header, the cursor last) and shm.signal.notify_if_waiting of the writer's flag in
+ * one call; await_completion: the producer's wait for a completion (ingress/session.py wait's
+ * wait_for: the idle strategy, then its waiting flag up and a sleep on the completion cursor's futex).
+ * Both act on the producer's own ring; what they do not take (a payload the frame rules refuse) is
+ * handed back with nothing written, and ring.py raises its error. */
+enum { RW_NO_ROOM = 0, RW_WROTE = 1, RW_ASK_PYTHON = 2 };
+
+static inline void put_frame_header(unsigned char *at, uint32_t fb, uint32_t kind, int64_t seq, uint32_t count,
+                                    uint32_t flags)
+{
+    memcpy(at + FR_OFF_FRAME_BYTES, &fb, 4);
+    memcpy(at + FR_OFF_KIND, &kind, 4);
+    memcpy(at + FR_OFF_SEQ, &seq, 8);
+    memcpy(at + FR_OFF_RECORD_COUNT, &count, 4);
+    memcpy(at + FR_OFF_FLAGS, &flags, 4);
+}
+
+PyDoc_STRVAR(ring_write_doc,
+"ring_write(header, data, payload, doorbell, kind, seq, count, flags, capacity, max_payload, entries,\n"
+"           wpos, rpos_seen, committed, crpos) -> (status, wpos, rpos_seen, woke)\n\n"
+"One frame into the producer's ring and the writer's doorbell rung if it waits (ring.py try_write +\n"
+"signal.notify_if_waiting). status: 0 no room (nothing written), 1 written, 2 a frame ring.py must\n"
+"judge (nothing written). ``doorbell``: the broker's doorbell words (int64, word 0).");
+
+enum { RWR_BUFFERS = 4, RWR_INTS = 11 };
+
+static PyObject *step_ring_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != RWR_BUFFERS + RWR_INTS) {
+        PyErr_Format(PyExc_TypeError, "ring_write() takes %d arguments (%zd given)", RWR_BUFFERS + RWR_INTS, nargs);
+        return NULL;
+    }
+    long long v[RWR_INTS];
+    for (int i = 0; i < RWR_INTS; i++) {
+        v[i] = PyLong_AsLongLong(args[RWR_BUFFERS + i]);
+        if (v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long kind = v[0], seq = v[1], count = v[2], flags = v[3], cap = v[4], max_payload = v[5], entries = v[6];
+    long long wpos = v[7], rpos_seen = v[8], committed = v[9], crpos = v[10];
+    Py_buffer bq, bdata, bpay, bbell;
+    if (PyObject_GetBuffer(args[0], &bq, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &bdata, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bq);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &bpay, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bq);
+        PyBuffer_Release(&bdata);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &bbell, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bq);
+        PyBuffer_Release(&bdata);
+        PyBuffer_Release(&bpay);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    int status = RW_ASK_PYTHON, woke = 0;
+    long long n = bpay.len;
+    if (bq.len < RING_HEADER_BYTES || ((uintptr_t)bq.buf & 7) || cap <= 0 || (cap & (cap - 1)) || bdata.len < cap
+        || entries <= 0 || max_payload < 0 || max_payload > cap / 2 || bbell.len < 8 || ((uintptr_t)bbell.buf & 7)
+        || wpos < 0 || (wpos & 7) || flags < 0 || flags > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "ring_write(): buffers and geometry disagree");
+        goto done;
+    }
+    if (n > max_payload || !(kind == FRAME_MESSAGE ? count == 1 : (kind == FRAME_BATCH && count >= 1))
+        || count > UINT32_MAX || count * MIN_RECORD_BYTES > n)
+        goto answer;                                /* ring.py raises its ValidationError */
+    int64_t *q = bq.buf;
+    unsigned char *data = bdata.buf;
+    if (committed - crpos >= entries) {
+        status = RW_NO_ROOM;
+        goto answer;
+    }
+    long long need = (FRAME_HEADER_BYTES + n + 7) & ~7LL;
+    long long to_end = cap - (wpos & (cap - 1));
+    long long skip = need > to_end ? to_end : 0, total = skip + need;
+    if (cap - (wpos - rpos_seen) < total) {
+        rpos_seen = load_i64(q + RW_DATA_READ_POS);
+        if (cap - (wpos - rpos_seen) < total) {
+            status = RW_NO_ROOM;
+            goto answer;
+        }
+    }
+    if (skip >= FRAME_HEADER_BYTES)
+        put_frame_header(data + (wpos & (cap - 1)), (uint32_t)skip, FRAME_SKIP, 0, 0, 0);
+    long long start = (wpos + skip) & (cap - 1);
+    if (n >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(data + start + FRAME_HEADER_BYTES, bpay.buf, (size_t)n);
+        Py_END_ALLOW_THREADS
+    } else {
+        memcpy(data + start + FRAME_HEADER_BYTES, bpay.buf, (size_t)n);
+    }
+    put_frame_header(data + start, (uint32_t)(FRAME_HEADER_BYTES + n), (uint32_t)kind, (int64_t)seq, (uint32_t)count,
+                     (uint32_t)flags);
+    wpos += total;
+    store_i64(q + RW_DATA_WRITE_POS, wpos);         /* publish: bytes above, the cursor last */
+    status = RW_WROTE;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* then read the writer's flag (signal.fence) */
+    if (load_i64(q + RW_WRITER_WAITING)) {
+        __atomic_fetch_add((int64_t *)bbell.buf, 1, __ATOMIC_RELEASE);
+        wake_word((int64_t *)bbell.buf);
+        woke = 1;
+    }
+answer:
+    out = Py_BuildValue("(iLLi)", status, wpos, rpos_seen, woke);
+done:
+    PyBuffer_Release(&bq);
+    PyBuffer_Release(&bdata);
+    PyBuffer_Release(&bpay);
+    PyBuffer_Release(&bbell);
+    return out;
+}
+
+PyDoc_STRVAR(await_completion_doc,
+"await_completion(header, crpos, deadline_ns, idle_kind, idle_ns) -> 1 | 0 | -1\n\n"
+"Until the writer published a completion past ``crpos`` or dropped the ring (1), ``deadline_ns``\n"
+"(CLOCK_MONOTONIC) passed (0) or a signal interrupted the sleep (-1): the idle strategy's phase,\n"
+"then the producer's waiting flag up and a futex sleep on the completion cursor. GIL released.");
+
+static inline int completion_ready(const int64_t *q, long long crpos)
+{
+    return load_i64(q + RW_COMPLETION_WRITE_POS) != crpos || load_i64(q + RW_WRITER_STATE) == RING_STATE_DROPPED;
+}
+
+static PyObject *step_await_completion(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "await_completion() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyLong_AsLongLong(args[1 + i]);
+        if (v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    long long crpos = v[0], deadline = v[1], kind = v[2], budget = v[3];
+    if (kind < 0 || kind > IDLE_SLEEP) {
+        PyErr_SetString(PyExc_ValueError, "await_completion(): an idle code of 0..3");
+        return NULL;
+    }
+    Py_buffer bq;
+    if (PyObject_GetBuffer(args[0], &bq, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (bq.len < RING_HEADER_BYTES || ((uintptr_t)bq.buf & 7)) {
+        PyBuffer_Release(&bq);
+        PyErr_SetString(PyExc_ValueError, "await_completion(): not a ring header");
+        return NULL;
+    }
+    int64_t *q = bq.buf;
+    int result = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (completion_ready(q, crpos)) {
+        result = 1;
+    } else {
+        long long now = mono_ns();
+        long long end = now + budget < deadline ? now + budget : deadline;
+        long long busy_end = kind == IDLE_SLEEP ? now : kind == IDLE_SPIN ? end
+                           : kind == IDLE_BACKOFF ? (now + BACKOFF_SPIN_NS < end ? now + BACKOFF_SPIN_NS : end) : now;
+        if (kind == IDLE_SLEEP)
+            end = now;
+        while (!result && now < busy_end) {
+            result = completion_ready(q, crpos);
+            cpu_relax();
+            now = mono_ns();
+        }
+        while (!result && now < end) {
+            result = completion_ready(q, crpos);
+            if (!result)
+                sched_yield();
+            now = mono_ns();
+        }
+        if (!result) {
+            store_i64(q + RW_PRODUCER_WAITING, 1);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* signal.fence: the flag, then the cursor */
+            uint32_t *half = (uint32_t *)(q + RW_COMPLETION_WRITE_POS);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            half += 1;
+#endif
+            for (;;) {
+                uint32_t token = __atomic_load_n(half, __ATOMIC_ACQUIRE);
+                if (completion_ready(q, crpos)) {
+                    result = 1;
+                    break;
+                }
+                now = mono_ns();
+                if (now >= deadline)
+                    break;
+                long long left = deadline - now;
+                struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
+                if (syscall(SYS_futex, half, FUTEX_WAIT, token, &ts, NULL, 0) == -1 && errno == EINTR) {
+                    result = completion_ready(q, crpos) ? 1 : -1;
+                    break;
+                }
+            }
+            store_i64(q + RW_PRODUCER_WAITING, 0);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bq);
+    return PyLong_FromLong(result);
+}
+
 static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     StepState *st = state_of(self);
@@ -924,6 +1136,8 @@ static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyMethodDef methods[] = {
     {"serve", (PyCFunction)(void (*)(void))step_serve, METH_FASTCALL, serve_doc},
     {"serve_loop", (PyCFunction)(void (*)(void))step_serve_loop, METH_FASTCALL, serve_loop_doc},
+    {"ring_write", (PyCFunction)(void (*)(void))step_ring_write, METH_FASTCALL, ring_write_doc},
+    {"await_completion", (PyCFunction)(void (*)(void))step_await_completion, METH_FASTCALL, await_completion_doc},
     {"_bind", (PyCFunction)(void (*)(void))step_bind, METH_VARARGS | METH_KEYWORDS,
      "Register the reserved property marks (record_fields._RESERVED_MARKS) in this module's state."},
     {NULL, NULL, 0, NULL},
@@ -956,6 +1170,10 @@ static int step_exec(PyObject *m)
     ADD_STATUS("LOOP_CHANGED", LOOP_CHANGED)
     ADD_STATUS("LOOP_PREALLOC", LOOP_PREALLOC)
     ADD_STATUS("LOOP_SIGNAL", LOOP_SIGNAL)
+    ADD_STATUS("IDLE_SPIN", IDLE_SPIN)
+    ADD_STATUS("IDLE_YIELD", IDLE_YIELD)
+    ADD_STATUS("IDLE_BACKOFF", IDLE_BACKOFF)
+    ADD_STATUS("IDLE_SLEEP", IDLE_SLEEP)
     ADD_STATUS("TOPIC_SLOT_BYTES", TOPIC_SLOT_BYTES)
     ADD_STATUS("TABLE_WORDS", TABLE_WORDS)
 #undef ADD_STATUS

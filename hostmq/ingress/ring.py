@@ -59,6 +59,7 @@ threads must serialise producer-side calls (reserve/commit/try_write/completions
 """
 from __future__ import annotations
 
+import os
 
 import numpy as np
 
@@ -68,6 +69,16 @@ from ..shm.futex import FutexWord
 from .ring_writer import Frame, FrameBatch, WriterSide  # noqa: F401 (Frame, FrameBatch re-exported)
 from ..shm.segment import Segment
 from ..shm.signal import Flag
+from ..waiting import IDLE_CODES
+
+try:
+    from . import _step as _NATIVE
+except ImportError:         # not built: the Python paths below
+    _NATIVE = None
+USE_NATIVE_SEND = _NATIVE is not None and hasattr(_NATIVE, "ring_write") \
+    and os.environ.get("HOSTMQ_NATIVE_SEND", "1").lower() not in ("0", "off", "false")
+"""Whether a producer writes its frames and waits for its completions in C (``_step.c`` ring_write,
+await_completion); ``HOSTMQ_NATIVE_SEND=0`` turns it off."""
 
 DEFAULT_DATA_BYTES = 16 * 1024 * 1024
 DEFAULT_COMPLETION_ENTRIES = 32768
@@ -320,6 +331,36 @@ class IngressRing(WriterSide):
                 o += k
         self._publish(skip, start, n, kind, seq, record_count, flags)
         return True
+
+    def write_and_ring(self, kind: int, seq: int, payload, record_count: int, doorbell: np.ndarray) -> bool | None:
+        """:meth:`try_write` of one ``bytes``/``bytearray`` payload, then the writer's doorbell rung if
+        it waits (``signal.notify_if_waiting``), in one native call (``_step.c`` ring_write): True
+        written and rung, False no room (nothing written), None where the native call does not take
+        it (not built, another payload type, a frame the rules refuse) — then :meth:`try_write`."""
+        if not USE_NATIVE_SEND or (payload.__class__ is not bytes and payload.__class__ is not bytearray):
+            return None
+        status, wpos, seen, _ = _NATIVE.ring_write(self._q, self._data, payload, doorbell, kind, seq, record_count, 0,
+                                                   self.capacity, self.max_payload_bytes, self.completion_entries,
+                                                   self._wpos, self._rpos_seen, self._committed_frames, self._crpos)
+        if status == 2:
+            return None
+        self._rpos_seen = seen
+        if not status:
+            return False
+        self._wpos = wpos
+        self._pending = None
+        self._committed_frames += 1
+        return True
+
+    def await_completion(self, deadline_s: float, idle) -> bool | None:
+        """Wait (native, the GIL released) until the writer published a completion not read yet or
+        dropped the ring — True —, ``deadline_s`` (``time.monotonic()``) passed — False —, or a
+        signal came — None; ``idle`` (``waiting.IdleStrategy``) first, then the producer's waiting
+        flag and a sleep on the completion cursor. What ``shm.signal.wait_for`` does with
+        ``has_completions() or dropped``."""
+        r = _NATIVE.await_completion(self._q, self._crpos, int(deadline_s * 1e9), IDLE_CODES[idle.kind],
+                                     int(idle.spin_s * 1e9))
+        return None if r < 0 else bool(r)
 
     def has_completions(self) -> bool:
         """Whether the writer published completions not read yet (a wait predicate)."""

@@ -39,7 +39,7 @@ from ..message import MessageQueue, SendResult, SendStatus
 from ..protocol import session as P
 from ..root import RootPaths
 from ..shm.futex import FutexWord
-from .ring import IngressRing
+from .ring import USE_NATIVE_SEND, IngressRing
 from ..shm.segment import Segment
 from ..store.encode import batch_msg_ids
 from ..shm.signal import notify_if_waiting, wait_for
@@ -105,6 +105,7 @@ class ProducerSession:
         self.sock: socket.socket | None = None
         self.doorbell: Segment | None = None
         self.wake: FutexWord | None = None
+        self._bell: np.ndarray | None = None       # the doorbell's word, for the native ring write
         self.state: BrokerState | None = None
         try:
             f = self._open(RootPaths(instance.root).session_socket_of(broker, address))
@@ -171,6 +172,7 @@ class ProducerSession:
                 raise ConnectError(f"broker {self.broker} sent no doorbell")
             self.doorbell = Segment.from_fd(fds[0], R.DOORBELL_KIND, R.DOORBELL_VERSION, name="doorbell")
             self.wake = FutexWord(self.doorbell.array(np.int64, 1), R.DOORBELL_WRITER_WORD)
+            self._bell = self.doorbell.array(np.int64, 1)
             sock.setblocking(False)     # from now on only polled (_connection_lost) and told "close"
             return reply
         finally:
@@ -203,14 +205,17 @@ class ProducerSession:
             self.pending[seq] = waiter
             if is_async:
                 self.async_pending.add(seq)
-            if not ring.try_write(kind, seq, payload, count):
+            # The frame, then the doorbell if the writer sleeps: one native call where it takes it.
+            rung = ring.write_and_ring(kind, seq, payload, count, self._bell) if self._bell is not None else None
+            if not rung and not (rung is None and ring.try_write(kind, seq, payload, count)):
                 try:
                     self._write_when_room(kind, seq, payload, count, deadline)
                 except BaseException:
                     self.pending.pop(seq, None)
                     self.async_pending.discard(seq)
                     raise
-        notify_if_waiting(ring.writer_waiting, self.wake)
+        if not rung:
+            notify_if_waiting(ring.writer_waiting, self.wake)
         if is_async:
             self._ensure_thread()
             if not self._async_event.is_set():
@@ -261,10 +266,13 @@ class ProducerSession:
             if self._read_lock.acquire(blocking=False):
                 try:
                     if not waiter.done:
-                        wait_for(lambda: ring.has_completions() or ring.dropped or
-                                 self._next_check <= time.monotonic(),
-                                 ring.completion_word, min(deadline, self._next_check),
-                                 flag=ring.producer_waiting, idle=self.idle)
+                        if USE_NATIVE_SEND:
+                            ring.await_completion(min(deadline, self._next_check), self.idle)
+                        else:
+                            wait_for(lambda: ring.has_completions() or ring.dropped or
+                                     self._next_check <= time.monotonic(),
+                                     ring.completion_word, min(deadline, self._next_check),
+                                     flag=ring.producer_waiting, idle=self.idle)
                         self._drain()
                 finally:
                     self._read_lock.release()
@@ -413,7 +421,7 @@ class ProducerSession:
     def _release_ipc(self) -> None:
         if self.sock is not None:
             self.sock.close()           # the broker sees the session end (after draining our frames)
-        self.wake = None
+        self.wake = self._bell = None
         if self.doorbell is not None:
             self.doorbell.close()
         if self.state is not None:

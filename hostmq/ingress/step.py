@@ -54,6 +54,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .. import records as R
+from .. import waiting
 from ..errors import RingCorruptError, ValidationError
 from ..record_check import frame_records, single_record
 from ..shm.futex import FutexWord
@@ -298,8 +299,9 @@ class LoopExit(enum.IntEnum):
 
 
 if NATIVE_STEP is not None and USE_NATIVE_LOOP:
-    R.layout_check(all(getattr(NATIVE_STEP, "LOOP_" + e.name) == e.value for e in LoopExit),
-                   "hostmq/ingress/_step.c's loop exits differ from step.LoopExit")
+    R.layout_check(all(getattr(NATIVE_STEP, "LOOP_" + e.name) == e.value for e in LoopExit)
+                   and all(getattr(NATIVE_STEP, "IDLE_" + k.upper()) == v for k, v in waiting.IDLE_CODES.items()),
+                   "hostmq/ingress/_step.c's loop exits or idle codes differ from step.LoopExit / waiting.IDLE_CODES")
 
 
 class LoopResult(NamedTuple):
@@ -315,7 +317,7 @@ class LoopResult(NamedTuple):
     last_work_s: float
 
 
-IDLE_CODES = {"sleep": 0, "spin": 1, "yield": 2, "backoff": 3}
+IDLE_CODES = waiting.IDLE_CODES
 """``waiting.IdleStrategy.kind`` as the native loop's idle codes."""
 
 
