@@ -101,9 +101,7 @@ def cli_markdown() -> str:
     from .cli.main import build_parser
     parser = build_parser()
     lines = [CLI_HEAD.rstrip("\n")]
-    _command(lines, "hostmq", parser, parser.description or "")
-    for name, sub in _subparsers(parser).items():
-        _command(lines, f"hostmq {name}", sub, _help_of(parser, name))
+    _command(lines, "hostmq", parser, parser.description or "")      # and every subcommand under it, once
     return "\n".join(lines) + "\n"
 
 

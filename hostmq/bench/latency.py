@@ -230,10 +230,10 @@ def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, e
         consumer.join(10)
     lat_us = got["lat_ns"] / 1000.0
     row = _row(system, label, with_neighbour, made["sent"], made["late"], got["received"], lat_us, got["waits"])
-    if system in HOSTMQ:    # mean send → stored (writer) and stored → received, µs (see latency_workers._StoreLag)
-        row["mean"] = round(float(np.mean(lat_us)), 1) if len(lat_us) else float("nan")
-        row["to_store_mean"] = round(got["to_store_us"], 1)
-        row["after_store_mean"] = round(row["mean"] - got["to_store_us"], 1)
+    if system in HOSTMQ:    # where the time goes, p50s in µs (latency_workers._publish_stamps, _WakeStamps)
+        row["to_published_p50"] = round(made.get("to_published_us", float("nan")), 1)
+        row["to_woken_p50"] = round(got.get("to_woken_us", float("nan")), 1)
+        row["woken_to_poll_p50"] = round(got.get("round_us", float("nan")), 1)
     return {"row": row, "lat_us": lat_us}
 
 
@@ -338,15 +338,24 @@ def latency_tables(rows: list[dict]) -> list[str]:
                 out.append("| " + " | ".join(cells) + " |")
             out.append("")
     hm = [r for r in rows if r["system"] in HOSTMQ]
-    out += ["### hostmq rows: where the time goes (means, µs) and the consumer's futex waits", "",
-            "send → stored: producer to the writer's store timestamp; stored → received: dispatch, wake-up and "
-            "the consumer (both from the millisecond store timestamp, unbiased as means; see "
-            "hostmq/bench/latency_workers.py `_StoreLag`). Waits: `hostmq.shm.signal.process_totals` in the "
-            "consumer process during the row.", "",
-            "| system | pacing | neighbour | mean e2e | send → stored | stored → received | blocked | wakeups "
-            "| slice timeouts | rescued |", "|---|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {r['system']} | {r['pacing']} | {r['neighbour']} | {fmt(r['mean'])} | {fmt(r['to_store_mean'])} | "
-            f"{fmt(r['after_store_mean'])} | " + " | ".join(fmt(r[k]) for k in WAIT_COUNTERS) + " |" for r in hm]
+    out += ["### hostmq rows: where the time goes (p50s, µs) and the consumer's futex waits", "",
+            "From stamps in the producer and consumer processes around the native calls "
+            "(hostmq/bench/latency_workers.py `_publish_stamps`, `_WakeStamps`), each against the send stamp "
+            "in the body: send → published (the producer's send until its frame is in the ring and the "
+            "writer's doorbell rung), send → consumer woken (its futex wait ends: the writer and two "
+            "hand-offs after publishing), woken → returned (the consumer's poll round); published → woken is "
+            "the difference of the two p50s. Counted over the messages a poll returned right after it was "
+            "woken (push rows: none — the hand-off to the listener). Waits: the consumer's "
+            "`PullConsumer.wait_stats` during the row.", "",
+            "| system | pacing | neighbour | e2e p50 | send → published | ≈ published → woken | send → woken "
+            "| woken → returned | blocked | wakeups | slice timeouts | rescued |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def middle(r) -> float:
+        return round(r["to_woken_p50"] - r["to_published_p50"], 1)
+    out += [f"| {r['system']} | {r['pacing']} | {r['neighbour']} | {fmt(r['p50'])} | {fmt(r['to_published_p50'])} | "
+            f"{fmt(middle(r))} | {fmt(r['to_woken_p50'])} | {fmt(r['woken_to_poll_p50'])} | "
+            + " | ".join(fmt(r[k]) for k in WAIT_COUNTERS) + " |" for r in hm]
     return out + [""]
 
 

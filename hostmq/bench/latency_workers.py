@@ -45,7 +45,7 @@ def make_body(seq: int) -> bytes:
 
 
 # -- the common loops ----------------------------------------------------------------------------------
-def _produce(conn, cfg: dict, send) -> None:
+def _produce(conn, cfg: dict, send, extra=None) -> None:
     """Paced sends: message i goes at start + i × period (sleep until then, no spin: a spinning
     producer would take a CPU from the consumer and the broker on a 2-vCPU host). The stamp is taken
     at the send itself, so a late send does not count as latency; ``late`` says how often the
@@ -66,13 +66,13 @@ def _produce(conn, cfg: dict, send) -> None:
             send(make_body(i))
         except Exception:       # noqa: BLE001 — counted and reported (a missing message shows in the row)
             errors += 1
-    conn.send({"sent": cfg["total"] - errors, "late": late, "errors": errors})
+    conn.send({"sent": cfg["total"] - errors, "late": late, "errors": errors, **(extra() if extra else {})})
 
 
-def _consume(conn, cfg: dict, receive, counters=None, stamped: bool = False, to_store: dict | None = None) -> None:
+def _consume(conn, cfg: dict, receive, counters=None, stamped: bool = False, wakes: "_WakeStamps | None" = None) -> None:
     """``receive()`` returns a list of bodies, waiting at most about POLL_S (with ``stamped``: a list
-    of (receive perf_counter_ns, body), for a receiver that stamps them itself). A hostmq receiver
-    fills ``to_store`` (sequence number → send-to-store µs, see ``_StoreLag``)."""
+    of (receive perf_counter_ns, body), for a receiver that stamps them itself). A hostmq poll
+    receiver passes its ``wakes`` (``_WakeStamps``: when its futex wait ended, per message)."""
     total, warmup = cfg["total"], cfg["warmup"]
     lat = np.zeros(total, np.int64)
     seen = np.zeros(total, bool)
@@ -93,10 +93,9 @@ def _consume(conn, cfg: dict, receive, counters=None, stamped: bool = False, to_
                 lat[seq] = now - t
                 got += 1
     after = counters() if counters else {}
-    measured = [v for seq, v in (to_store or {}).items() if seq >= warmup]
     conn.send({"lat_ns": lat[warmup:][seen[warmup:]], "received": got,
                "waits": {k: after[k] - before[k] for k in after},
-               "to_store_us": float(np.mean(measured)) if measured else float("nan")})
+               **(wakes.result(warmup) if wakes is not None else {})})
 
 
 def _wait_totals(stats=None) -> dict:
@@ -272,7 +271,7 @@ def zenoh_consumer(conn, cfg: dict) -> None:
     s = _zenoh_session(cfg["path"], listen=True)
     try:
         sub = s.declare_subscriber(ZENOH_KEY, callback)
-        _consume_stamped(conn, cfg, arrived, None, None)
+        _consume_stamped(conn, cfg, arrived, None)
         sub.undeclare()
     finally:
         s.close()
@@ -299,27 +298,77 @@ def mpq_consumer(conn, cfg: dict) -> None:
 
 # -- hostmq ------------------------------------------------------------------------------------------------
 def hostmq_producer(conn, cfg: dict) -> None:
-    """``cfg["idle"]``: the producer's idle strategy (how a send waits for its completion); None: its default."""
+    """``cfg["idle"]``: the producer's idle strategy (how a send waits for its completion); None: its
+    default. Also reports when each frame was published in the ring, from the send stamp (p50, µs)."""
     import hostmq
+    published = _publish_stamps()
+    to_published: list[int] = []
     with hostmq.Producer(cfg["root"], group="lat", idle=cfg.get("idle")) as p:
         topic = cfg["topic"]
-        _produce(conn, cfg, lambda body: p.send(hostmq.Message(topic, body)))
+
+        def send(body: bytes) -> None:
+            published[0] = 0
+            p.send(hostmq.Message(topic, body))
+            if published[0]:
+                to_published.append(published[0] - STAMP.unpack_from(body)[0])
+
+        def extra() -> dict:
+            v = to_published[cfg["warmup"]:]
+            return {"to_published_us": float(np.median(v)) / 1000 if v else float("nan")}
+        _produce(conn, cfg, send, extra)
 
 
-class _StoreLag:
-    """Send → stored (the writer's store timestamp) per message, from the one clock every hostmq
-    record carries: ``store_timestamp_ms`` is wall-clock milliseconds, truncated, taken when the writer
-    picks the frame up. The send time is moved onto the wall clock with this process's offset between
-    the two (both clocks are system-wide), and 0.5 ms is added back for the truncation, so the *mean*
-    over many messages is unbiased even though one value is only good to a millisecond."""
+def _publish_stamps() -> list:
+    """Note, in this (bench worker) process, when each frame a producer writes is published in its ring:
+    ``IngressRing.write_and_ring`` / ``try_write`` wrapped to set ``[0]`` to ``perf_counter_ns`` when
+    they wrote. Measurement only: the wrapped calls are the real ones."""
+    from ..ingress.ring import IngressRing
+    last = [0]
+    for name in ("write_and_ring", "try_write"):
+        real = getattr(IngressRing, name)
 
-    def __init__(self) -> None:
-        self.by_seq: dict[int, float] = {}
-        self.wall_minus_mono_ns = time.time_ns() - time.perf_counter_ns()
+        def wrapped(self, *a, _real=real, **k):
+            r = _real(self, *a, **k)
+            if r:
+                last[0] = time.perf_counter_ns()
+            return r
+        setattr(IngressRing, name, wrapped)
+    return last
 
-    def add(self, body, store_ms: int) -> None:
-        t, seq = STAMP.unpack_from(body)
-        self.by_seq[seq] = (store_ms + 0.5) * 1000 - (t + self.wall_minus_mono_ns) / 1000
+
+class _WakeStamps:
+    """When a poll's futex wait ended (``PullConsumer._wait`` wrapped, measurement only), against the
+    send stamp of the first message that poll returned, and the poll's return after it: the two p50s
+    (µs) ``result`` reports — send → consumer woken, woken → returned. Only polls that slept and were
+    woken count (a message found without a wait has no wake-up)."""
+
+    def __init__(self, c) -> None:
+        self.woke = 0
+        self.to_woken: list[int] = []
+        self.rounds: list[int] = []
+        real = c._wait
+
+        def wait(*a):
+            r = real(*a)
+            self.woke = time.perf_counter_ns() if r else 0
+            return r
+        c._wait = wait
+
+    def before(self) -> None:
+        self.woke = 0
+
+    def after(self, bodies) -> None:
+        if self.woke and bodies:
+            now = time.perf_counter_ns()
+            t, seq = STAMP.unpack_from(bodies[0])
+            if seq >= 0:
+                self.to_woken.append(self.woke - t)
+                self.rounds.append(now - self.woke)
+
+    def result(self, warmup: int) -> dict:
+        a, b = self.to_woken[warmup // 2:], self.rounds[warmup // 2:]
+        return {"to_woken_us": float(np.median(a)) / 1000 if a else float("nan"),
+                "round_us": float(np.median(b)) / 1000 if b else float("nan")}
 
 
 def _pull_consumer(cfg: dict):
@@ -334,40 +383,36 @@ def _pull_consumer(cfg: dict):
 
 
 def hostmq_poll_consumer(conn, cfg: dict) -> None:
-    lag = _StoreLag()
-
     def receive() -> list:
-        msgs = c.poll(POLL_S)
-        for m in msgs:
-            lag.add(m.body, m.store_timestamp_ms)
-        return [m.body for m in msgs]
+        wakes.before()
+        bodies = [m.body for m in c.poll(POLL_S)]
+        wakes.after(bodies)
+        return bodies
     with _pull_consumer(cfg) as c:
-        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), to_store=lag.by_seq)
+        wakes = _WakeStamps(c)
+        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), wakes=wakes)
 
 
 def hostmq_poll_batch_consumer(conn, cfg: dict) -> None:
-    lag = _StoreLag()
-
     def receive():
-        b = c.poll_batch(POLL_S)
-        for body, store_ms in zip(b.bodies, b.store_timestamps_ms.tolist()):
-            lag.add(body, store_ms)
-        return b.bodies
+        wakes.before()
+        bodies = c.poll_batch(POLL_S).bodies
+        wakes.after(bodies)
+        return bodies
     with _pull_consumer(cfg) as c:
-        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), to_store=lag.by_seq)
+        wakes = _WakeStamps(c)
+        _consume(conn, cfg, receive, lambda: _wait_totals(c.wait_stats), wakes=wakes)
 
 
 def hostmq_push_consumer(conn, cfg: dict) -> None:
     """The listener stamps the receive time; the bench loop only collects what it handed over."""
     import hostmq
     arrived: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
-    lag = _StoreLag()
 
     def listener(msgs):
         now = time.perf_counter_ns()
         for m in msgs:
             arrived.put((now, bytes(m.body[:STAMP.size])))   # the store view may move on
-            lag.add(m.body, m.store_timestamp_ms)
         return hostmq.ConsumeResult.SUCCESS
     c = hostmq.PushConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
                             threads=1, idle=cfg.get("idle"))
@@ -378,19 +423,19 @@ def hostmq_push_consumer(conn, cfg: dict) -> None:
         deadline = time.monotonic() + 30
         while not c.assignment() and time.monotonic() < deadline:   # its first rebalance
             time.sleep(0.01)
-        _consume_stamped(conn, cfg, arrived, lag, lambda: _wait_totals(c.pull.wait_stats))
+        _consume_stamped(conn, cfg, arrived, lambda: _wait_totals(c.pull.wait_stats))
     finally:
         c.shutdown()
 
 
-def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, lag: _StoreLag | None, counters) -> None:
+def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, counters) -> None:
     """``_consume`` of what the listener (or a Zenoh callback) handed over with its own receive time."""
     def receive() -> list:
         try:
             return [arrived.get(timeout=POLL_S)]
         except queue_mod.Empty:
             return []
-    _consume(conn, cfg, receive, counters, stamped=True, to_store=lag.by_seq if lag is not None else None)
+    _consume(conn, cfg, receive, counters, stamped=True)
 
 
 # hostmq poll once per idle strategy (producer and consumer both; the broker's own is --broker-idle):

@@ -519,11 +519,12 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 /* ---- the writer's loop (serve_loop) --------------------------------------------------------------
  *
- * hostmq/broker/writer.py's loop body — run_once (each ring with frames served once, a batch each),
- * then wait (the idle strategy, then the doorbell's futex with the writer's waiting flags set), the
- * deferred dispatcher wake-up — for the common case only: every batch served by the native step and
- * followed in the same call (step.Follow: committed_pos, the queue wake words, step 7), which the
- * writer allows when nothing else must come between a batch and its answer. It hands back to Python
+ * The broker's writer loop body in its common case, over hostmq/ingress/step.py serve_once (each ring
+ * with frames served once a round, a batch each) and the wait of shm.signal.wait_for between rounds (the
+ * idle strategy, then the doorbell's futex with the writer's waiting flags set), with the deferred
+ * dispatcher wake-up — only where every batch is served by the native step and followed in the same
+ * call (step.Follow: committed_pos, the queue wake words, step 7), which the writer allows when nothing
+ * else must come between a batch and its answer. It hands back to Python
  * (a LOOP_* reason) at ``until_ns``, when a ring's batch needs the Python steps (LOOP_FALLBACK: a file
  * roll, a record to refuse, a corrupt ring), when a state word the writer's policy depends on moved
  * (LOOP_CHANGED: sessions, topics, a flush error, fencing, replication), when the file passed the

@@ -26,3 +26,9 @@ def test_every_config_key_has_a_meaning():
     assert len(rows) > 50
     blank = [r.split("|")[1].strip() for r in rows if not r.split("|")[4].strip()]
     assert len(blank) <= 10, f"config keys without a comment in hostmq/config.py: {blank}"
+
+
+def test_every_command_is_documented_once():
+    heads = [line for line in reference.cli_markdown().splitlines() if line.startswith("## `hostmq")]
+    assert len(heads) == len(set(heads)) > 20, sorted(h for h in heads if heads.count(h) > 1)
+    assert "## `hostmq topic create`" in heads and "## `hostmq bench`" in heads
