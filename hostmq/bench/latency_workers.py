@@ -319,18 +319,21 @@ def hostmq_producer(conn, cfg: dict) -> None:
 
 
 def _publish_stamps() -> list:
-    """Note, in this (bench worker) process, when each frame a producer writes is published in its ring:
-    ``IngressRing.write_and_ring`` / ``try_write`` wrapped to set ``[0]`` to ``perf_counter_ns`` when
-    they wrote. Measurement only: the wrapped calls are the real ones."""
+    """Note, in this (bench worker) process, when a producer's send reaches the ring write of its frame
+    (the native ``IngressRing.write_and_ring``, which also rings the doorbell, or ``try_write``):
+    both wrapped to set ``[0]`` to ``perf_counter_ns`` as they are entered, for a write that then
+    succeeds — the producer's own work before the hand-off, the same point on either path.
+    Measurement only: the wrapped calls are the real ones."""
     from ..ingress.ring import IngressRing
     last = [0]
     for name in ("write_and_ring", "try_write"):
         real = getattr(IngressRing, name)
 
         def wrapped(self, *a, _real=real, **k):
+            t = time.perf_counter_ns()
             r = _real(self, *a, **k)
             if r:
-                last[0] = time.perf_counter_ns()
+                last[0] = t
             return r
         setattr(IngressRing, name, wrapped)
     return last
