@@ -64,7 +64,8 @@ def wheel(tmp_path_factory) -> str:
             names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         assert {"LICENSE", "pyproject.toml", "README.md", "hostmq/_codec.c", "hostmq/include/record_layout.h",
                 "hostmq/ingress/_step.c", "hostmq/include/step_layout.h", "hostmq/include/record_check.h",
-                "hostmq/store/_read.c", "hostmq/store/_columns.c", "hostmq/store/_encode.c", "hostmq/py.typed"} <= names, names
+                "hostmq/store/_read.c", "hostmq/store/_columns.c", "hostmq/store/_encode.c", "hostmq/py.typed",
+                "hostmq/shm/_futex.c", "hostmq/include/idle_wait.h"} <= names, names
     return str(out / wheels[0])
 
 
@@ -78,6 +79,7 @@ def test_the_wheel_carries_license_types_and_one_version(wheel):
     # generated layout header (hostmq/include/record_layout.h) would otherwise pass as a pure-Python wheel.
     assert any(re.fullmatch(r"hostmq/_codec\..+\.so", n) for n in names), names
     assert any(re.fullmatch(r"hostmq/ingress/_step\..+\.so", n) for n in names), names     # the writer's step
+    assert any(re.fullmatch(r"hostmq/shm/_futex\..+\.so", n) for n in names), names       # a consumer's wait
     assert any(re.fullmatch(r"hostmq/store/_read\..+\.so", n) for n in names), names     # the read round
     assert any(re.fullmatch(r"hostmq/store/_columns\..+\.so", n) for n in names), names  # Spark's Arrow columns
     assert any(re.fullmatch(r"hostmq/store/_encode\..+\.so", n) for n in names), names   # a producer's records

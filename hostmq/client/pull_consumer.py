@@ -31,7 +31,7 @@ from ..errors import HostMQError, ValidationError
 from ..message import ConsumeFrom, MessageExt, MessageQueue
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
-from ..shm.signal import WaitStats, wait_for
+from ..shm.signal import WaitStats, wait_changed
 from ..waiting import IdleStrategy, client_idle
 from .broker_view import BrokerView
 from .slave_reads import SlaveReads
@@ -370,9 +370,7 @@ class PullConsumer:
             return False
         if [v.follows_dispatcher() for v in self.views.values()] != self._following:
             return False        # the fetch filled a tail to its bound: sleep on the dispatcher's word too
-        words = [w for w, _ in seqs]
-        return wait_for(lambda: any(w.arm() != t for w, t in seqs), words, end, idle=self.idle,
-                        stats=self.wait_stats)
+        return wait_changed(seqs, end, idle=self.idle, stats=self.wait_stats)
 
     def _refresh_stale(self) -> None:
         if time.monotonic() >= self._next_stale_check:

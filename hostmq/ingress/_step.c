@@ -40,6 +40,7 @@
 #include "../include/record_layout.h"
 #include "../include/record_check.h"
 #include "../include/step_layout.h"
+#include "../include/idle_wait.h"
 
 #define TOPIC_SLOT_BYTES 256        /* names: byte 0 the length, then the topic's bytes */
 #define TABLE_WORDS 4               /* table row: writable queues, base index in offsets, crc32, unused */
@@ -352,17 +353,6 @@ static int writable(Py_buffer *b, Py_ssize_t at_least, const char *what)
  * replication following the appends, no group commit or slave ack to wait for). */
 enum { FOLLOW_COMMITTED = 1, FOLLOW_WAKE = 2, FOLLOW_RELEASE = 4 };
 
-/* FUTEX_WAKE every sleeper of the futex half of an aligned int64 word (as hostmq.shm.futex does: the
- * low 32 bits; shared, not FUTEX_PRIVATE_FLAG: the word is in shared memory). */
-static void wake_word(int64_t *word)
-{
-    uint32_t *half = (uint32_t *)word;
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    half += 1;
-#endif
-    syscall(SYS_futex, half, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 static void follow_up(Step *s, int follow, int64_t *queue_wake)
 {
     if (follow & FOLLOW_COMMITTED)
@@ -373,15 +363,33 @@ static void follow_up(Step *s, int follow, int64_t *queue_wake)
                 __atomic_fetch_add(queue_wake + b, 1, __ATOMIC_RELEASE);
         for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
             if (s->wake_mask >> b & 1)
-                wake_word(queue_wake + b);
+                hm_futex_wake(queue_wake + b);
     }
     if (follow & FOLLOW_RELEASE) {
         store_i64(s->q + RW_COMPLETION_WRITE_POS, s->cstaged);
         store_i64(s->q + RW_DATA_READ_POS, s->hpos);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* then read the producer's flag (signal.fence) */
         if (load_i64(s->q + RW_PRODUCER_WAITING))
-            wake_word(s->q + RW_COMPLETION_WRITE_POS);
+            hm_futex_wake(s->q + RW_COMPLETION_WRITE_POS);
     }
+}
+
+/* The step's view of the broker's side: the state words, the current commitlog file, the scratch, the
+ * queue table's topics and offsets, the store host (serve and serve_loop alike). */
+static void bind_store(Step *s, Py_buffer *words, Py_buffer *file, Py_buffer *scratch, Py_buffer *names,
+                       Py_buffer *table, Py_buffer *offsets, Py_buffer *host, const StepState *st)
+{
+    s->words = words->buf;
+    s->file = file->buf;
+    s->file_len = file->len;
+    s->scratch = scratch->buf;
+    s->scratch_len = scratch->len & ~(Py_ssize_t)7;
+    s->names = names->buf;
+    s->table = table->buf;
+    s->offsets = offsets->buf;
+    s->offsets_len = offsets->len / 8;
+    s->host = host->buf;
+    s->st = st;
 }
 
 PyDoc_STRVAR(serve_doc,
@@ -480,17 +488,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
         s.data = bdata->buf;
         s.comp = bcomp->buf;
         s.comp_len = bcomp->len;
-        s.words = bwords->buf;
-        s.file = bfile->buf;
-        s.file_len = bfile->len;
-        s.scratch = bscratch->buf;
-        s.scratch_len = bscratch->len & ~(Py_ssize_t)7;
-        s.names = bnames->buf;
-        s.table = btable->buf;
-        s.offsets = boff->buf;
-        s.offsets_len = boff->len / 8;
-        s.host = bhost->buf;
-        s.st = st;
+        bind_store(&s, bwords, bfile, bscratch, bnames, btable, boff, bhost, st);
         int status;
         long long hpos0 = s.hpos;
         Py_BEGIN_ALLOW_THREADS
@@ -531,9 +529,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
  * preallocation mark (LOOP_PREALLOC), or when a signal interrupted the sleep (LOOP_SIGNAL). The GIL
  * is released throughout; the rings' cursors come back in the result for the Python objects. */
 enum { LOOP_DEADLINE = 0, LOOP_FALLBACK = 1, LOOP_CHANGED = 2, LOOP_PREALLOC = 3, LOOP_SIGNAL = 4 };
-enum { IDLE_SPIN = 0, IDLE_YIELD = 1, IDLE_BACKOFF = 2, IDLE_SLEEP = 3 };   /* waiting.IDLE_CODES */
 #define MAX_LOOP_RINGS 4096
-#define BACKOFF_SPIN_NS 10000LL       /* waiting.BACKOFF_SPIN_US */
 #define RING_INTS 10
 
 typedef struct {
@@ -548,25 +544,11 @@ typedef struct {
     long long sessions_seen, topics_seen;
 } Loop;
 
-static inline long long mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static inline long long wall_ms(void)       /* int(time.time() * 1000) */
 {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     return (long long)t.tv_sec * 1000LL + t.tv_nsec / 1000000;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
 }
 
 /* WriterSide.has_frames: frames past the handed-out position, and a completion slot free for them. */
@@ -586,8 +568,9 @@ static inline int loop_changed(const Loop *L)
         || load_i64(w + SW_HA_SLAVES) != 0 || load_i64(w + SW_CONFIRMED_POS) >= 0;
 }
 
-static int loop_ready(const Loop *L)       /* Writer._ready, without pending batches (none here) */
+static int loop_ready(const void *ctx)     /* Writer._ready, without pending batches (none here) */
 {
+    const Loop *L = ctx;
     if (loop_changed(L))
         return 1;
     for (Py_ssize_t i = 0; i < L->nrings; i++)
@@ -639,32 +622,8 @@ static void notify_dispatcher(int64_t *w)         /* signal.notify_if_waiting(di
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (load_i64(w + SW_DISPATCHER_WAITING)) {
         __atomic_fetch_add(w + SW_DISPATCH_WAKE, 1, __ATOMIC_RELEASE);
-        wake_word(w + SW_DISPATCH_WAKE);
+        hm_futex_wake(w + SW_DISPATCH_WAKE);
     }
-}
-
-/* The idle strategy's phase before the futex (waiting.IdleStrategy.idle): 1 as soon as ready. */
-static int idle_phase(const Loop *L, int kind, long long budget_ns, long long deadline_ns)
-{
-    if (kind == IDLE_SLEEP || budget_ns <= 0)
-        return 0;
-    long long now = mono_ns();
-    long long end = now + budget_ns < deadline_ns ? now + budget_ns : deadline_ns;
-    long long busy_end = kind == IDLE_SPIN ? end
-                       : kind == IDLE_BACKOFF ? (now + BACKOFF_SPIN_NS < end ? now + BACKOFF_SPIN_NS : end) : now;
-    while (now < busy_end) {
-        if (loop_ready(L))
-            return 1;
-        cpu_relax();
-        now = mono_ns();
-    }
-    while (now < end) {
-        if (loop_ready(L))
-            return 1;
-        sched_yield();
-        now = mono_ns();
-    }
-    return 0;
 }
 
 typedef struct {
@@ -700,7 +659,7 @@ static void run_loop(Loop *L, Step *s, LoopRun *R)
             served = 1;
             R->frames += s->frames;
             R->appended += s->appended;
-            R->last_work_ns = mono_ns();
+            R->last_work_ns = hm_mono_ns();
             if (s->appended && !R->due_ns)
                 R->due_ns = R->last_work_ns + R->delay_ns;
             if (s->wrote_pos >= R->prealloc_pos) {
@@ -708,7 +667,7 @@ static void run_loop(Loop *L, Step *s, LoopRun *R)
                 return;
             }
         }
-        long long now = mono_ns();
+        long long now = hm_mono_ns();
         if (R->due_ns && now >= R->due_ns) {
             R->due_ns = 0;
             notify_dispatcher(L->words);
@@ -721,25 +680,16 @@ static void run_loop(Loop *L, Step *s, LoopRun *R)
             continue;               /* serve again before waiting (run(): run_once found work) */
         long long deadline = R->due_ns && R->due_ns < R->until_ns ? R->due_ns : R->until_ns;
         int busy = now - R->last_work_ns < R->window_ns;
-        if (idle_phase(L, R->idle_kind, busy ? R->busy_ns : R->idle_ns, deadline))
+        if (hm_idle_phase(loop_ready, L, R->idle_kind, busy ? R->busy_ns : R->idle_ns, deadline))
             continue;
         set_waiting(L, 1);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* signal.fence: the flags, then the cursors */
-        uint32_t *half = (uint32_t *)L->doorbell;
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        half += 1;
-#endif
         int interrupted = 0;
         for (;;) {
-            uint32_t token = __atomic_load_n(half, __ATOMIC_ACQUIRE);      /* arm, then the last check */
-            if (loop_ready(L))
+            uint32_t token = hm_futex_arm(L->doorbell);        /* arm, then the last check */
+            if (loop_ready(L) || hm_mono_ns() >= deadline)
                 break;
-            now = mono_ns();
-            if (now >= deadline)
-                break;
-            long long left = deadline - now;
-            struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
-            if (syscall(SYS_futex, half, FUTEX_WAIT, token, &ts, NULL, 0) == -1 && errno == EINTR) {
+            if (hm_futex_sleep(L->doorbell, token, deadline) == EINTR) {
                 interrupted = 1;
                 break;
             }
@@ -866,21 +816,11 @@ static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize
             || ((uintptr_t)bbell->buf & 7) || bhost->len < HOST_BYTES || bwake->len < QUEUE_WAKE_WORDS * 8
             || ((uintptr_t)bwake->buf & 7) || s.ntopics < 0 || bnames->len < s.ntopics * TOPIC_SLOT_BYTES
             || btable->len < s.ntopics * TABLE_WORDS * 8 || s.wrote_pos < 0 || ints[14] < 0
-            || ints[14] > IDLE_SLEEP) {
+            || ints[14] > HM_IDLE_SLEEP) {
             PyErr_SetString(PyExc_ValueError, "serve_loop(): buffers and arguments disagree");
             bad = 1;
         } else {
-            s.words = bwords->buf;
-            s.file = bfile->buf;
-            s.file_len = bfile->len;
-            s.scratch = bscratch->buf;
-            s.scratch_len = bscratch->len & ~(Py_ssize_t)7;
-            s.names = bnames->buf;
-            s.table = btable->buf;
-            s.offsets = boff->buf;
-            s.offsets_len = boff->len / 8;
-            s.host = bhost->buf;
-            s.st = st;
+            bind_store(&s, bwords, bfile, bscratch, bnames, btable, boff, bhost, st);
             Loop L = {bwords->buf, bbell->buf, bwake->buf, lr, n, ints[9], ints[10]};
             Py_BEGIN_ALLOW_THREADS
             run_loop(&L, &s, &R);
@@ -1017,7 +957,7 @@ static PyObject *step_ring_write(PyObject *self, PyObject *const *args, Py_ssize
     __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* then read the writer's flag (signal.fence) */
     if (load_i64(q + RW_WRITER_WAITING)) {
         __atomic_fetch_add((int64_t *)bbell.buf, 1, __ATOMIC_RELEASE);
-        wake_word((int64_t *)bbell.buf);
+        hm_futex_wake((int64_t *)bbell.buf);
         woke = 1;
     }
 answer:
@@ -1036,9 +976,16 @@ PyDoc_STRVAR(await_completion_doc,
 "(CLOCK_MONOTONIC) passed (0) or a signal interrupted the sleep (-1): the idle strategy's phase,\n"
 "then the producer's waiting flag up and a futex sleep on the completion cursor. GIL released.");
 
-static inline int completion_ready(const int64_t *q, long long crpos)
+typedef struct {
+    const int64_t *q;
+    long long crpos;
+} Awaited;
+
+static int completion_ready(const void *ctx)
 {
-    return load_i64(q + RW_COMPLETION_WRITE_POS) != crpos || load_i64(q + RW_WRITER_STATE) == RING_STATE_DROPPED;
+    const Awaited *a = ctx;
+    return load_i64(a->q + RW_COMPLETION_WRITE_POS) != a->crpos
+        || load_i64(a->q + RW_WRITER_STATE) == RING_STATE_DROPPED;
 }
 
 static PyObject *step_await_completion(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1054,8 +1001,8 @@ static PyObject *step_await_completion(PyObject *self, PyObject *const *args, Py
         if (v[i] == -1 && PyErr_Occurred())
             return NULL;
     }
-    long long crpos = v[0], deadline = v[1], kind = v[2], budget = v[3];
-    if (kind < 0 || kind > IDLE_SLEEP) {
+    long long deadline = v[1], kind = v[2], budget = v[3];
+    if (kind < 0 || kind > HM_IDLE_SLEEP) {
         PyErr_SetString(PyExc_ValueError, "await_completion(): an idle code of 0..3");
         return NULL;
     }
@@ -1068,53 +1015,28 @@ static PyObject *step_await_completion(PyObject *self, PyObject *const *args, Py
         return NULL;
     }
     int64_t *q = bq.buf;
+    Awaited a = {q, v[0]};
     int result = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (completion_ready(q, crpos)) {
+    if (completion_ready(&a) || hm_idle_phase(completion_ready, &a, (int)kind, budget, deadline)) {
         result = 1;
     } else {
-        long long now = mono_ns();
-        long long end = now + budget < deadline ? now + budget : deadline;
-        long long busy_end = kind == IDLE_SLEEP ? now : kind == IDLE_SPIN ? end
-                           : kind == IDLE_BACKOFF ? (now + BACKOFF_SPIN_NS < end ? now + BACKOFF_SPIN_NS : end) : now;
-        if (kind == IDLE_SLEEP)
-            end = now;
-        while (!result && now < busy_end) {
-            result = completion_ready(q, crpos);
-            cpu_relax();
-            now = mono_ns();
-        }
-        while (!result && now < end) {
-            result = completion_ready(q, crpos);
-            if (!result)
-                sched_yield();
-            now = mono_ns();
-        }
-        if (!result) {
-            store_i64(q + RW_PRODUCER_WAITING, 1);
-            __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* signal.fence: the flag, then the cursor */
-            uint32_t *half = (uint32_t *)(q + RW_COMPLETION_WRITE_POS);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-            half += 1;
-#endif
-            for (;;) {
-                uint32_t token = __atomic_load_n(half, __ATOMIC_ACQUIRE);
-                if (completion_ready(q, crpos)) {
-                    result = 1;
-                    break;
-                }
-                now = mono_ns();
-                if (now >= deadline)
-                    break;
-                long long left = deadline - now;
-                struct timespec ts = {(time_t)(left / 1000000000LL), (long)(left % 1000000000LL)};
-                if (syscall(SYS_futex, half, FUTEX_WAIT, token, &ts, NULL, 0) == -1 && errno == EINTR) {
-                    result = completion_ready(q, crpos) ? 1 : -1;
-                    break;
-                }
+        store_i64(q + RW_PRODUCER_WAITING, 1);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);        /* signal.fence: the flag, then the cursor */
+        for (;;) {
+            uint32_t token = hm_futex_arm(q + RW_COMPLETION_WRITE_POS);
+            if (completion_ready(&a)) {
+                result = 1;
+                break;
             }
-            store_i64(q + RW_PRODUCER_WAITING, 0);
+            if (hm_mono_ns() >= deadline)
+                break;
+            if (hm_futex_sleep(q + RW_COMPLETION_WRITE_POS, token, deadline) == EINTR) {
+                result = completion_ready(&a) ? 1 : -1;
+                break;
+            }
         }
+        store_i64(q + RW_PRODUCER_WAITING, 0);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&bq);
@@ -1171,10 +1093,10 @@ static int step_exec(PyObject *m)
     ADD_STATUS("LOOP_CHANGED", LOOP_CHANGED)
     ADD_STATUS("LOOP_PREALLOC", LOOP_PREALLOC)
     ADD_STATUS("LOOP_SIGNAL", LOOP_SIGNAL)
-    ADD_STATUS("IDLE_SPIN", IDLE_SPIN)
-    ADD_STATUS("IDLE_YIELD", IDLE_YIELD)
-    ADD_STATUS("IDLE_BACKOFF", IDLE_BACKOFF)
-    ADD_STATUS("IDLE_SLEEP", IDLE_SLEEP)
+    ADD_STATUS("IDLE_SPIN", HM_IDLE_SPIN)
+    ADD_STATUS("IDLE_YIELD", HM_IDLE_YIELD)
+    ADD_STATUS("IDLE_BACKOFF", HM_IDLE_BACKOFF)
+    ADD_STATUS("IDLE_SLEEP", HM_IDLE_SLEEP)
     ADD_STATUS("TOPIC_SLOT_BYTES", TOPIC_SLOT_BYTES)
     ADD_STATUS("TABLE_WORDS", TABLE_WORDS)
 #undef ADD_STATUS

@@ -324,7 +324,7 @@ IDLE_CODES = waiting.IDLE_CODES
 def loop_allowed(log_, queues: dict[bytes, int]) -> bool:
     """Whether the commitlog is in the state :func:`serve_loop` serves (as :func:`_serve_native` checks
     per batch): the current file mapped and last, the native queue table over these ``queues``."""
-    if not USE_NATIVE_LOOP:
+    if not USE_NATIVE_LOOP or not USE_NATIVE:           # (a test that turns the native step off turns this off too)
         return False
     mf = log_._cur
     files = log_.mfq.files

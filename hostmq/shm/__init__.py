@@ -12,10 +12,10 @@ Names of named segments come from :func:`hostmq.root.shm_name` (``/hostmq.<hash1
 from .futex import FutexWord
 from .segment import (Segment, SegmentInfo, list_segments, list_semaphores, read_info, reclaim_stale,
                       shm_free_bytes, unlink_semaphore, unlink_segment)
-from .signal import Flag, WaitStats, fence, notify_if_waiting, wait_for
+from .signal import Flag, WaitStats, fence, notify_if_waiting, wait_changed, wait_for
 
 __all__ = [
     "Segment", "SegmentInfo", "list_segments", "list_semaphores", "read_info", "reclaim_stale",
     "unlink_segment", "unlink_semaphore", "shm_free_bytes",
-    "FutexWord", "Flag", "WaitStats", "wait_for", "notify_if_waiting", "fence",
+    "FutexWord", "Flag", "WaitStats", "wait_for", "wait_changed", "notify_if_waiting", "fence",
 ]

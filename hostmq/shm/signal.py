@@ -28,13 +28,24 @@ reads it in its consumer processes).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..waiting import SLEEP, IdleStrategy
-from .futex import FutexWord, sleep_any
+from ..waiting import IDLE_CODES, SLEEP, IdleStrategy
+from .futex import MAX_WAITV, FutexWord, sleep_any
+
+try:
+    from . import _futex as _NATIVE
+except ImportError:         # not built: wait_changed is wait_for
+    _NATIVE = None
+USE_NATIVE_WAIT = _NATIVE is not None and os.environ.get("HOSTMQ_NATIVE_WAIT", "1").lower() not in ("0", "off", "false")
+"""Whether :func:`wait_changed` waits in C (``hostmq/shm/_futex.c``); ``HOSTMQ_NATIVE_WAIT=0`` turns it off."""
+if _NATIVE is not None and USE_NATIVE_WAIT and any(getattr(_NATIVE, "IDLE_" + k.upper()) != v
+                                                    for k, v in IDLE_CODES.items()):
+    raise ImportError("hostmq/shm/_futex.c's idle codes differ from waiting.IDLE_CODES (rebuild it: pip install -e .)")
 
 DEFAULT_SPIN_S = 50e-6
 _DEFAULT_IDLE = IdleStrategy("spin", DEFAULT_SPIN_S * 1e6)
@@ -157,6 +168,39 @@ def _block(predicate, words: list[FutexWord], deadline_s: float, block_slice_s: 
             if predicate():
                 st.rescued += 1
                 return True
+
+
+def wait_changed(seqs: list[tuple[FutexWord, int]], deadline_s: float, *, idle: IdleStrategy,
+                 stats: WaitStats | None = None) -> bool:
+    """Until a word of ``seqs`` — ``(FutexWord, token)`` pairs, each token what its ``arm()`` returned —
+    no longer holds its token (True), or ``deadline_s`` (``time.monotonic()``) passes (False):
+    :func:`wait_for` with the predicate "a word moved" and no waiting flag (a consumer's wait on its
+    wake words, which the writer wakes unasked), in one native call with the GIL released
+    (``_futex.c``): the idle strategy's phase, then one sleep on every word until one moves or the
+    deadline. A signal ends it early (False; the handler runs once it returns). ``stats`` counts as
+    :func:`wait_for` does (one slice per sleep)."""
+    if not USE_NATIVE_WAIT or not seqs or len(seqs) > MAX_WAITV:
+        return wait_for(lambda: any(w.arm() != t for w, t in seqs), [w for w, _ in seqs], deadline_s, idle=idle,
+                        stats=stats)
+    st = stats if stats is not None else process_totals
+    st.calls += 1
+    r = _NATIVE.wait_changed(seqs, int(min(deadline_s, time.monotonic() + 3600.0) * 1e9), IDLE_CODES[idle.kind],
+                             int(idle.spin_s * 1e9))
+    if r == 1:
+        st.immediate += 1
+    elif r == 2:
+        st.spin_hits += 1
+    elif r == 4:
+        st.timeouts += 1
+    else:                   # it slept: woken (3), out of time (0) or interrupted (-1)
+        st.blocked += 1
+        st.slices += 1
+        if r == 3:
+            st.wakeups += 1
+        elif r == 0:
+            st.slice_timeouts += 1
+            st.timeouts += 1
+    return 0 < r < 4
 
 
 def notify_if_waiting(flag_getter: Flag | Callable[[], object], wake: FutexWord, *, bump: bool = True) -> bool:
