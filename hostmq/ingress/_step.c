@@ -26,15 +26,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <errno.h>
-#include <limits.h>
-#include <sched.h>
-#include <linux/futex.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "../include/record_layout.h"
