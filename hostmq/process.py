@@ -46,16 +46,99 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
         os._exit(0)
 
 
+class _SignalRelay:
+    """Signal handlers that never take a lock. CPython runs a Python handler in the main thread
+    between two bytecodes — inside another handler, too, or while that thread holds an Event's lock
+    in ``Event.wait``. A handler that calls ``Event.set`` (which takes that lock) then waits on its
+    own thread forever. It happened: systemd signals all six processes of a broker at once, five
+    children forward their SIGTERM, and the supervisor, handling one, got the next and hung with no
+    stop begun (``tests/test_process.py`` sends such bursts). So the handler only writes the
+    signal's number into a pipe (non-blocking: a full pipe already holds a wake-up), and a daemon
+    thread reads it and acts — sets the event, forwards to the parent — outside signal context."""
+
+    def __init__(self) -> None:
+        self.actions: dict[int, object] = {}
+        self.pid = os.getpid()
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.w, False)
+        threading.Thread(target=self._relay, name="hostmq-signals", daemon=True).start()
+
+    def handler(self, signum, _frame) -> None:
+        try:
+            os.write(self.w, bytes((signum,)))
+        except OSError:                     # full (a wake-up is pending) or closed at exit
+            pass
+
+    def _relay(self) -> None:
+        while True:
+            try:
+                got = os.read(self.r, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not got:
+                return
+            for signum in dict.fromkeys(got):         # each signal once per read, in order
+                action = self.actions.get(signum)
+                if action is None:
+                    continue
+                try:
+                    action(signum)
+                except Exception:                      # noqa: BLE001 — the relay must outlive one action
+                    log.exception("handling signal %d", signum)
+
+
+_relay: _SignalRelay | None = None
+_relay_lock = threading.Lock()
+
+
+def on_signal(signum: int, action) -> None:
+    """Run ``action(signum)`` when ``signum`` arrives — from the relay thread, never in signal
+    context, so it may take locks (``Event.set``). Install from the main thread, as ``signal.signal``."""
+    global _relay
+    with _relay_lock:
+        if _relay is None or _relay.pid != os.getpid():
+            _relay = _SignalRelay()
+        _relay.actions[int(signum)] = action
+        signal.signal(signum, _relay.handler)
+
+
+def _forget_relay_in_fork_child() -> None:
+    # A child forked without exec has no relay thread, and its pipe is shared with the parent: its
+    # signals go back to the default action until it installs its own.
+    global _relay
+    if _relay is not None:
+        for signum in _relay.actions:
+            signal.signal(signum, signal.SIG_DFL)
+        _relay = None
+
+
+os.register_at_fork(after_in_child=_forget_relay_in_fork_child)
+
+
+def ignore_stop_signals() -> None:
+    """Once a process's run has returned: later stop signals are moot. CPython's finalization puts
+    back the default action of every signal with a Python handler, so a SIGTERM (or a second
+    CHILD_STOP_SIGNAL) arriving while it exits would kill it and turn a clean exit into "killed by
+    SIGTERM"; an ignored signal stays ignored."""
+    for signum in (signal.SIGTERM, signal.SIGINT, CHILD_STOP_SIGNAL):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def stop_on_signals(stop: threading.Event, ignore_sigint: bool) -> None:
     """SIGTERM (and SIGINT unless ignored) set ``stop``: the process's loop ends cleanly."""
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else (lambda *_: stop.set()))
+    on_signal(signal.SIGTERM, lambda _s: stop.set())
+    if ignore_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        on_signal(signal.SIGINT, lambda _s: stop.set())
 
 
 def defer_stop_to_parent(stop: threading.Event) -> None:
     """A supervised child's signals: ``CHILD_STOP_SIGNAL`` sets ``stop``; SIGTERM and SIGINT are passed
     to the parent (the supervisor orders the stop) — or set ``stop`` if the parent is already gone."""
-    def forward(signum, _frame):
+    def forward(_signum):
         parent = os.getppid()
         if parent == 1:
             stop.set()
@@ -64,9 +147,9 @@ def defer_stop_to_parent(stop: threading.Event) -> None:
             os.kill(parent, signal.SIGTERM)
         except OSError:
             stop.set()
-    signal.signal(CHILD_STOP_SIGNAL, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    on_signal(CHILD_STOP_SIGNAL, lambda _s: stop.set())
+    on_signal(signal.SIGTERM, forward)
+    on_signal(signal.SIGINT, forward)
 
 
 def resolve(target: str):
@@ -100,7 +183,10 @@ def child_main(target: str, config) -> None:
                            name=f"{getattr(config, 'name', '')}.{role}".lstrip("."))
     else:
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {target} %(levelname)s %(message)s")
-    rc = resolve(target)(config, stop)
+    try:
+        rc = resolve(target)(config, stop)
+    finally:
+        ignore_stop_signals()
     sys.exit(rc or 0)
 
 

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from hostmq.process import Child, Supervisor, restart_delay_s
+from hostmq.process import CHILD_STOP_SIGNAL, Child, Supervisor, restart_delay_s
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,6 +63,86 @@ def test_the_supervisor_restarts_a_killed_child_and_stops_in_order(tmp_path):
     assert codes == {"a": 0, "b": 0}
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                    for p in _pids(a) + _pids(b))
+
+
+def _burst(pid: int, sig: int, gap_us: float, count: int = 40) -> None:
+    """``count`` signals, ``gap_us`` apart: as systemd's stop, where five children forward their
+    SIGTERM to the supervisor within microseconds, each landing while the last is being handled."""
+    for _ in range(count):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        end = time.perf_counter_ns() + int(gap_us * 1000)
+        while time.perf_counter_ns() < end:
+            pass
+
+
+BURST_GAPS_US = (0, 3, 8, 15, 25, 40)
+
+
+@pytest.mark.parametrize("gap_us", BURST_GAPS_US)
+def test_a_burst_of_stop_signals_stops_a_server_process(tmp_path, gap_us):
+    """A handler that set the Event itself deadlocked on the Event's lock when the next signal came
+    while it ran (about half of such bursts did): the process never stopped. ``stop_on_signals``
+    acts from its relay thread, so every burst ends in a clean exit (``run_foreground``, as
+    ``hostmq broker`` and ``hostmq namesrv`` run, ignores the signals that come after its run)."""
+    pidfile = str(tmp_path / "pids")
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from hostmq.cli.common import load_config, run_foreground\n"
+            "from tests.procs.targets import busy_until_stopped\n"
+            "root = %r\n"
+            "sys.exit(run_foreground(busy_until_stopped, {'pidfile': %r}, load_config(root, None), root))\n"
+            ) % (os.getcwd(), str(tmp_path / "root"), pidfile)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        assert _wait(lambda: len(_pids(pidfile)) == 1, 30)
+        _burst(proc.pid, signal.SIGTERM, gap_us)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _pids(pidfile + ".stopped") == [proc.pid]
+
+
+@pytest.mark.parametrize("gap_us", BURST_GAPS_US)
+def test_a_burst_of_stop_signals_stops_a_supervised_child(tmp_path, gap_us):
+    """The same for a child's ``CHILD_STOP_SIGNAL`` (``defer_stop_to_parent``)."""
+    pidfile = str(tmp_path / "pids")
+    c = Child("busy", "tests.procs.targets:busy_until_stopped", {"pidfile": pidfile})
+    c.start()
+    try:
+        assert _wait(lambda: len(_pids(pidfile)) == 1, 30)
+        _burst(c.pid, CHILD_STOP_SIGNAL, gap_us)
+        c.process.join(15)
+        assert c.process.exitcode == 0
+    finally:
+        c.stop(1.0)
+    assert _pids(pidfile + ".stopped") == _pids(pidfile)
+
+
+def test_a_child_passes_a_burst_of_sigterm_to_its_parent(tmp_path):
+    """SIGTERM to a supervised child goes to its parent (one or more times), never stops the child."""
+    pidfile, got = str(tmp_path / "pids"), str(tmp_path / "parent-got")
+    code = ("import os, signal, sys, threading; sys.path.insert(0, %r)\n"
+            "from hostmq.process import Child, stop_on_signals\n"
+            "stop = threading.Event(); stop_on_signals(stop, ignore_sigint=False)\n"
+            "c = Child('x', 'tests.procs.targets:busy_until_stopped', {'pidfile': %r}); c.start()\n"
+            "stop.wait(60)\n"
+            "open(%r, 'w').write('stop'); sys.exit(0 if c.stop() == 0 else 1)\n") % (os.getcwd(), pidfile, got)
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        assert _wait(lambda: len(_pids(pidfile)) == 1, 30)
+        child = _pids(pidfile)[0]
+        _burst(child, signal.SIGTERM, 8)
+        assert parent.wait(30) == 0
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert open(got).read() == "stop"
+    assert _pids(pidfile + ".stopped") == [child]      # stopped by its parent, in order
 
 
 def test_children_die_with_their_parent(tmp_path):

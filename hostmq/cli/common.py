@@ -10,7 +10,7 @@ from ..access import secure_root
 from ..config import Config
 from ..errors import ValidationError
 from ..logsetup import LEVELS
-from ..process import stop_on_signals
+from ..process import ignore_stop_signals, stop_on_signals
 from ..root import RootPaths
 
 EXIT_OK = 0             # every command's exit statuses (2: usage, argparse's own)
@@ -52,7 +52,10 @@ def run_foreground(run, config, cfg: Config, root: str, log_level: str | None = 
     secure_root(root, cfg.access.group)
     stop = threading.Event()
     stop_on_signals(stop, ignore_sigint=False)
-    return run(config, stop)
+    try:
+        return run(config, stop)
+    finally:
+        ignore_stop_signals()
 
 
 def print_table(rows: list[dict], columns: list[str], out=None) -> None:

@@ -10,6 +10,7 @@ import time
 from ..admin.admin import Admin
 from ..client.pull_consumer import PullConsumer
 from ..message import ConsumeFrom
+from ..process import on_signal
 from .common import body_text, parse_time_ms
 
 
@@ -39,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     with Admin(args.root) as a:
         queues = a.route(args.topic)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    on_signal(signal.SIGTERM, lambda _s: stop.set())     # from a relay thread: never a lock in a handler
     n = 0
     idle_since = time.monotonic()
     with PullConsumer(args.root, group=args.group, consume_from=start, consume_timestamp_ms=ts) as c:

@@ -9,7 +9,6 @@ view every ``--interval`` seconds, like ``top``, until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from ..semantics.system_topics import is_system_topic
 from ..admin.admin import Admin
 from ..errors import HostMQError
 from ..observe import broker_tuning
+from ..process import stop_on_signals
 from ..root import RootPaths, resolve_root
 from ..sdnotify import stale_heartbeats
 from .common import load_config, print_json, print_table
@@ -86,8 +86,7 @@ def check(args: argparse.Namespace) -> int:
 
 def watch(args: argparse.Namespace) -> int:
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_signals(stop, ignore_sigint=False)
     with Admin(args.root) as a:
         while not stop.is_set():
             try:

@@ -18,7 +18,7 @@ from .. import logsetup
 from ..access import secure_root
 from ..client.producer import Producer
 from ..cluster import LocalCluster
-from ..process import EXIT_CLEAN, EXIT_UNCLEAN, describe_exit, stop_on_signals
+from ..process import EXIT_CLEAN, EXIT_UNCLEAN, describe_exit, ignore_stop_signals, stop_on_signals
 from ..sdnotify import Watchdog, sd_notify
 from ..root import resolve_root
 from . import workload
@@ -121,4 +121,5 @@ def main(args: argparse.Namespace) -> int:
     if unclean and not died:
         print(f"hostmq up: stopped uncleanly: {', '.join(unclean)}", flush=True)
     print("stopped", flush=True)
+    ignore_stop_signals()           # stopped: a late SIGTERM must not turn this exit into a kill
     return EXIT_UNCLEAN if died or unclean else EXIT_CLEAN

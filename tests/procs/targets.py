@@ -21,3 +21,17 @@ def crash_soon(config, stop) -> int:
         f.write(f"{os.getpid()}\n")
     time.sleep(0.05)
     return 3
+
+
+def busy_until_stopped(config, stop) -> int:
+    """As ``until_stopped``, but the main thread waits on Events all the time, in short waits: a
+    signal handler that took an Event's lock would often find it held by this very thread."""
+    with open(config["pidfile"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+    import threading
+    other = threading.Event()
+    while not stop.is_set():
+        other.wait(0.0005)
+    with open(config["pidfile"] + ".stopped", "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return 0

@@ -51,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", default="workers")
     ap.add_argument("--idle-exit", type=float, default=0.0, help="stop after S seconds without a message")
     args = ap.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM is taken with sigtimedwait below, never by a handler: a handler that sets an Event
+    # can deadlock on the Event's lock when a second signal comes while it runs. Blocked before the
+    # consumer starts its threads, so they inherit the mask and only this loop receives it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     worker = Worker()
     consumer = hostmq.PushConsumer(args.root, group=args.group, consume_from=ConsumeFrom.FIRST_OFFSET,
                                    batch_size=16)
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     consumer.register(worker.on_messages)
     consumer.start()
     try:
-        while not stop.wait(0.2):
+        while signal.sigtimedwait({signal.SIGTERM}, 0.2) is None:
             if args.idle_exit and worker.idle_s() >= args.idle_exit:
                 break
     except KeyboardInterrupt:
