@@ -7,7 +7,10 @@ queue through an ingress ring of its own broker — as a producer would, so the 
 only appender. Each level's next offset goes to ``config/delayOffset.json`` every second and at
 stop. Exactly once across crashes: on start, for messages at or past the saved offsets that were
 already stored before this start, the real topic's index is asked whether a message with the same
-unique id is there (delivered just before the crash) and such a message is skipped.
+unique id is there (delivered just before the crash) and such a message is skipped. "Stored before
+this start" includes what a killed scheduler left published in its ring: the writer appends that as
+it drains the dead session, so a new scheduler first waits until the writer has let go of every
+session of the previous one (``_wait_previous_sessions``).
 """
 from __future__ import annotations
 
@@ -136,13 +139,49 @@ def _wait_running(state: BrokerState, stop) -> bool:
     return False
 
 
+def _sessions_of(state: BrokerState, pid: int) -> list[int]:
+    """Session slots the writer still holds for process ``pid`` — a scheduler before this one. Once
+    that process is gone (the supervisor reaps a child before it starts the next), every slot of its
+    pid counts; should the pid be alive again, reused, only the closing ones (a new owner's open
+    session is not ours to wait for)."""
+    if pid <= 0 or pid == os.getpid():
+        return []
+    reused = os.path.exists(f"/proc/{pid}")
+    held = []
+    for slot in state.active_slots():
+        st, _gen, owner, _fd, _name = state.slot(slot)
+        if owner == pid and (st == R.SLOT_CLOSING or not reused):
+            held.append(slot)
+    return held
+
+
+def _wait_previous_sessions(state: BrokerState, pid: int, stop) -> bool:
+    """A scheduler killed while it delivered may have left a published frame in its ring; the
+    writer appends it only as it drains that closed session — possibly after this start. Until the
+    writer has let go of the ring, the index cannot say whether that message was delivered: wait."""
+    since = time.monotonic()
+    said = False
+    while _sessions_of(state, pid):
+        if stop.is_set():
+            return False
+        if not said and time.monotonic() - since >= 1.0:
+            log.info("scheduler: waiting for the writer to append what the previous scheduler (pid %d) "
+                     "left in its ring", pid)
+            said = True
+        stop.wait(0.01)
+    return not stop.is_set()
+
+
 def run(rt: BrokerRuntime, stop) -> int:
     """The scheduler process's entry point (spawned by the broker)."""
     state = BrokerState.attach(rt.state_name)
+    previous = int(state.get("scheduler_pid"))
     state.set("scheduler_pid", os.getpid())
     session = sched = None
     try:
         if not _wait_running(state, stop):
+            return 0
+        if not _wait_previous_sessions(state, previous, stop):
             return 0
         # Records the writer published before we started must be dispatched (and indexed) before
         # the index can tell whether a due message was delivered already.
