@@ -36,6 +36,7 @@ TICK_S = 0.1                    # RocketMQ checks each level every 100 ms
 PERSIST_INTERVAL_S = 1.0
 SEND_TIMEOUT_S = 10.0
 RING_BYTES = 1 << 20
+LOG_MISSING = 10                # checked due messages not found delivered: this many logged at INFO per start
 
 
 class Scheduler:
@@ -54,6 +55,7 @@ class Scheduler:
         self.check_below = {lvl: self.reader.refresh_queue(SCHEDULE_TOPIC, lvl - 1) for lvl in self.levels_range()}
         self.delivered = self.skipped = 0
         self.not_again = self._not_again_logged = 0     # due messages found delivered before a restart
+        self.checked_missing = 0                         # checked ones not found: delivered now
 
     def levels_range(self):
         return range(1, self.levels + 1)
@@ -98,10 +100,18 @@ class Scheduler:
                       phys, level, off, e)
             self.skipped += 1
             return
-        if off < self.check_below[level] and uniq and self._already_stored(topic, uniq):
-            log.debug("scheduler: %s was delivered before the restart; not again", uniq)
-            self.not_again += 1
-            return
+        if off < self.check_below[level] and uniq:
+            found = self._already_stored(topic, uniq)
+            if found:
+                log.debug("scheduler: %s was delivered before the restart; not again", uniq)
+                self.not_again += 1
+                return
+            # Stored before this start and not found delivered: delivered now. What the check saw
+            # goes to the log for whoever reads a duplicate (the first few at INFO, per start).
+            self.checked_missing += 1
+            log.log(logging.INFO if self.checked_missing <= LOG_MISSING else logging.DEBUG,
+                    "scheduler: %s (level %d offset %d) was not delivered before the restart (index: %s); "
+                    "delivering it", uniq, level, off, found.why)
         mq = MessageQueue(topic, self.rt.name, qid)
         try:        # broker busy or stopping raises on: the supervisor restarts us
             self.session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), time.monotonic() + SEND_TIMEOUT_S)
@@ -112,23 +122,38 @@ class Scheduler:
             return
         self.delivered += 1
 
-    def _already_stored(self, topic: str, uniq: str) -> bool:
+    def _already_stored(self, topic: str, uniq: str) -> "_Found":
         if self.index is None:
-            return False
+            return _Found(False, "no index")
+        seen = []
         for phys in self.index.query(topic, uniq, 8):
             try:
                 m = self.reader.view(self.reader.commitlog.msg_id(phys))
-            except (HostMQError, ValueError):
+            except (HostMQError, ValueError) as e:
+                seen.append(f"{phys}: {e}")
                 continue
             if m.topic == topic and m.unique_id == uniq:
-                return True
-        return False
+                return _Found(True, "")
+            seen.append(f"{phys}: another message")
+        return _Found(False, "; ".join(seen) or "no entry")
 
     def close(self) -> None:
         self.offsets.persist()
         if self.index is not None:
             self.index.close()
         self.reader.close()
+
+
+class _Found:
+    """Whether a due message's real copy was found, and if not, what the index gave instead."""
+
+    __slots__ = ("found", "why")
+
+    def __init__(self, found: bool, why: str) -> None:
+        self.found, self.why = found, why
+
+    def __bool__(self) -> bool:
+        return self.found
 
 
 def _wait_running(state: BrokerState, stop) -> bool:

@@ -20,8 +20,9 @@ is only known to the second (it may be up to 999 ms before ``begin_ms``), so cal
 
 Ownership: one process, the dispatcher, writes the index through one ``IndexService`` (its
 public methods hold a lock). A batch writes entries, then slots, then the header. Other readers may
-map files read-only and must treat slot and ``prev_index`` values outside ``1 .. index_count - 1`` as
-empty.
+map files read-only; a slot naming an entry at or past ``index_count`` is a batch in flight (its entries
+are written before its slots) and is followed (``select_phys_offsets``); values outside
+``1 .. entries - 1`` and a ``prev_index`` not below its entry's number are empty.
 
 Crash policy: after an abnormal exit recovery calls ``IndexService.truncate`` with the end of the
 valid commitlog; whole files holding entries at or beyond it are deleted, and re-dispatch from
@@ -263,7 +264,12 @@ class IndexFile:
         h = self.header
         out: list[int] = []
         number = int(self._slot_view[key_hash % self.slots])
-        if not NO_ENTRY < number < h.index_count:
+        # A slot may name an entry at or past the header's count: the writer's batch in flight (or
+        # a reader's header older than the slot it reads). The writer wrote that entry before the
+        # slot, and its chain leads to the counted ones, so it is followed, not taken for empty —
+        # which hid the slot's whole older chain from the query (a scheduler then delivered a
+        # delay message a second time). Entries are a superset either way: callers check records.
+        if not NO_ENTRY < number < self.entries:
             return out
         while len(out) < max_num:
             hash_read, phys_offset, diff_s, prev = INDEX_ENTRY_STRUCT.unpack_from(
