@@ -58,7 +58,6 @@ class _SignalRelay:
 
     def __init__(self) -> None:
         self.actions: dict[int, object] = {}
-        self.pid = os.getpid()
         self.r, self.w = os.pipe()
         os.set_blocking(self.w, False)
         threading.Thread(target=self._relay, name="hostmq-signals", daemon=True).start()
@@ -98,7 +97,7 @@ def on_signal(signum: int, action) -> None:
     context, so it may take locks (``Event.set``). Install from the main thread, as ``signal.signal``."""
     global _relay
     with _relay_lock:
-        if _relay is None or _relay.pid != os.getpid():
+        if _relay is None:              # a forked child starts without one (below)
             _relay = _SignalRelay()
         _relay.actions[int(signum)] = action
         signal.signal(signum, _relay.handler)

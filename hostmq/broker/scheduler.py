@@ -101,7 +101,7 @@ class Scheduler:
             self.skipped += 1
             return
         if off < self.check_below[level] and uniq:
-            found = self._already_stored(topic, uniq)
+            found, why = self._already_stored(topic, uniq)
             if found:
                 log.debug("scheduler: %s was delivered before the restart; not again", uniq)
                 self.not_again += 1
@@ -111,7 +111,7 @@ class Scheduler:
             self.checked_missing += 1
             log.log(logging.INFO if self.checked_missing <= LOG_MISSING else logging.DEBUG,
                     "scheduler: %s (level %d offset %d) was not delivered before the restart (index: %s); "
-                    "delivering it", uniq, level, off, found.why)
+                    "delivering it", uniq, level, off, why)
         mq = MessageQueue(topic, self.rt.name, qid)
         try:        # broker busy or stopping raises on: the supervisor restarts us
             self.session.send(R.FRAME_MESSAGE, rec, 1, Waiter(mq), time.monotonic() + SEND_TIMEOUT_S)
@@ -122,9 +122,10 @@ class Scheduler:
             return
         self.delivered += 1
 
-    def _already_stored(self, topic: str, uniq: str) -> "_Found":
+    def _already_stored(self, topic: str, uniq: str) -> tuple[bool, str]:
+        """Whether the real copy of ``uniq`` is stored, and if not, what the index gave instead."""
         if self.index is None:
-            return _Found(False, "no index")
+            return False, "no index"
         seen = []
         for phys in self.index.query(topic, uniq, 8):
             try:
@@ -133,27 +134,15 @@ class Scheduler:
                 seen.append(f"{phys}: {e}")
                 continue
             if m.topic == topic and m.unique_id == uniq:
-                return _Found(True, "")
+                return True, ""
             seen.append(f"{phys}: another message")
-        return _Found(False, "; ".join(seen) or "no entry")
+        return False, "; ".join(seen) or "no entry"
 
     def close(self) -> None:
         self.offsets.persist()
         if self.index is not None:
             self.index.close()
         self.reader.close()
-
-
-class _Found:
-    """Whether a due message's real copy was found, and if not, what the index gave instead."""
-
-    __slots__ = ("found", "why")
-
-    def __init__(self, found: bool, why: str) -> None:
-        self.found, self.why = found, why
-
-    def __bool__(self) -> bool:
-        return self.found
 
 
 def _wait_running(state: BrokerState, stop) -> bool:
