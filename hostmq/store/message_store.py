@@ -126,7 +126,9 @@ class MessageStore:
         # RocketMQ uses the pool only with ASYNC_FLUSH (isTransientStorePoolEnable)
         self.pool = TransientStorePool(cfg.commitlog_file_bytes, cfg.transient_store_pool_size) \
             if cfg.transient_store_pool_enable and cfg.flush_disk_type == ASYNC_FLUSH else None
-        self._next_commit_ms = time.time() * 1000 + cfg.commit_interval_ms
+        # whole milliseconds, as put compares them: a fraction here kept a put in the same millisecond
+        # from committing with commit_interval_ms 0
+        self._next_commit_ms = int(time.time() * 1000) + cfg.commit_interval_ms
         self.abort_path = os.path.join(self.path, "abort")
         self.abnormal = os.path.exists(self.abort_path)
         self.commitlog = CommitLog(self.path, cfg.commitlog_file_bytes, store_host=store_host,
