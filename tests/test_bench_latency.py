@@ -33,8 +33,9 @@ RUN_ENV = "HQLAT_TEST_RUN"                            # every child inherits it:
 
 
 def _bench_shm_entries() -> set[str]:
-    """The /dev/shm entries of the bench's own ring and semaphore (bench/latency.py NAME_PREFIX)."""
-    return {n for n in os.listdir("/dev/shm") if n.startswith(("hqlat.", "sem.hqlat."))}
+    """The /dev/shm entries of the bench's own ring and semaphore (bench/latency.py NAME_PREFIX), and
+    those Zenoh's shared-memory transport makes (*.zenoh: the bench's peers turn it off)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith(("hqlat.", "sem.hqlat.")) or n.endswith(".zenoh")}
 
 
 def _processes_with(token: str) -> list[psutil.Process]:

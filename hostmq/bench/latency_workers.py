@@ -243,6 +243,10 @@ def _zenoh_session(path: str, listen: bool):
     if not listen:
         conf.insert_json5("connect/endpoints", endpoints)
     conf.insert_json5("scouting/multicast/enabled", "false")
+    # Its shared-memory transport carries only payloads allocated from a Zenoh SHM provider (these are
+    # bytes, sent over the socket either way); enabled, each session leaves a /dev/shm/<n>.zenoh file
+    # behind when its process ends without the transport's own clean-up.
+    conf.insert_json5("transport/shared_memory/enabled", "false")
     return zenoh.open(conf)
 
 
