@@ -110,6 +110,9 @@ class PullConsumer:
         self.wait_stats = WaitStats()   # how its polls waited (spins, futex sleeps, slice timeouts)
         self._following: list[bool] = []
         self.closed = False
+        # what the last fetch returned and, per queue, the slice of it that queue gave (a push
+        # consumer's pull thread hands each queue's messages on without grouping them again)
+        self.last_fetch: tuple[list, list[tuple[MessageQueue, int, int]]] = ([], [])
 
     # -- assignment -----------------------------------------------------------------------------------
     def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
@@ -279,25 +282,31 @@ class PullConsumer:
         return qs[self._rr:] + qs[:self._rr]
 
     def _fetch(self, limit: int) -> list[MessageExt]:
-        self._check_open()
-        self._refresh_stale()
+        if self.closed:                                     # _check_open, _refresh_stale
+            raise ValidationError("the consumer is closed")
+        if time.monotonic() >= self._next_stale_check:
+            self.refresh_brokers()
         out: list[MessageExt] = []
+        groups: list[tuple[MessageQueue, int, int]] = []
         for mq in self._rotation():
-            r = self._reader_with_news(mq)
-            if r is None:
-                continue
             expr = self.subscriptions.get(mq.topic, self.expression)
             sql = expr if isinstance(expr, SQL) else None
-            g = r.get(mq.topic, mq.queue_id, self.positions[mq], limit - len(out), "*" if sql else expr)
+            g = self._read_news(mq, limit - len(out), "*" if sql else expr)
+            if g is None:
+                continue
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
                 self.positions[mq] = g.next_offset
             self.skipped_records += g.skipped
             if mq in self.slave_reads.on_slave:
                 self.slave_reads.messages += len(g.messages)
             # properties of every returned message decoded when it was read (MessageExt.check)
+            n0 = len(out)
             out.extend(g.messages if sql is None else [m for m in g.messages if sql.matches(m.properties)])
+            if len(out) > n0:
+                groups.append((mq, n0, len(out)))
             if len(out) >= limit:
                 break
+        self.last_fetch = (out, groups)
         return out
 
     def _fetch_batch(self, max_count: int) -> MessageBatch | None:
@@ -318,6 +327,24 @@ class PullConsumer:
                 return b
         return None
 
+    def _read_news(self, mq: MessageQueue, max_count: int, expr: str):
+        """``_reader_with_news`` and its ``get``: None when ``mq`` certainly has nothing at our
+        position. A tailing view of a master read with no filter does both in one
+        ``StoreReader.read_tail`` (the same refresh, the same result)."""
+        view = self._view(mq.broker)
+        if not view.tailing or expr != "*" or view.slave_read_lag_bytes:
+            r = self._reader_with_news(mq)
+            return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
+        mark, readable = view.state.consumer_ends()       # a tailing view's readable_mark() and the limit
+        seen = self._seen.get(mq)
+        pos = self.positions[mq]
+        if seen is not None and seen[0] is view and seen[1] == mark and pos >= seen[2]:
+            return None
+        r = view.reader
+        m, g = r.read_tail(mq.topic, mq.queue_id, pos, max_count, mark, readable)
+        self._seen[mq] = (view, mark if r.tail.caught_up() else None, m)
+        return g if g is not None else r.get(mq.topic, mq.queue_id, pos, max_count, expr)
+
     def _reader_with_news(self, mq: MessageQueue):
         """The store reader of ``mq``'s broker, brought up to date — or None when ``mq`` certainly has
         nothing at our position: the broker's readable position has not moved since the queue was
@@ -330,7 +357,7 @@ class PullConsumer:
                 and self.positions[mq] >= seen[2]:
             return None
         r = view.reader
-        m = r.refresh_queue(mq.topic, mq.queue_id)
+        m = r.refresh_queue(mq.topic, mq.queue_id, mark if view.tailing else None)
         # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
         # without the stored position moving: no short cut until it has caught up.
         self._seen[mq] = (view, mark if r.tail_caught_up() else None, m)

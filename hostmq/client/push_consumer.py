@@ -329,9 +329,13 @@ class PushConsumer:
             pull.pause(full)
 
     def _dispatch(self, msgs: list[MessageExt]) -> None:
-        by_queue: dict[MessageQueue, list[MessageExt]] = {}
-        for m in msgs:
-            by_queue.setdefault(m.queue, []).append(m)
+        fetched, groups = self.pull.last_fetch
+        if fetched is msgs:         # the poll's own list: its queues' slices are known
+            by_queue = {mq: msgs[a:b] for mq, a, b in groups}
+        else:
+            by_queue = {}
+            for m in msgs:
+                by_queue.setdefault(m.queue, []).append(m)
         for mq, batch in by_queue.items():
             with self.lock:
                 pq = self.queues.get(mq)
@@ -344,7 +348,8 @@ class PushConsumer:
                       context: ConsumeConcurrentlyContext | ConsumeOrderlyContext | None = None) -> ConsumeResult:
         """The listener's verdict on a batch, ``context`` passed if it takes one (built here if none is
         given); an exception or a wrong return value counts as RECONSUME_LATER (logged)."""
-        show_original_topics(batch)
+        if context is None or context.message_queue.topic.startswith(RETRY_PREFIX):
+            show_original_topics(batch)     # (a batch comes from one queue: only a retry queue's need it)
         try:
             result = self.listener(*self.listener_args(batch, context))
         except Exception:

@@ -196,6 +196,12 @@ class BrokerState:
         """``stored_pos`` under the same bound: how far a tailing consumer reads past the dispatcher."""
         return self._consumer_bound(self.stored_pos())
 
+    def consumer_ends(self) -> tuple[int, int]:
+        """(``consumer_stored_pos()``, ``consumer_readable_pos()``), read in that order in one call — a
+        tailing consumer's poll round reads both."""
+        stored = self._consumer_bound(self.stored_pos())
+        return stored, self._consumer_bound(self.readable_pos())
+
     def confirms(self) -> bool:
         """Whether a replication process bounds what consumers read (``confirmed_pos``)."""
         return self.w[W_CONFIRMED_POS] >= 0

@@ -38,7 +38,7 @@ LAYOUT_HOLDS(OFF_TOTAL_SIZE == 0 && W_TOTAL_SIZE == 4 && W_MAGIC == 4 && W_QUEUE
 LAYOUT_HOLDS(W_QUEUE_OFFSET == 8 && W_SYS_FLAG == 4 && W_BODY_LENGTH == 4);
 LAYOUT_HOLDS(HDR_BYTES == OFF_BODY_LENGTH + W_BODY_LENGTH);
 LAYOUT_HOLDS(TOPIC_LEN_BYTES == 1 && PROPS_LEN_BYTES == 2);
-LAYOUT_HOLDS(CQ_OFF_PHYS_OFFSET == 0 && CQ_OFF_SIZE == 8 && CQ_ENTRY_BYTES == 20);
+LAYOUT_HOLDS(CQ_OFF_PHYS_OFFSET == 0 && CQ_OFF_SIZE == 8 && CQ_OFF_TAG_HASH == 12 && CQ_ENTRY_BYTES == 20);
 
 /* An entry take() accepted in place: where its record is, which entry, and the counts before it. */
 typedef struct {
@@ -63,6 +63,7 @@ typedef struct {
     Py_ssize_t none_off[MAX_NONE_SLOTS];    /* the slots its __init__ sets to None */
     int n_none;
     uint32_t compressed_flag;               /* records.SYSFLAG_COMPRESSED */
+    PyTypeObject *tq_type;                  /* TailQueues (a heap type of this module) */
 } ReadState;
 
 static inline ReadState *state_of(PyObject *m) { return (ReadState *)PyModule_GetState(m); }
@@ -284,51 +285,34 @@ static int need_bound(ReadState *st)
  * outside [file_from, file_end) — the commitlog file ``mm`` maps — returns TAKE_OTHER_FILE; a record
  * check_record does not accept returns TAKE_ASK (the entry at ``next`` is the caller's to check);
  * every accepted one is appended to ``out`` as a MessageExt. TAKE_DONE: every entry was taken. */
-static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* take()'s work over ``count`` CQ_ENTRY rows at ``e`` (held by the caller for the call). */
+static PyObject *take_rows(ReadState *st, const unsigned char *e, int64_t count, int64_t first, PyObject *mm_obj,
+                           int64_t file_from, int64_t file_end, int64_t cl_min, int64_t qoff0, PyObject *topic_b,
+                           int64_t queue_id, int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out)
 {
-    ReadState *st = state_of(module);
-    if (nargs != 13) {
-        PyErr_SetString(PyExc_TypeError, "take() takes 13 arguments");
-        return NULL;
-    }
-    if (need_bound(st) < 0)
-        return NULL;
-    int64_t first, file_from, file_end, cl_min, qoff0, queue_id, max_bytes, nbytes;
-    if (get_i64(args[1], &first) < 0 || get_i64(args[3], &file_from) < 0 || get_i64(args[4], &file_end) < 0 ||
-        get_i64(args[5], &cl_min) < 0 || get_i64(args[6], &qoff0) < 0 || get_i64(args[8], &queue_id) < 0 ||
-        get_i64(args[9], &max_bytes) < 0 || get_i64(args[10], &nbytes) < 0)
-        return NULL;
-    PyObject *broker = args[11], *out = args[12];
-    if (!PyList_Check(out) || !PyBytes_Check(args[7])) {
+    if (!PyList_Check(out) || !PyBytes_Check(topic_b)) {
         PyErr_SetString(PyExc_TypeError, "take(): topic_b must be bytes and out a list");
         return NULL;
     }
-    const unsigned char *topic = (const unsigned char *)PyBytes_AS_STRING(args[7]);
-    int64_t tlen = PyBytes_GET_SIZE(args[7]);
-    Py_buffer ents, mm = {0};
-    if (get_entries(st, args[0], &ents) < 0)
+    const unsigned char *topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+    int64_t tlen = PyBytes_GET_SIZE(topic_b);
+    Py_buffer mm = {0};
+    int have_mm = mm_obj != Py_None;
+    if (have_mm && get_buffer(mm_obj, &mm, "mm") < 0)
         return NULL;
-    int have_mm = args[2] != Py_None;
-    if (have_mm && get_buffer(args[2], &mm, "mm") < 0) {
-        PyBuffer_Release(&ents);
-        return NULL;
-    }
     if (!have_mm)
         file_from = file_end = 0;
-    int64_t count = ents.len / CQ_ENTRY_BYTES;
-    if (first < 0 || first > count || ents.len % CQ_ENTRY_BYTES) {
-        PyBuffer_Release(&ents);
+    if (first < 0 || first > count) {
         if (have_mm) PyBuffer_Release(&mm);
         PyErr_SetString(PyExc_ValueError, "take(): entries are not CQ_ENTRY rows, or first is outside them");
         return NULL;
     }
     Taken *ok = count > first ? malloc(sizeof(Taken) * (size_t)(count - first)) : NULL;
     if (count > first && ok == NULL) {
-        PyBuffer_Release(&ents);
         if (have_mm) PyBuffer_Release(&mm);
         return PyErr_NoMemory();
     }
-    const unsigned char *e = ents.buf, *b = have_mm ? mm.buf : NULL;
+    const unsigned char *b = have_mm ? mm.buf : NULL;
     int64_t blen = have_mm ? mm.len : 0;
     int have = PyList_GET_SIZE(out) > 0;
     int64_t i = first, n_ok = 0, removed = 0;
@@ -387,9 +371,36 @@ static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!failed)
         result = Py_BuildValue("(LiLL)", (long long)i, reason, (long long)nbytes, (long long)removed);
     free(ok);
-    PyBuffer_Release(&ents);
     if (have_mm)
         PyBuffer_Release(&mm);
+    return result;
+}
+
+static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "take() takes 13 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    int64_t first, file_from, file_end, cl_min, qoff0, queue_id, max_bytes, nbytes;
+    if (get_i64(args[1], &first) < 0 || get_i64(args[3], &file_from) < 0 || get_i64(args[4], &file_end) < 0 ||
+        get_i64(args[5], &cl_min) < 0 || get_i64(args[6], &qoff0) < 0 || get_i64(args[8], &queue_id) < 0 ||
+        get_i64(args[9], &max_bytes) < 0 || get_i64(args[10], &nbytes) < 0)
+        return NULL;
+    Py_buffer ents;
+    if (get_entries(st, args[0], &ents) < 0)
+        return NULL;
+    if (ents.len % CQ_ENTRY_BYTES) {
+        PyBuffer_Release(&ents);
+        PyErr_SetString(PyExc_ValueError, "take(): entries are not CQ_ENTRY rows, or first is outside them");
+        return NULL;
+    }
+    PyObject *result = take_rows(st, ents.buf, ents.len / CQ_ENTRY_BYTES, first, args[2], file_from, file_end, cl_min,
+                                 qoff0, args[7], queue_id, max_bytes, nbytes, args[11], args[12]);
+    PyBuffer_Release(&ents);
     return result;
 }
 
@@ -688,11 +699,461 @@ static PyObject *copy_bodies(PyObject *module, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* cq_readable(mm, pos, end, limit) -> pos: the scalar look of readonly.py ``readable_entries`` (the
+ * spec) at the new entries of a consume-queue file a dispatcher in another process is appending to:
+ * from ``pos`` (an entry boundary), entry by entry up to ``end``, while an entry's size is > 0 and its
+ * record ends by ``limit`` — its size loaded before its phys offset and once more after, the order that
+ * tells a whole entry from one being stored (see the spec) — the boundary after the last such entry. */
+static inline int64_t vbe32(const volatile unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int64_t vbe64(const volatile unsigned char *p)
+{
+    return (int64_t)(((uint64_t)(uint32_t)vbe32(p) << 32) | (uint32_t)vbe32(p + 4));
+}
+
+static PyObject *cq_readable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    int64_t pos, end, limit;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "cq_readable() takes 4 arguments");
+        return NULL;
+    }
+    if (get_i64(args[1], &pos) < 0 || get_i64(args[2], &end) < 0 || get_i64(args[3], &limit) < 0)
+        return NULL;
+    Py_buffer mm;
+    if (get_buffer(args[0], &mm, "mm") < 0)
+        return NULL;
+    if (end > mm.len)
+        end = mm.len;
+    const volatile unsigned char *b = mm.buf;
+    while (pos >= 0 && pos + CQ_ENTRY_BYTES <= end) {
+        int64_t size = vbe32(b + pos + CQ_OFF_SIZE);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        int64_t phys = vbe64(b + pos + CQ_OFF_PHYS_OFFSET);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (size <= 0 || phys > limit - size || vbe32(b + pos + CQ_OFF_SIZE) != size)
+            break;
+        pos += CQ_ENTRY_BYTES;
+    }
+    PyBuffer_Release(&mm);
+    return PyLong_FromLongLong(pos);
+}
+
+/* ---- TailQueues: a tail's entries per queue ----------------------------------------------------------
+ *
+ * What store/tail.py's ``PyTailQueues`` (the spec: a dict of deques) holds, per (topic, queue id): the
+ * consume-queue entries of the records the tail scanned, oldest first — each entry's queue offset and
+ * its CQ_ENTRY row (phys offset, size, tag code; big-endian, as a consume-queue file stores it), so
+ * ``rows`` hands a run of them to take() / batch_rows() as one bytes object. The dict maps
+ * ``(topic, queue_id)`` to a capsule of a TQ; a queue with no entry left is removed, as the spec
+ * removes an empty deque. tail_scan() appends the records it decides straight into it.
+ * tests/store/test_tail_native.py drives both with the same operations and compares them after each. */
+typedef struct {
+    int64_t *qoff;                          /* the entries' queue offsets */
+    unsigned char *rows;                    /* their CQ_ENTRY rows */
+    Py_ssize_t head, len, cap;              /* live entries: [head, head + len) */
+} TQ;
+
+#define TQ_CAPSULE "hostmq.store._read.TQ"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *queues;                       /* dict: (topic, queue_id) -> capsule of a TQ */
+} TailQueuesObject;
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+static void tq_free(PyObject *capsule)
+{
+    TQ *q = PyCapsule_GetPointer(capsule, TQ_CAPSULE);
+    if (q != NULL) {
+        free(q->qoff);
+        free(q->rows);
+        free(q);
+    }
+}
+
+/* The TQ of ``key`` (NULL, no error set: none and ``create`` is 0; NULL with an error: failed). */
+static TQ *tq_lookup(TailQueuesObject *self, PyObject *key, int create)
+{
+    PyObject *c = PyDict_GetItemWithError(self->queues, key);
+    if (c != NULL)
+        return PyCapsule_GetPointer(c, TQ_CAPSULE);
+    if (PyErr_Occurred() || !create)
+        return NULL;
+    TQ *q = calloc(1, sizeof(TQ));
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c = PyCapsule_New(q, TQ_CAPSULE, tq_free);
+    if (c == NULL) {
+        free(q);
+        return NULL;
+    }
+    int rc = PyDict_SetItem(self->queues, key, c);
+    Py_DECREF(c);           /* the dict holds it (or, on failure, it freed the TQ) */
+    return rc < 0 ? NULL : q;
+}
+
+static int tq_append(TQ *q, int64_t qoff, int64_t phys, int64_t size, int64_t tag)
+{
+    if (q->head + q->len == q->cap) {
+        if (q->head > 0 && q->head >= q->cap / 2) {     /* dropped entries make room: move the rest down */
+            memmove(q->qoff, q->qoff + q->head, (size_t)q->len * sizeof(int64_t));
+            memmove(q->rows, q->rows + q->head * CQ_ENTRY_BYTES, (size_t)q->len * CQ_ENTRY_BYTES);
+            q->head = 0;
+        } else {
+            Py_ssize_t cap = q->cap ? q->cap * 2 : 16;
+            int64_t *qo = realloc(q->qoff, (size_t)cap * sizeof(int64_t));
+            if (qo == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            q->qoff = qo;
+            unsigned char *r = realloc(q->rows, (size_t)cap * CQ_ENTRY_BYTES);
+            if (r == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            q->rows = r;
+            q->cap = cap;
+        }
+    }
+    Py_ssize_t i = q->head + q->len;
+    unsigned char *row = q->rows + i * CQ_ENTRY_BYTES;
+    q->qoff[i] = qoff;
+    put_be64(row + CQ_OFF_PHYS_OFFSET, (uint64_t)phys);
+    put_be32(row + CQ_OFF_SIZE, (uint32_t)size);
+    put_be64(row + CQ_OFF_TAG_HASH, (uint64_t)tag);
+    q->len++;
+    return 0;
+}
+
+static inline int64_t tq_phys(const TQ *q, Py_ssize_t i)
+{
+    return (int64_t)be64(q->rows + i * CQ_ENTRY_BYTES + CQ_OFF_PHYS_OFFSET);
+}
+
+static PyObject *tq_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "TailQueues() takes no arguments");
+        return NULL;
+    }
+    TailQueuesObject *self = (TailQueuesObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->queues = PyDict_New();
+    if (self->queues == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int tq_traverse(TailQueuesObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->queues);
+    return 0;
+}
+
+static int tq_clear_refs(TailQueuesObject *self)
+{
+    Py_CLEAR(self->queues);
+    return 0;
+}
+
+static void tq_dealloc(TailQueuesObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    tq_clear_refs(self);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static Py_ssize_t tq_length(TailQueuesObject *self) { return PyDict_GET_SIZE(self->queues); }
+
+static int get_key_args(PyObject *const *args, int64_t *qid)
+{
+    if (!PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "topic must be a str");
+        return -1;
+    }
+    return get_i64(args[1], qid);
+}
+
+/* extend(rows): append (topic, queue_id, queue_offset, phys, size, tag code) rows, as the spec
+ * appends the rows of store/tail.py scan() to its deques. */
+static PyObject *tq_extend(TailQueuesObject *self, PyObject *rows)
+{
+    PyObject *it = PyObject_GetIter(rows);
+    if (it == NULL)
+        return NULL;
+    PyObject *row;
+    while ((row = PyIter_Next(it)) != NULL) {
+        int64_t v[5];
+        int bad = !PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 6 || !PyUnicode_Check(PyTuple_GET_ITEM(row, 0));
+        for (int k = 0; !bad && k < 5; k++)
+            bad = get_i64(PyTuple_GET_ITEM(row, k + 1), &v[k]) < 0;
+        if (!bad && (v[3] < INT32_MIN || v[3] > INT32_MAX)) {
+            PyErr_SetString(PyExc_OverflowError, "TailQueues.extend(): a size past an i32");
+            bad = 1;
+        }
+        if (bad) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "TailQueues.extend(): rows of (topic, queue_id, queue_offset, "
+                                                 "phys, size, tag) expected");
+            Py_DECREF(row);
+            Py_DECREF(it);
+            return NULL;
+        }
+        PyObject *key = PyTuple_GetSlice(row, 0, 2);
+        TQ *q = key == NULL ? NULL : tq_lookup(self, key, 1);
+        Py_XDECREF(key);
+        Py_DECREF(row);
+        if (q == NULL || tq_append(q, v[1], v[2], v[3], v[4]) < 0) {
+            Py_DECREF(it);
+            return NULL;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* drop_below(phys): drop each queue's first entries whose record starts below ``phys`` (the
+ * dispatcher covered them) and the queues left with none. */
+static PyObject *tq_drop_below(TailQueuesObject *self, PyObject *arg)
+{
+    int64_t below;
+    if (get_i64(arg, &below) < 0)
+        return NULL;
+    PyObject *empty = NULL, *key, *c;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(self->queues, &pos, &key, &c)) {
+        TQ *q = PyCapsule_GetPointer(c, TQ_CAPSULE);
+        if (q == NULL)
+            goto fail;
+        while (q->len && tq_phys(q, q->head) < below) {
+            q->head++;
+            q->len--;
+        }
+        if (q->len == 0) {
+            q->head = 0;
+            if (empty == NULL && (empty = PyList_New(0)) == NULL)
+                goto fail;
+            if (PyList_Append(empty, key) < 0)
+                goto fail;
+        }
+    }
+    for (Py_ssize_t k = 0; empty != NULL && k < PyList_GET_SIZE(empty); k++)
+        if (PyDict_DelItem(self->queues, PyList_GET_ITEM(empty, k)) < 0)
+            goto fail;
+    Py_XDECREF(empty);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(empty);
+    return NULL;
+}
+
+static PyObject *tq_clear(TailQueuesObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyDict_Clear(self->queues);
+    Py_RETURN_NONE;
+}
+
+static TQ *tq_of(TailQueuesObject *self, PyObject *const *args, int must)
+{
+    int64_t qid;
+    if (get_key_args(args, &qid) < 0)
+        return NULL;
+    PyObject *key = PyTuple_Pack(2, args[0], args[1]);
+    if (key == NULL)
+        return NULL;
+    TQ *q = tq_lookup(self, key, 0);
+    if (q == NULL && must && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, key);
+    Py_DECREF(key);
+    return q;
+}
+
+/* count_after(topic, queue_id, cq_max): how many of the queue's entries continue a consume queue
+ * that ends at ``cq_max`` (queue offsets consecutive from it) — the spec's count_after. */
+static PyObject *tq_count_after(TailQueuesObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t cq_max;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "count_after() takes 3 arguments");
+        return NULL;
+    }
+    if (get_i64(args[2], &cq_max) < 0)
+        return NULL;
+    TQ *q = tq_of(self, args, 0);
+    if (q == NULL && PyErr_Occurred())
+        return NULL;
+    if (q == NULL || q->len == 0 || q->qoff[q->head] != cq_max)
+        return PyLong_FromLong(0);
+    Py_ssize_t n = q->len;
+    if (q->qoff[q->head + n - 1] != cq_max + n - 1) {       /* not one run: count the run from cq_max */
+        Py_ssize_t k = 0;
+        while (k < n && q->qoff[q->head + k] == cq_max + k)
+            k++;
+        n = k;
+    }
+    return PyLong_FromSsize_t(n);
+}
+
+/* rows(topic, queue_id, from_offset, count) -> bytes: the CQ_ENTRY rows of up to ``count`` entries
+ * from the one read as ``from_offset`` (the first entry's queue offset plus its index, as the spec
+ * indexes its deque); KeyError for a queue with none, ValueError for an offset before the first. */
+static PyObject *tq_rows(TailQueuesObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t from, count;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "rows() takes 4 arguments");
+        return NULL;
+    }
+    if (get_i64(args[2], &from) < 0 || get_i64(args[3], &count) < 0)
+        return NULL;
+    TQ *q = tq_of(self, args, 1);
+    if (q == NULL)
+        return NULL;
+    int64_t i = from - q->qoff[q->head];
+    if (i < 0 || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows(): an offset before the queue's first tail entry, or a negative count");
+        return NULL;
+    }
+    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
+    return PyBytes_FromStringAndSize((const char *)(q->rows + (q->head + i) * CQ_ENTRY_BYTES),
+                                     (Py_ssize_t)(n * CQ_ENTRY_BYTES));
+}
+
+/* take(topic, queue_id, from_offset, count, mm, file_from, file_end, cl_min, topic_b, max_bytes, nbytes,
+ *      broker, out) -> (next, reason, nbytes, removed): take() over ``rows(topic, queue_id,
+ * from_offset, count)`` without building them (a copy of the rows is checked, so the queues may change
+ * meanwhile); ``next`` counts from ``from_offset``. */
+static PyObject *tq_take(TailQueuesObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = PyType_GetModuleState(Py_TYPE(self));
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "take() takes 13 arguments");
+        return NULL;
+    }
+    if (st == NULL || need_bound(st) < 0)
+        return NULL;
+    int64_t from, count, file_from, file_end, cl_min, queue_id, max_bytes, nbytes;
+    if (get_i64(args[1], &queue_id) < 0 || get_i64(args[2], &from) < 0 || get_i64(args[3], &count) < 0 ||
+        get_i64(args[5], &file_from) < 0 || get_i64(args[6], &file_end) < 0 || get_i64(args[7], &cl_min) < 0 ||
+        get_i64(args[9], &max_bytes) < 0 || get_i64(args[10], &nbytes) < 0)
+        return NULL;
+    TQ *q = tq_of(self, args, 1);
+    if (q == NULL)
+        return NULL;
+    int64_t i = from - q->qoff[q->head];
+    if (i < 0 || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "take(): an offset before the queue's first tail entry, or a negative count");
+        return NULL;
+    }
+    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
+    unsigned char *rows = malloc(n ? (size_t)n * CQ_ENTRY_BYTES : 1);
+    if (rows == NULL)
+        return PyErr_NoMemory();
+    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)n * CQ_ENTRY_BYTES);
+    PyObject *result = take_rows(st, rows, n, 0, args[4], file_from, file_end, cl_min, from, args[8], queue_id,
+                                 max_bytes, nbytes, args[11], args[12]);
+    free(rows);
+    return result;
+}
+
+/* entries(topic, queue_id) -> [(queue_offset, phys, size, tag), ...] (what the spec's deque holds). */
+static PyObject *tq_entries(TailQueuesObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "entries() takes 2 arguments");
+        return NULL;
+    }
+    TQ *q = tq_of(self, args, 1);
+    if (q == NULL)
+        return NULL;
+    PyObject *out = PyList_New(q->len);
+    for (Py_ssize_t k = 0; out != NULL && k < q->len; k++) {
+        const unsigned char *row = q->rows + (q->head + k) * CQ_ENTRY_BYTES;
+        PyObject *t = Py_BuildValue("(LLiL)", (long long)q->qoff[q->head + k],
+                                    (long long)be64(row + CQ_OFF_PHYS_OFFSET), (int)(int32_t)be32(row + CQ_OFF_SIZE),
+                                    (long long)be64(row + CQ_OFF_TAG_HASH));
+        if (t == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, t);
+    }
+    return out;
+}
+
+static PyObject *tq_keys(TailQueuesObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyDict_Keys(self->queues);
+}
+
+static PyMethodDef tq_methods[] = {
+    {"extend", (PyCFunction)tq_extend, METH_O, "Append (topic, queue_id, queue_offset, phys, size, tag) rows."},
+    {"drop_below", (PyCFunction)tq_drop_below, METH_O, "Drop entries whose record starts below a phys offset."},
+    {"clear", (PyCFunction)tq_clear, METH_NOARGS, "Drop every entry."},
+    {"count_after", (PyCFunction)(void (*)(void))tq_count_after, METH_FASTCALL,
+     "count_after(topic, queue_id, cq_max): entries continuing a consume queue ending at cq_max."},
+    {"rows", (PyCFunction)(void (*)(void))tq_rows, METH_FASTCALL,
+     "rows(topic, queue_id, from_offset, count) -> bytes of CQ_ENTRY rows."},
+    {"take", (PyCFunction)(void (*)(void))tq_take, METH_FASTCALL,
+     "take(topic, queue_id, from_offset, count, mm, ...): _read.take over the queue's rows from from_offset."},
+    {"entries", (PyCFunction)(void (*)(void))tq_entries, METH_FASTCALL,
+     "entries(topic, queue_id) -> [(queue_offset, phys, size, tag)]."},
+    {"keys", (PyCFunction)tq_keys, METH_NOARGS, "The (topic, queue_id) of every queue with entries."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot tq_slots[] = {
+    {Py_tp_doc, "A tail's consume-queue entries per queue (store/tail.py PyTailQueues is the spec)."},
+    {Py_tp_new, tq_new},
+    {Py_tp_dealloc, tq_dealloc},
+    {Py_tp_traverse, tq_traverse},
+    {Py_tp_clear, tq_clear_refs},
+    {Py_tp_methods, tq_methods},
+    {Py_mp_length, tq_length},
+    {0, NULL},
+};
+
+static PyType_Spec tq_spec = {
+    .name = "hostmq.store._read.TailQueues",
+    .basicsize = sizeof(TailQueuesObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = tq_slots,
+};
+
 /* tail_scan(mm, rel, end, base, max_records, max_topic, skip_topic, out) -> (rel, status, counted): the common
  * case of store/tail.py's scan (dispatch.scan_records, the spec) over one mapped commitlog file:
  * records from ``rel`` while they end by ``end``, each checked as records_checks.sound_at checks it,
  * at most ``max_records`` kept. For each record it appends (topic, queue_id, queue_offset, phys,
- * size, tag code) to the list ``out`` — the consume-queue entry the dispatcher will write — except
+ * size, tag code) to the list ``out`` — the consume-queue entry the dispatcher will write; ``out`` a
+ * TailQueues: the entry goes straight into it, as its ``extend`` would put that row — except
  * for ``skip_topic`` (the schedule topic, whose tag code is a due time only the broker computes),
  * which counts towards ``max_records`` all the same, as in the spec. Returns (rel, status, counted).
  * It stops, handing the rest to the spec, at the first record it does not decide alone (status 1):
@@ -704,9 +1165,104 @@ static int topic_char_ok(unsigned char c)
            c == '%' || c == '|';
 }
 
+/* One record of tail_scan at ``rel`` (before ``end``): 0 and what its consume-queue entry needs, or 1:
+ * a record this module does not decide alone (the spec reads it). */
+typedef struct {
+    int64_t total, qid, qoff, code;
+    const unsigned char *topic;
+    int64_t tlen;
+    int skip;                               /* the skip topic's (counted, not kept) */
+} ScanRec;
+
+static int scan_record(const unsigned char *b, int64_t rel, int64_t end, int64_t base, int64_t max_topic,
+                       const unsigned char *skip, Py_ssize_t skip_len, ScanRec *o)
+{
+    static const unsigned char tags_name[] = "\x02TAGS\x01";
+    const int64_t tn = (int64_t)sizeof tags_name - 1;
+    if (rel < 0 || rel + HDR_BYTES > end)
+        return 1;                                       /* a blank, or broken: the spec */
+    const unsigned char *r = b + rel;
+    int64_t total = (int32_t)be32(r + OFF_TOTAL_SIZE), blen = (int32_t)be32(r + OFF_BODY_LENGTH);
+    int64_t qid = (int32_t)be32(r + OFF_QUEUE_ID), qoff = (int64_t)be64(r + OFF_QUEUE_OFFSET);
+    if (be32(r + OFF_MAGIC) != MAGIC_CODE || total < MIN_RECORD_BYTES || total > end - rel ||
+        (int64_t)be64(r + OFF_PHYS_OFFSET) != base + rel || qid < 0 || qoff < 0 || blen < 0 ||
+        blen > total - MIN_RECORD_BYTES)
+        return 1;
+    int64_t tpos = HDR_BYTES + blen, tlen = r[tpos], ppos = tpos + TOPIC_LEN_BYTES + tlen, stop = total;
+    if (ppos + PROPS_LEN_BYTES > stop)
+        return 1;
+    int64_t plen = (r[ppos] << 8) | r[ppos + 1], pstart = ppos + PROPS_LEN_BYTES;
+    if (pstart + plen != stop || (plen && r[stop - 1] != PROPERTY_END))
+        return 1;
+    const unsigned char *t = r + tpos + TOPIC_LEN_BYTES;
+    int valid = tlen >= 1 && tlen <= max_topic;
+    for (int64_t i = 0; valid && i < tlen; i++)
+        valid = topic_char_ok(t[i]);
+    if (!valid)
+        return 1;                                       /* the spec skips it, counts and logs it */
+    *o = (ScanRec){total, qid, qoff, 0, t, tlen, tlen == skip_len && memcmp(t, skip, (size_t)tlen) == 0};
+    if (o->skip)
+        return 0;
+    /* TAGS as dispatch._prop finds it: the first "\x02TAGS\x01" in "\x02" + properties, up to the next \x02 */
+    int64_t found = -1;
+    const unsigned char *pr = r + pstart;
+    if (plen >= tn - 1 && memcmp(pr, tags_name + 1, (size_t)(tn - 1)) == 0)
+        found = tn - 1;
+    for (int64_t i = 0; found < 0 && i + tn <= plen; i++) {
+        const unsigned char *hit = memchr(pr + i, 0x02, (size_t)(plen - i));
+        if (hit == NULL)
+            break;
+        i = hit - pr;
+        if (i + tn <= plen && memcmp(hit, tags_name, (size_t)tn) == 0)
+            found = i + tn;
+    }
+    if (found >= 0) {
+        uint32_t h = 0;
+        int ascii = 1;
+        for (int64_t i = found; i < plen && pr[i] != 0x02; i++) {
+            ascii &= pr[i] < 0x80;
+            h = 31u * h + pr[i];
+        }
+        if (!ascii)
+            return 1;                                   /* decoded with replacement characters: the spec */
+        o->code = (int32_t)h;
+    }
+    return 0;
+}
+
+/* Appends scanned records to ``tq``, decoding each topic once per run of equal topics. */
+typedef struct {
+    PyObject *topic;
+    const unsigned char *t;
+    int64_t tlen, qid;
+    TQ *q;
+} ScanInto;
+
+static int scan_append(TailQueuesObject *tq, ScanInto *c, const ScanRec *o, int64_t phys)
+{
+    if (c->topic == NULL || o->tlen != c->tlen || memcmp(o->topic, c->t, (size_t)o->tlen) != 0) {
+        Py_XDECREF(c->topic);
+        c->topic = PyUnicode_DecodeASCII((const char *)o->topic, o->tlen, NULL);
+        if (c->topic == NULL)
+            return -1;
+        c->t = o->topic;
+        c->tlen = o->tlen;
+        c->q = NULL;
+    }
+    if (c->q == NULL || o->qid != c->qid) {
+        PyObject *key = Py_BuildValue("(OL)", c->topic, (long long)o->qid);
+        c->q = key == NULL ? NULL : tq_lookup(tq, key, 1);
+        Py_XDECREF(key);
+        c->qid = o->qid;
+        if (c->q == NULL)
+            return -1;
+    }
+    return tq_append(c->q, o->qoff, phys, o->total, o->code);
+}
+
 static PyObject *tail_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)module;
+    ReadState *st = state_of(module);
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "tail_scan() takes 8 arguments");
         return NULL;
@@ -715,8 +1271,9 @@ static PyObject *tail_scan(PyObject *module, PyObject *const *args, Py_ssize_t n
     if (get_i64(args[1], &rel) < 0 || get_i64(args[2], &end) < 0 || get_i64(args[3], &base) < 0 ||
         get_i64(args[4], &max_records) < 0 || get_i64(args[5], &max_topic) < 0)
         return NULL;
-    if (!PyBytes_Check(args[6]) || !PyList_Check(args[7])) {
-        PyErr_SetString(PyExc_TypeError, "tail_scan(): skip_topic must be bytes and out a list");
+    int into = st->tq_type != NULL && PyObject_TypeCheck(args[7], st->tq_type);
+    if (!PyBytes_Check(args[6]) || !(into || PyList_Check(args[7]))) {
+        PyErr_SetString(PyExc_TypeError, "tail_scan(): skip_topic must be bytes and out a list or a TailQueues");
         return NULL;
     }
     Py_buffer mm;
@@ -724,82 +1281,278 @@ static PyObject *tail_scan(PyObject *module, PyObject *const *args, Py_ssize_t n
         return NULL;
     const unsigned char *b = mm.buf, *skip = (const unsigned char *)PyBytes_AS_STRING(args[6]);
     Py_ssize_t skip_len = PyBytes_GET_SIZE(args[6]);
-    PyObject *out = args[7], *last_topic = NULL;
-    const unsigned char *last_t = NULL;
-    int64_t last_tlen = -1, kept = 0;
+    PyObject *out = args[7];
+    ScanInto c = {0};
+    int64_t kept = 0;
     int status = 0;
-    static const unsigned char tags_name[] = "\x02TAGS\x01";
-    const int64_t tn = (int64_t)sizeof tags_name - 1;
     if (end > mm.len)
         end = mm.len;
     while (rel < end && kept < max_records) {
-        if (rel < 0 || rel + HDR_BYTES > end) { status = 1; break; }       /* a blank, or broken: the spec */
-        const unsigned char *r = b + rel;
-        int64_t total = (int32_t)be32(r + OFF_TOTAL_SIZE), blen = (int32_t)be32(r + OFF_BODY_LENGTH);
-        int64_t qid = (int32_t)be32(r + OFF_QUEUE_ID), qoff = (int64_t)be64(r + OFF_QUEUE_OFFSET);
-        if (be32(r + OFF_MAGIC) != MAGIC_CODE || total < MIN_RECORD_BYTES || total > end - rel ||
-            (int64_t)be64(r + OFF_PHYS_OFFSET) != base + rel || qid < 0 || qoff < 0 || blen < 0 ||
-            blen > total - MIN_RECORD_BYTES) { status = 1; break; }
-        int64_t tpos = HDR_BYTES + blen, tlen = r[tpos], ppos = tpos + TOPIC_LEN_BYTES + tlen, stop = total;
-        if (ppos + PROPS_LEN_BYTES > stop) { status = 1; break; }
-        int64_t plen = (r[ppos] << 8) | r[ppos + 1], pstart = ppos + PROPS_LEN_BYTES;
-        if (pstart + plen != stop || (plen && r[stop - 1] != PROPERTY_END)) { status = 1; break; }
-        const unsigned char *t = r + tpos + TOPIC_LEN_BYTES;
-        int valid = tlen >= 1 && tlen <= max_topic;
-        for (int64_t i = 0; valid && i < tlen; i++)
-            valid = topic_char_ok(t[i]);
-        if (!valid) { status = 1; break; }               /* the spec skips it, counts and logs it */
-        if (tlen == skip_len && memcmp(t, skip, (size_t)tlen) == 0) {
-            kept++;                                     /* counted as the spec counts it, not kept */
-            rel += total;
-            continue;
-        }
-        /* TAGS as dispatch._prop finds it: the first "\x02TAGS\x01" in "\x02" + properties, up to the next \x02 */
-        int64_t code = 0, found = -1;
-        const unsigned char *pr = r + pstart;
-        if (plen >= tn - 1 && memcmp(pr, tags_name + 1, (size_t)(tn - 1)) == 0)
-            found = tn - 1;
-        for (int64_t i = 0; found < 0 && i + tn <= plen; i++) {
-            const unsigned char *hit = memchr(pr + i, 0x02, (size_t)(plen - i));
-            if (hit == NULL)
-                break;
-            i = hit - pr;
-            if (i + tn <= plen && memcmp(hit, tags_name, (size_t)tn) == 0)
-                found = i + tn;
-        }
-        if (found >= 0) {
-            uint32_t h = 0;
-            int ascii = 1;
-            for (int64_t i = found; i < plen && pr[i] != 0x02; i++) {
-                ascii &= pr[i] < 0x80;
-                h = 31u * h + pr[i];
-            }
-            if (!ascii) { status = 1; break; }           /* decoded with replacement characters: the spec */
-            code = (int32_t)h;
-        }
-        if (last_topic == NULL || tlen != last_tlen || memcmp(t, last_t, (size_t)tlen) != 0) {
-            Py_XDECREF(last_topic);
-            last_topic = PyUnicode_DecodeASCII((const char *)t, tlen, NULL);
-            if (last_topic == NULL) { status = -1; break; }
-            last_t = t;
-            last_tlen = tlen;
-        }
-        PyObject *row = Py_BuildValue("(OLLLLL)", last_topic, (long long)qid, (long long)qoff, (long long)(base + rel),
-                                      (long long)total, (long long)code);
-        if (row == NULL || PyList_Append(out, row) < 0) {
-            Py_XDECREF(row);
-            status = -1;
+        ScanRec o;
+        if (scan_record(b, rel, end, base, max_topic, skip, skip_len, &o)) {
+            status = 1;
             break;
         }
-        Py_DECREF(row);
-        kept++;
-        rel += total;
+        if (!o.skip) {
+            if (into) {
+                if (scan_append((TailQueuesObject *)out, &c, &o, base + rel) < 0) {
+                    status = -1;
+                    break;
+                }
+            } else {
+                if (c.topic == NULL || o.tlen != c.tlen || memcmp(o.topic, c.t, (size_t)o.tlen) != 0) {
+                    Py_XDECREF(c.topic);
+                    c.topic = PyUnicode_DecodeASCII((const char *)o.topic, o.tlen, NULL);
+                    if (c.topic == NULL) {
+                        status = -1;
+                        break;
+                    }
+                    c.t = o.topic;
+                    c.tlen = o.tlen;
+                }
+                PyObject *row = Py_BuildValue("(OLLLLL)", c.topic, (long long)o.qid, (long long)o.qoff,
+                                              (long long)(base + rel), (long long)o.total, (long long)o.code);
+                if (row == NULL || PyList_Append(out, row) < 0) {
+                    Py_XDECREF(row);
+                    status = -1;
+                    break;
+                }
+                Py_DECREF(row);
+            }
+        }
+        kept++;                                 /* the skip topic's counted as the spec counts it */
+        rel += o.total;
     }
-    Py_XDECREF(last_topic);
+    Py_XDECREF(c.topic);
     PyBuffer_Release(&mm);
     if (status < 0)
         return NULL;
     return Py_BuildValue("(LiL)", (long long)rel, status, (long long)kept);
+}
+
+/* tail_read(tail, dispatched, stored, mm, file_from, file_bytes, committed, topic, queue_id, cq_max,
+ *           queue_offset, max_count, cl_min, topic_b, max_bytes, broker, out, skip_topic, max_topic,
+ *           max_records) -> None, or (hi, next, reason, removed)
+ *
+ * A tailing consumer's round after its consume-queue refresh, in one call: store/tail.py
+ * ``CommitlogTail.advance(dispatched, stored)`` (the spec) where its scan stays in the commitlog file
+ * ``mm`` maps (the newest, from ``file_from``; ``committed`` as its ``committed_pos``) and tail_scan
+ * decides every record alone — then ``count_after(topic, queue_id, cq_max)``, whose ``cq_max +``
+ * is ``hi``, and, when ``cq_max <= queue_offset < hi``, take() over the queue's entries from
+ * ``queue_offset`` (``reason`` -1: not read). None: the case is not that one, and nothing changed —
+ * a stopped tail, a scan that leaves the file or meets a record for the spec; the caller runs the
+ * spec. ``tail``'s attributes (start, cursor, limit, capped, stopped_at, max_bytes, queues, and
+ * cl.scan_error after a scan) are read and set as the spec sets them; the scan is made into a
+ * scratch first and applied only once it is known to be the spec's whole answer. */
+typedef struct {
+    int64_t phys;
+    ScanRec o;
+} Scanned;
+
+static int get_attr_i64(PyObject *o, const char *name, int64_t *v)
+{
+    PyObject *x = PyObject_GetAttrString(o, name);
+    if (x == NULL)
+        return -1;
+    int rc = get_i64(x, v);
+    Py_DECREF(x);
+    return rc;
+}
+
+static int set_attr_i64(PyObject *o, const char *name, int64_t v)
+{
+    PyObject *x = PyLong_FromLongLong(v);
+    if (x == NULL)
+        return -1;
+    int rc = PyObject_SetAttrString(o, name, x);
+    Py_DECREF(x);
+    return rc;
+}
+
+static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "tail_read() takes 20 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    PyObject *tail = args[0];
+    int64_t dispatched, stored, file_from, file_bytes, committed, qid, cq_max, pos, max_count, cl_min, max_bytes,
+        max_topic, max_records, start, cursor, tail_max;
+    if (get_i64(args[1], &dispatched) < 0 || get_i64(args[2], &stored) < 0 || get_i64(args[4], &file_from) < 0 ||
+        get_i64(args[5], &file_bytes) < 0 || get_i64(args[6], &committed) < 0 || get_i64(args[8], &qid) < 0 ||
+        get_i64(args[9], &cq_max) < 0 || get_i64(args[10], &pos) < 0 || get_i64(args[11], &max_count) < 0 ||
+        get_i64(args[12], &cl_min) < 0 || get_i64(args[14], &max_bytes) < 0 || get_i64(args[18], &max_topic) < 0 ||
+        get_i64(args[19], &max_records) < 0)
+        return NULL;
+    if (!PyUnicode_Check(args[7]) || !PyBytes_Check(args[13]) || !PyBytes_Check(args[17]) || !PyList_Check(args[16])) {
+        PyErr_SetString(PyExc_TypeError, "tail_read(): topic str, topic_b and skip_topic bytes, out a list");
+        return NULL;
+    }
+    PyObject *stopped = PyObject_GetAttrString(tail, "stopped_at");
+    if (stopped == NULL)
+        return NULL;
+    int is_stopped = stopped != Py_None;
+    Py_DECREF(stopped);
+    PyObject *queues = PyObject_GetAttrString(tail, "queues");
+    if (queues == NULL)
+        return NULL;
+    if (is_stopped || !PyObject_TypeCheck(queues, st->tq_type)) {
+        Py_DECREF(queues);
+        Py_RETURN_NONE;                                 /* a stopped tail, the spec's queues: the spec */
+    }
+    TailQueuesObject *tq = (TailQueuesObject *)queues;
+    PyObject *result = NULL;
+    Scanned *sc = NULL;
+    Py_buffer mm = {0};
+    int have_mm = 0;
+    if (get_attr_i64(tail, "start", &start) < 0 || get_attr_i64(tail, "cursor", &cursor) < 0 ||
+        get_attr_i64(tail, "max_bytes", &tail_max) < 0)
+        goto done;
+    /* advance's arithmetic, on locals */
+    int clear = 0, drop = 0;
+    int64_t new_start = start, new_cursor = cursor;
+    if (dispatched > start) {
+        new_start = dispatched;
+        if (dispatched >= cursor) {
+            new_cursor = dispatched;
+            clear = 1;
+        } else {
+            drop = 1;
+        }
+    }
+    int64_t limit = stored < new_start + tail_max ? stored : new_start + tail_max;
+    int capped = stored > limit;
+    int64_t n_sc = 0, next = new_cursor;
+    if (new_cursor < limit) {
+        /* the scan, into the scratch: only where it stays in this file and ends as the spec's would */
+        if (!(file_from <= new_cursor && limit <= file_from + file_bytes) || max_records <= 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (get_buffer(args[3], &mm, "mm") < 0)
+            goto done;
+        have_mm = 1;
+        sc = malloc(sizeof(Scanned) * (size_t)(max_records < 64 ? max_records : 64));
+        int64_t cap = max_records < 64 ? max_records : 64;
+        if (sc == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int64_t rel = new_cursor - file_from, end = committed < limit - file_from ? committed : limit - file_from;
+        if (end > mm.len)
+            end = mm.len;
+        const unsigned char *skip = (const unsigned char *)PyBytes_AS_STRING(args[17]);
+        Py_ssize_t skip_len = PyBytes_GET_SIZE(args[17]);
+        int64_t kept = 0;
+        int status = 0;
+        while (rel < end && kept < max_records) {
+            ScanRec o;
+            if (scan_record(mm.buf, rel, end, file_from, max_topic, skip, skip_len, &o)) {
+                status = 1;
+                break;
+            }
+            if (!o.skip) {
+                if (n_sc == cap) {
+                    int64_t ncap = cap * 2 < max_records ? cap * 2 : max_records;
+                    Scanned *g = realloc(sc, sizeof(Scanned) * (size_t)ncap);
+                    if (g == NULL) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                    sc = g;
+                    cap = ncap;
+                }
+                sc[n_sc++] = (Scanned){file_from + rel, o};
+            }
+            kept++;
+            rel += o.total;
+        }
+        if (status || !(kept >= max_records || file_from + rel >= limit)) {
+            result = Py_NewRef(Py_None);                /* the spec goes on from here: leave it all to it */
+            goto done;
+        }
+        next = file_from + rel;
+    }
+    /* apply: what the dispatcher covered, the scanned entries, the tail's words */
+    if (clear)
+        PyDict_Clear(tq->queues);
+    else if (drop) {
+        PyObject *arg = PyLong_FromLongLong(new_start), *r = arg == NULL ? NULL : tq_drop_below(tq, arg);
+        Py_XDECREF(arg);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    ScanInto c = {0};
+    for (int64_t k = 0; k < n_sc; k++)
+        if (scan_append(tq, &c, &sc[k].o, sc[k].phys) < 0) {
+            Py_XDECREF(c.topic);
+            goto done;
+        }
+    Py_XDECREF(c.topic);
+    if (set_attr_i64(tail, "start", new_start) < 0 || set_attr_i64(tail, "limit", limit) < 0 ||
+        PyObject_SetAttrString(tail, "capped", capped ? Py_True : Py_False) < 0)
+        goto done;
+    if (new_cursor < limit) {                           /* it scanned: scan_into's and advance's last words */
+        PyObject *cl = PyObject_GetAttrString(tail, "cl");
+        int rc = cl == NULL ? -1 : PyObject_SetAttrString(cl, "scan_error", Py_None);
+        Py_XDECREF(cl);
+        if (rc < 0 || set_attr_i64(tail, "cursor", next > new_cursor ? next : new_cursor) < 0)
+            goto done;
+    } else if (new_cursor != cursor && set_attr_i64(tail, "cursor", new_cursor) < 0)
+        goto done;
+    /* count_after, then take() over the queue's entries from queue_offset */
+    PyObject *key = PyTuple_Pack(2, args[7], args[8]);
+    if (key == NULL)
+        goto done;
+    TQ *q = tq_lookup(tq, key, 0);
+    Py_DECREF(key);
+    if (q == NULL && PyErr_Occurred())
+        goto done;
+    int64_t n = 0;
+    if (q != NULL && q->len && q->qoff[q->head] == cq_max) {
+        n = q->len;
+        if (q->qoff[q->head + n - 1] != cq_max + n - 1) {
+            int64_t k = 0;
+            while (k < n && q->qoff[q->head + k] == cq_max + k)
+                k++;
+            n = k;
+        }
+    }
+    int64_t hi = cq_max + n;
+    if (!(cq_max <= pos && pos < hi && max_count >= 1)) {
+        result = Py_BuildValue("(LiiL)", (long long)hi, 0, -1, 0LL);
+        goto done;
+    }
+    int64_t i = pos - q->qoff[q->head], cnt = max_count < hi - pos ? max_count : hi - pos;
+    unsigned char *rows = malloc((size_t)cnt * CQ_ENTRY_BYTES);
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)cnt * CQ_ENTRY_BYTES);
+    PyObject *took = take_rows(st, rows, cnt, 0, args[3], file_from, file_from + file_bytes, cl_min, pos, args[13],
+                               qid, max_bytes, 0, args[15], args[16]);
+    free(rows);
+    if (took == NULL)
+        goto done;
+    long long t_next, t_nbytes, t_removed;
+    int t_reason;
+    if (!PyArg_ParseTuple(took, "LiLL", &t_next, &t_reason, &t_nbytes, &t_removed)) {
+        Py_DECREF(took);
+        goto done;
+    }
+    Py_DECREF(took);
+    result = Py_BuildValue("(LLiL)", (long long)hi, t_next, t_reason, t_removed);
+done:
+    free(sc);
+    if (have_mm)
+        PyBuffer_Release(&mm);
+    Py_DECREF(queues);
+    return result;
 }
 
 /* The byte offset of a slot from its member descriptor (an object slot of ``cls``). */
@@ -859,6 +1612,10 @@ static PyMethodDef methods[] = {
     {"check_rows", (PyCFunction)(void (*)(void))check_rows, METH_FASTCALL, "read_check.check_rows's common case."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, "MessageBatch.bodies_joined's copy."},
     {"batch_rows", (PyCFunction)(void (*)(void))batch_rows, METH_FASTCALL, "reader.get_batch's common case."},
+    {"cq_readable", (PyCFunction)(void (*)(void))cq_readable, METH_FASTCALL,
+     "readonly.readable_entries: the boundary after a consume-queue file's readable new entries."},
+    {"tail_read", (PyCFunction)(void (*)(void))tail_read, METH_FASTCALL,
+     "CommitlogTail.advance, count_after and take in one call, its common case (or None)."},
     {"tail_scan", (PyCFunction)(void (*)(void))tail_scan, METH_FASTCALL, "store/tail.py's scan, its common case."},
     {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
     {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
@@ -883,6 +1640,9 @@ static int read_exec(PyObject *m)
     Py_DECREF(lay);
     if (rc < 0)
         return -1;
+    st->tq_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tq_spec, NULL);
+    if (st->tq_type == NULL || PyModule_AddType(m, st->tq_type) < 0)
+        return -1;
     return PyModule_AddIntConstant(m, "TAKE_DONE", TAKE_DONE) < 0 ||
            PyModule_AddIntConstant(m, "TAKE_FULL", TAKE_FULL) < 0 ||
            PyModule_AddIntConstant(m, "TAKE_OTHER_FILE", TAKE_OTHER_FILE) < 0 ||
@@ -894,6 +1654,7 @@ static int read_traverse(PyObject *m, visitproc visit, void *arg)
     ReadState *st = state_of(m);
     Py_VISIT(st->msg_cls);
     Py_VISIT(st->cq_dtype);
+    Py_VISIT(st->tq_type);
     return 0;
 }
 
@@ -902,6 +1663,7 @@ static int read_clear(PyObject *m)
     ReadState *st = state_of(m);
     Py_CLEAR(st->msg_cls);
     Py_CLEAR(st->cq_dtype);
+    Py_CLEAR(st->tq_type);
     return 0;
 }
 

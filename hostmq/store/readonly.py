@@ -34,12 +34,16 @@ from .commitlog import CommitLog
 from ..records import CQ_ENTRY
 from .meta import infer_sizes, read_sizes
 from .consume_queue import ENTRY_BYTES, ConsumeQueue
-from .reader import GetResult, GetStatus, MessageBatch, get_batch, get_messages
+from . import read_check
+from .reader import GetResult, GetStatus, MessageBatch, _status, get_batch, get_messages
 from .recovery import commitlog_scan_start
 from .message_store import _check_read, _tag_filter
-from .tail import CommitlogTail, TailedQueue
+from .tail import SCHEDULE_B, SCAN_RECORDS, CommitlogTail, TailedQueue
 
 log = logging.getLogger(__name__)
+
+_TAKE_DONE, _TAKE_FULL = (0, 1) if read_check.NATIVE is None else (read_check.NATIVE.TAKE_DONE,
+                                                                   read_check.NATIVE.TAKE_FULL)
 
 SCALAR_ENTRIES = 16             # refresh_queue checks this many new entries one by one before numpy
 MAX_WARNED = 1024               # positions a view remembers having warned about (then it forgets them all)
@@ -48,6 +52,30 @@ _CQ_PHYS, _CQ_SIZE = struct.Struct(">q"), struct.Struct(">i")      # CQ_ENTRY's 
 _CQ_SIZE_AT = CQ_ENTRY.fields["size"][1]
 R.layout_check(CQ_ENTRY.fields["phys_offset"][1] == 0 and _CQ_SIZE.size == CQ_ENTRY["size"].itemsize,
                "CQ_ENTRY starts with PHYSICALOFFSET and its SIZE is an i32")
+
+
+def readable_entries(mm, pos: int, end: int, limit: int) -> int:
+    """The boundary after the readable new entries of a consume-queue file a live dispatcher appends
+    to: from ``pos`` (an entry boundary) up to ``end``, each entry whose size is > 0 and whose record
+    ends by ``limit``. The spec of ``hostmq/store/_read.c`` ``cq_readable``."""
+    size_at, phys_at = _CQ_SIZE.unpack_from, _CQ_PHYS.unpack_from
+    while pos + ENTRY_BYTES <= end:
+        # The size first: the entry at ``pos`` may be the one the dispatcher is storing now (past
+        # dispatched_pos; ``pack_into`` zeroes it, then stores phys, size, tag). Its size seen stored
+        # means its phys is too; loaded the other way round an entry can read as (phys 0, its size),
+        # "ending" far below the bound, and be counted before its record is readable — the view's
+        # max then no longer meets the tail's entries and falls below positions read from them
+        # (fault run fce7182, trial 456). And the size once more after the phys offset: a dispatcher
+        # that drops entries at its start (``ConsumeQueue.truncate_offset``) zeroes their sizes
+        # before the rest, so an entry whose size still holds after its phys was loaded was whole.
+        size = size_at(mm, pos + _CQ_SIZE_AT)[0]
+        if size <= 0 or phys_at(mm, pos)[0] + size > limit or size_at(mm, pos + _CQ_SIZE_AT)[0] != size:
+            break
+        pos += ENTRY_BYTES
+    return pos
+
+
+_readable_entries = read_check.NATIVE.cq_readable if read_check.NATIVE is not None else readable_entries
 
 
 def infer_store_config(path: str, base: StoreConfig | None = None) -> StoreConfig:
@@ -91,6 +119,7 @@ class StoreReader:
         # the same entries are readable (the dispatcher stores entries before it publishes), so a
         # refresh while the dispatcher has not moved is one dict lookup (the tail serves the news)
         self._cq_refreshed: dict[tuple[str, int], tuple[int, int]] = {}
+        self.cq_max = 0         # the consume-queue part of the max offset the last refresh_queue returned
         self._earlier: dict[tuple[str, int], int] = {}  # the same, shown by views this one replaced (carry_shown)
         self._warned: set[tuple[str, str, int, int]] = set()
         if scan_queues:
@@ -169,11 +198,26 @@ class StoreReader:
             self.commitlog.mfq.drop_below(below)
 
     # -- one queue, incrementally (the consumer's hot path) -------------------------------------------
-    def refresh_queue(self, topic: str, queue_id: int) -> int:
+    def refresh_queue(self, topic: str, queue_id: int, stored: int | None = None, readable: int | None = None) -> int:
         """Bring one queue up to date with the limit, looking only at entries not seen before; its
         readable max offset (with the tail's entries that continue it, for a tailing reader). Cheap
-        enough to call before every read of a live broker's queue."""
-        if self._limit is not None:
+        enough to call before every read of a live broker's queue. ``stored`` and ``readable``: the
+        tail limit and the limit, when the caller has just read them (in that order)."""
+        m = self._refresh_cq(topic, queue_id, readable)
+        tail = self.tail
+        if tail is not None:
+            # The tail continues from the same readable_end the consume queue was bounded by: every
+            # record below it is in a consume queue, every record from it on is scanned.
+            tail.advance(self.readable_end, int(self._tail_limit() if stored is None else stored))
+            m += tail.queues.count_after(topic, queue_id, m)
+        return self._show(topic, queue_id, m)
+
+    def _refresh_cq(self, topic: str, queue_id: int, readable: int | None) -> int:
+        """``refresh_queue``'s consume-queue part: the queue's readable max offset in its consume queue
+        (also left in ``cq_max``)."""
+        if readable is not None:
+            self.readable_end = readable
+        elif self._limit is not None:
             self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
         key = (topic, queue_id)
         seen = self._cq_refreshed.get(key)
@@ -184,13 +228,8 @@ class StoreReader:
             if len(self._cq_refreshed) >= MAX_REFRESHED:
                 self._cq_refreshed.clear()
             self._cq_refreshed[key] = (self.readable_end, m)
-        tail = self.tail
-        if tail is not None:
-            # The tail continues from the same readable_end the consume queue was bounded by: every
-            # record below it is in a consume queue, every record from it on is scanned.
-            tail.advance(self.readable_end, int(self._tail_limit()))
-            m += tail.count_after(topic, queue_id, m)
-        return self._show(topic, queue_id, m)
+        self.cq_max = m
+        return m
 
     def knows_end(self) -> bool:
         """Whether a queue's max offset here is the store's: a live broker's view whose tail (when it
@@ -300,6 +339,17 @@ class StoreReader:
                 return 0
             self._set_readable_max(cq)
             self._trim_files(cq)
+        limit = self.readable_end
+        mf = files[-1]
+        pos = mf.wrote_pos
+        if pos < mf.file_bytes:
+            # The common case: the next entry lies in the newest file mapped (no file to trim after it).
+            end = min(mf.file_bytes, pos + SCALAR_ENTRIES * ENTRY_BYTES)
+            new = _readable_entries(mf.mm, pos, end, limit)
+            if new > pos:
+                mf.wrote_pos = mf.committed_pos = new
+            if new < end or new == pos:
+                return (mf.file_from_offset + new) // ENTRY_BYTES
         m = cq.max_offset()
         per_file = self.config.consume_queue_file_entries
         # Scalar look at the next few entries first: a live consumer usually finds none or a handful
@@ -307,23 +357,9 @@ class StoreReader:
         mf = cq.mfq.find(m * ENTRY_BYTES)
         if mf is not None:
             pos = m * ENTRY_BYTES - mf.file_from_offset
-            limit, end = self.readable_end, min(mf.file_bytes, pos + SCALAR_ENTRIES * ENTRY_BYTES)
-            mm, size_at, phys_at = mf.mm, _CQ_SIZE.unpack_from, _CQ_PHYS.unpack_from
+            end = min(mf.file_bytes, pos + SCALAR_ENTRIES * ENTRY_BYTES)
             start = pos
-            while pos < end:
-                # The size first: the entry at ``m`` may be the one the dispatcher is storing now
-                # (past dispatched_pos; ``pack_into`` zeroes it, then stores phys, size, tag). Its
-                # size seen stored means its phys is too; loaded the other way round an entry can
-                # read as (phys 0, its size), "ending" far below the bound, and be counted before
-                # its record is readable — the view's max then no longer meets the tail's entries
-                # and falls below positions read from them (fault run fce7182, trial 456).
-                # And the size once more after the phys offset: a dispatcher that drops entries
-                # at its start (``ConsumeQueue.truncate_offset``) zeroes their sizes before the
-                # rest, so an entry whose size still holds after its phys was loaded was whole.
-                size = size_at(mm, pos + _CQ_SIZE_AT)[0]
-                if size <= 0 or phys_at(mm, pos)[0] + size > limit or size_at(mm, pos + _CQ_SIZE_AT)[0] != size:
-                    break
-                pos += ENTRY_BYTES
+            pos = _readable_entries(mf.mm, pos, end, limit)
             if pos > start:
                 mf.wrote_pos = mf.committed_pos = pos
                 m += (pos - start) // ENTRY_BYTES
@@ -398,10 +434,87 @@ class StoreReader:
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
             expression: str | None = "*") -> GetResult:
         _check_read(queue_offset, max_count)
+        tag_filter = _tag_filter(expression)
+        if self.tail is not None and tag_filter.match_all and read_check.NATIVE is not None:
+            g = self._get_tail(topic, queue_id, queue_offset, max_count)
+            if g is not None:
+                return g
         q = self._tailed(topic, queue_id)
-        return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, _tag_filter(expression),
+        return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, tag_filter,
                                               self.config.max_transfer_bytes, self.broker),
                                  q, topic, queue_id, queue_offset)
+
+    def read_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+                  stored: int | None = None, readable: int | None = None) -> tuple[int, GetResult | None]:
+        """``refresh_queue`` and then, for a position past the consume queue that the tail holds,
+        ``get`` with no filter — a tailing consumer's round: (the queue's readable max offset, the
+        result, or None where ``get`` reads it). The tail's part in one native call where it can
+        (``_read.tail_read``: the tail's advance, its count and the read, the spec's answer), else
+        the spec's steps (``CommitlogTail.advance``, ``count_after``, ``_take_tail``)."""
+        tail = self.tail
+        if tail is None or read_check.NATIVE is None:
+            return self.refresh_queue(topic, queue_id, stored, readable), None
+        m = self._refresh_cq(topic, queue_id, readable)
+        if stored is None:
+            stored = int(self._tail_limit())
+        mf = self.commitlog.mfq.last()
+        r = None
+        msgs: list[MessageExt] = []
+        if mf is not None:
+            try:
+                r = read_check.NATIVE.tail_read(
+                    tail, self.readable_end, stored, mf.mm, mf.file_from_offset, mf.file_bytes, mf.committed_pos,
+                    topic, queue_id, m, queue_offset, max_count, self.commitlog.mfq.min_offset(), topic.encode(),
+                    self.config.max_transfer_bytes, self.broker, msgs, SCHEDULE_B, R.MAX_TOPIC_CHARS, SCAN_RECORDS)
+            except BaseException:
+                tail.clear()            # whatever it had applied: the tail starts over from the dispatcher
+                raise
+        if r is None:
+            tail.advance(self.readable_end, stored)
+            hi = self._show(topic, queue_id, m + tail.queues.count_after(topic, queue_id, m))
+            if not m <= queue_offset < hi or max_count < 1:
+                return hi, None
+            return hi, self._take_tail(topic, queue_id, queue_offset, max_count, m, hi)
+        hi, i, why, removed = r
+        self._show(topic, queue_id, hi)
+        if why != _TAKE_DONE and why != _TAKE_FULL:
+            return hi, None     # not read here (outside the tail, another file, a record the spec checks)
+        cq = self.queues.get((topic, queue_id))
+        return hi, GetResult(_status(msgs, removed), msgs, queue_offset + i, cq.min_offset() if cq is not None else m,
+                             hi)
+
+    def _get_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetResult | None:
+        """``get``'s common case for a tailing consumer, in one native call: no filter, a position
+        past the consume queue that the tail holds, records in the newest commitlog file that the
+        native check accepts (``_read.TailQueues.take``) — the result ``get_messages`` gives over
+        the ``TailedQueue`` (tests/store/test_read_native.py compares them). None: anything else,
+        which the general path reads."""
+        cq = self.queues.get((topic, queue_id))
+        m = cq.max_offset() if cq is not None else 0
+        if queue_offset < m:
+            return None
+        hi = m + self.tail.queues.count_after(topic, queue_id, m)
+        if queue_offset >= hi:
+            return None
+        self._show(topic, queue_id, hi)
+        return self._take_tail(topic, queue_id, queue_offset, max_count, m, hi)
+
+    def _take_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int, m: int,
+                   hi: int) -> GetResult | None:
+        """The tail's entries from ``queue_offset`` (which lies in [``m``, ``hi``): the consume queue's
+        end and the tail's end of the queue) taken in one native call; None: the general path."""
+        mf = self.commitlog.mfq.last()
+        if mf is None:
+            return None
+        msgs: list[MessageExt] = []
+        i, why, _, removed = self.tail.queues.take(
+            topic, queue_id, queue_offset, min(max_count, hi - queue_offset), mf.mm, mf.file_from_offset,
+            mf.file_end_offset, self.commitlog.mfq.min_offset(), topic.encode(), self.config.max_transfer_bytes, 0,
+            self.broker, msgs)
+        if why != _TAKE_DONE and why != _TAKE_FULL:
+            return None         # an entry in another file, a record the spec checks: the general path
+        cq = self.queues.get((topic, queue_id))
+        return GetResult(_status(msgs, removed), msgs, queue_offset + i, cq.min_offset() if cq is not None else m, hi)
 
     def get_batch(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 4096) -> MessageBatch:
         _check_read(queue_offset, max_count)

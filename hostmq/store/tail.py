@@ -10,6 +10,11 @@ per queue. ``TailedQueue`` then serves a queue as its consume queue followed by 
 the read side (``reader.get_messages`` / ``get_batch``) reads and re-checks the records as it reads
 any other.
 
+The entries live in ``hostmq/store/_read.c`` ``TailQueues`` (C arrays per queue; ``PyTailQueues`` below
+is their spec, used where the native read side is not built), and ``_read.tail_read`` runs the common
+case of ``advance``, ``count_after`` and the read of a consumer's position in one call
+(``StoreReader.read_tail``; docs/internals.md).
+
 Nothing here writes. Entries below ``dispatched_pos`` are dropped as the dispatcher covers them (the
 consume queue has them then); the tail is bounded (``max_bytes``): past that the consumer waits for
 the dispatcher, as it did before. A queue's tail entries are used only when they continue its consume
@@ -18,6 +23,7 @@ scan stopped at, a consume queue seen at another moment — shows nothing until 
 """
 from __future__ import annotations
 
+import operator
 from collections import deque
 from itertools import islice
 
@@ -28,10 +34,87 @@ from ..records import CQ_ENTRY
 from . import read_check
 from .dispatch import SCHEDULE_TOPIC
 
-_SCHEDULE_B = SCHEDULE_TOPIC.encode()
+SCHEDULE_B = SCHEDULE_TOPIC.encode()
 
 TAIL_MAX_BYTES = 4 << 20        # commitlog bytes a consumer tails past dispatched_pos at most
 SCAN_RECORDS = 4096             # records scanned per refresh at most
+
+
+class PyTailQueues:
+    """The tail's entries per queue: (topic, queue id) → a deque of (queue offset, phys, size, tag
+    code), oldest first; a queue left with none is removed. The spec of ``hostmq/store/_read.c``
+    ``TailQueues``, which holds the same entries in C arrays (tests/store/test_tail_native.py drives
+    both with the same operations and compares them after each)."""
+
+    __slots__ = ("_q",)
+
+    def __init__(self) -> None:
+        self._q: dict[tuple[str, int], deque] = {}
+
+    def extend(self, rows) -> None:
+        """Append ``(topic, queue_id, queue_offset, phys, size, tag)`` rows (``scan``'s)."""
+        q = self._q
+        for row in rows:
+            if row.__class__ is not tuple or len(row) != 6 or row[0].__class__ is not str:
+                raise TypeError("TailQueues.extend(): rows of (topic, queue_id, queue_offset, phys, size, tag) "
+                                "expected")
+            topic, qid, qoff, phys, size, tag = row[0], *map(_i64, row[1:])
+            if not -(1 << 31) <= size < 1 << 31:
+                raise OverflowError("TailQueues.extend(): a size past an i32")
+            d = q.get((topic, qid))
+            if d is None:
+                d = q[(topic, qid)] = deque()
+            d.append((qoff, phys, size, tag))
+
+    def drop_below(self, phys: int) -> None:
+        """Drop each queue's first entries whose record starts below ``phys`` (the dispatcher has them)."""
+        for key in list(self._q):
+            d = self._q[key]
+            while d and d[0][1] < phys:
+                d.popleft()
+            if not d:
+                del self._q[key]
+
+    def clear(self) -> None:
+        self._q.clear()
+
+    def count_after(self, topic: str, queue_id: int, cq_max: int) -> int:
+        """How many entries of the queue continue a consume queue that ends at ``cq_max``."""
+        d = self._q.get((topic, queue_id))
+        if not d or d[0][0] != cq_max:
+            return 0
+        n = len(d)
+        return n if d[-1][0] == cq_max + n - 1 else _consecutive(d, cq_max)
+
+    def rows(self, topic: str, queue_id: int, from_offset: int, count: int) -> bytes:
+        """The CQ_ENTRY rows (big-endian bytes) of up to ``count`` entries from the one read as
+        ``from_offset``; KeyError for a queue with none, ValueError for an offset before its first."""
+        d = self._q[(topic, queue_id)]
+        i = from_offset - d[0][0]
+        if i < 0 or count < 0:
+            raise ValueError("rows(): an offset before the queue's first tail entry, or a negative count")
+        return np.array([(p, s, t) for _, p, s, t in islice(d, i, i + count)], dtype=CQ_ENTRY).tobytes()
+
+    def entries(self, topic: str, queue_id: int) -> list[tuple[int, int, int, int]]:
+        return list(self._q[(topic, queue_id)])
+
+    def keys(self) -> list[tuple[str, int]]:
+        return list(self._q)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+
+def _i64(v) -> int:
+    v = operator.index(v)
+    if not -(1 << 63) <= v < 1 << 63:
+        raise OverflowError("TailQueues: a value past an i64")
+    return v
+
+
+def new_queues():
+    """The tail's per-queue entries: in C where the native read side is built, else the spec."""
+    return read_check.NATIVE.TailQueues() if read_check.NATIVE is not None else PyTailQueues()
 
 
 class CommitlogTail:
@@ -42,7 +125,7 @@ class CommitlogTail:
         self.max_bytes = max_bytes
         self.start = 0          # dispatched_pos the entries continue from
         self.cursor = 0         # scanned up to here (a record boundary)
-        self.queues: dict[tuple[str, int], deque] = {}     # (topic, qid) → deque of (qoff, phys, size, tag)
+        self.queues = new_queues()      # (topic, qid) → its entries (PyTailQueues / _read.TailQueues)
         self.capped = False     # the tail reached max_bytes: newer records wait for the dispatcher
         self.limit = 0          # how far the last advance was to scan (a record boundary or the stored end)
         self.stopped_at: tuple[int, str] | None = None      # a record the scan cannot read (the dispatcher reports it)
@@ -55,12 +138,7 @@ class CommitlogTail:
                 self.cursor = dispatched
                 self.queues.clear()
             else:
-                for key in list(self.queues):
-                    d = self.queues[key]
-                    while d and d[0][1] < dispatched:
-                        d.popleft()
-                    if not d:
-                        del self.queues[key]
+                self.queues.drop_below(dispatched)
         if self.stopped_at is not None and self.stopped_at[0] < self.start:
             self.stopped_at = None      # the dispatcher got past it (a record cut by the bound stops a scan too)
         limit = self.limit = min(stored, self.start + self.max_bytes)
@@ -69,20 +147,23 @@ class CommitlogTail:
             return
         cl = self.cl
         mfq = cl.mfq
-        last = mfq.last()
-        if last is None or limit > last.file_end_offset or self.cursor < mfq.min_offset():
-            mfq.refresh()
-        if mfq.find(self.cursor) is None:
-            return
-        rows, nxt = scan(cl, self.cursor, limit, SCAN_RECORDS)
+        mf = mfq.last()
+        if mf is None or not mf.file_from_offset <= self.cursor < limit <= mf.file_from_offset + mf.file_bytes:
+            # not all in the newest file mapped (the common case): map new files, find the cursor's
+            last = mf
+            if last is None or limit > last.file_end_offset or self.cursor < mfq.min_offset():
+                mfq.refresh()
+            mf = mfq.find(self.cursor)
+            if mf is None:
+                return
+        try:
+            nxt = scan_into(cl, self.cursor, limit, SCAN_RECORDS, self.queues, mf)
+        except BaseException:
+            # part of a scan may be in the queues: start them over from what the dispatcher covered
+            self.queues.clear()
+            self.cursor = self.start
+            raise
         self.stopped_at = cl.scan_error
-        queues = self.queues
-        for topic, qid, qoff, phys, size, tag in rows:
-            key = (topic, qid)
-            d = queues.get(key)
-            if d is None:
-                d = queues[key] = deque()
-            d.append((qoff, phys, size, tag))
         if nxt > self.cursor:
             self.cursor = nxt
 
@@ -96,46 +177,54 @@ class CommitlogTail:
 
     def count_after(self, topic: str, queue_id: int, cq_max: int) -> int:
         """How many tail entries continue the queue whose consume queue ends at ``cq_max``."""
-        d = self.queues.get((topic, queue_id))
-        if not d or d[0][0] != cq_max:
-            return 0
-        n = len(d)
-        return n if d[-1][0] == cq_max + n - 1 else _consecutive(d, cq_max)
+        return self.queues.count_after(topic, queue_id, cq_max)
 
     def entries(self, topic: str, queue_id: int, from_offset: int, count: int) -> np.ndarray:
         """Tail entries of a queue from ``from_offset`` (which the tail holds) as CQ_ENTRY rows."""
-        d = self.queues[(topic, queue_id)]
-        i = from_offset - d[0][0]
-        rows = [(p, s, t) for _, p, s, t in islice(d, i, i + count)]
-        return np.array(rows, dtype=CQ_ENTRY)
+        return np.frombuffer(self.queues.rows(topic, queue_id, from_offset, count), dtype=CQ_ENTRY)
 
     def clear(self) -> None:
         self.queues.clear()
         self.start = self.cursor = self.limit = 0
 
 
-def scan(cl, from_phys: int, limit: int, max_records: int) -> tuple[list[tuple], int]:
+def scan_into(cl, from_phys: int, limit: int, max_records: int, out, mf=None) -> int:
     """Consume-queue rows ``(topic, queue_id, queue_offset, phys, size, tag code)`` of the records from
     the boundary ``from_phys`` up to ``limit`` (at most ``max_records``; the schedule topic's left out)
-    and the next offset; ``cl.scan_error`` says where a broken record stopped it. The spec is
-    ``CommitLog.scan`` (``dispatch.scan_records``); ``hostmq/store/_read.c`` ``tail_scan`` serves
-    the records of the current file it decides alone and hands the rest to the spec."""
-    rows: list[tuple] = []
-    mf = cl.mfq.find(from_phys) if read_check.NATIVE is not None else None
+    appended to ``out`` — a list, a ``PyTailQueues``, or a ``_read.TailQueues``, which ``tail_scan``
+    fills directly — and the next offset; ``cl.scan_error`` says where a broken record stopped it. The
+    spec is ``CommitLog.scan`` (``dispatch.scan_records``); ``hostmq/store/_read.c`` ``tail_scan``
+    serves the records of the current file it decides alone and hands the rest to the spec. ``mf``:
+    the mapped file holding ``from_phys``, when the caller has it."""
+    if out.__class__ is PyTailQueues:
+        rows: list[tuple] = []
+        nxt = scan_into(cl, from_phys, limit, max_records, rows, mf)
+        out.extend(rows)
+        return nxt
+    if read_check.NATIVE is None:
+        mf = None
+    elif mf is None:
+        mf = cl.mfq.find(from_phys)
     if mf is not None:
         base = mf.file_from_offset
         end = min(mf.committed_pos, limit - base)
         rel, status, counted = read_check.NATIVE.tail_scan(mf.mm, from_phys - base, end, base, max_records,
-                                                           R.MAX_TOPIC_CHARS, _SCHEDULE_B, rows)
+                                                           R.MAX_TOPIC_CHARS, SCHEDULE_B, out)
         from_phys = base + rel
         max_records -= counted
         if not status and (max_records <= 0 or from_phys >= limit):
             cl.scan_error = None
-            return rows, from_phys
+            return from_phys
     reqs, nxt = cl.scan(from_phys, limit, max_records)
-    rows += [(r.topic, r.queue_id, r.queue_offset, r.phys_offset, r.size, r.tag_hash) for r in reqs
-             if r.topic != SCHEDULE_TOPIC]      # its tag code is a due time only the broker computes
-    return rows, max(nxt, from_phys)
+    out.extend([(r.topic, r.queue_id, r.queue_offset, r.phys_offset, r.size, r.tag_hash) for r in reqs
+                if r.topic != SCHEDULE_TOPIC])      # its tag code is a due time only the broker computes
+    return max(nxt, from_phys)
+
+
+def scan(cl, from_phys: int, limit: int, max_records: int) -> tuple[list[tuple], int]:
+    """``scan_into`` a new list: (the rows, the next offset)."""
+    rows: list[tuple] = []
+    return rows, scan_into(cl, from_phys, limit, max_records, rows)
 
 
 def _consecutive(d: deque, first: int) -> int:

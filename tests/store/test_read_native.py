@@ -313,6 +313,11 @@ class ReadRounds(RuleBasedStateMachine):
         self.view = StoreReader(path, small_config(), scan_queues=False,
                                 limit_phys=lambda: self.store.dispatched_phys,
                                 tail_limit=lambda: self.store.commitlog.max_offset())
+        # two consumers' views read with read_tail, one in C (tail_read), one by the spec's steps
+        self.fast, self.spec = (StoreReader(path, small_config(), scan_queues=False,
+                                            limit_phys=lambda: self.store.dispatched_phys,
+                                            tail_limit=lambda: self.store.commitlog.max_offset())
+                                for _ in range(2))
         self.n = 0
 
     @rule(queue_id=st.integers(0, 1), count=st.integers(1, 12),
@@ -371,11 +376,32 @@ class ReadRounds(RuleBasedStateMachine):
         self.view.refresh_queue(T, queue_id)
         same_get(*both(lambda: self.view.get(T, queue_id, offset, max_count, expression)))
         same_batch(*both(lambda: self.view.get_batch(T, queue_id, offset, max_count)))
+        # a tailing consumer's round: the same max offset, result and tail after it, in C and by the spec
+        hi, g = self.fast.read_tail(T, queue_id, offset, max_count)
+        if g is None:
+            g = self.fast.get(T, queue_id, offset, max_count)
+        saved, read_check.NATIVE = read_check.NATIVE, None
+        try:
+            spec_hi, spec_g = self.spec.read_tail(T, queue_id, offset, max_count)
+            assert spec_g is None
+            spec_g = self.spec.get(T, queue_id, offset, max_count)
+        finally:
+            read_check.NATIVE = saved
+        assert hi == spec_hi
+        same_get(g, spec_g)
+        assert tail_state(self.fast.tail) == tail_state(self.spec.tail)
 
     def teardown(self):
+        self.fast.close()
+        self.spec.close()
         self.view.close()
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tail_state(t) -> tuple:
+    return (t.start, t.cursor, t.limit, t.capped, t.stopped_at,
+            {k: t.queues.entries(*k) for k in t.queues.keys()})
 
 
 TestReadRounds = ReadRounds.TestCase

@@ -82,6 +82,8 @@ class TornLoads:
         for name, value in list(vars(readonly).items()):
             if isinstance(value, struct.Struct):
                 monkeypatch.setattr(readonly, name, self._wrap(value))
+        # The spec's loads (the native cq_readable loads in the same order, with fences between)
+        monkeypatch.setattr(readonly, "_readable_entries", readonly.readable_entries)
 
     def _wrap(self, real: struct.Struct):
         order, codes = real.format[0], re.findall(r"\d*[a-zA-Z?]", real.format[1:])

@@ -1,0 +1,248 @@
+"""The tail's per-queue entries in C (``hostmq/store/_read.c`` ``TailQueues``) against the spec
+(``store/tail.py`` ``PyTailQueues``): a hypothesis state machine drives both with the same operations —
+rows appended, entries dropped below a commitlog offset, everything cleared, counts and rows read,
+malformed input included — and compares what they hold and answer after every step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from hostmq.records import CQ_ENTRY
+from hostmq.store import read_check
+from hostmq.store.tail import PyTailQueues, new_queues
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(read_check.NATIVE is None, reason="the native read side is not built")]
+
+TOPICS = ["T0", "T1", "%RETRY%g"]
+QIDS = st.integers(0, 2)
+I32 = st.integers(-(1 << 31), (1 << 31) - 1)
+
+
+def _outcome(fn, *args):
+    """What a call returned, or the kind of error it raised (both sides must agree on which)."""
+    try:
+        return "ok", fn(*args)
+    except (KeyError, ValueError, TypeError, OverflowError) as e:
+        return "error", type(e).__name__
+
+
+class NativeAgainstSpec(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = PyTailQueues()
+        self.native = read_check.NATIVE.TailQueues()
+        self.phys = 0                   # commitlog offsets only grow, as a scan finds them
+        self.next_qoff: dict[tuple[str, int], int] = {}
+
+    @rule(topic=st.sampled_from(TOPICS), qid=QIDS, n=st.integers(1, 40), size=st.integers(1, 300),
+          tag=st.integers(-(1 << 31), (1 << 31) - 1), gap=st.sampled_from([0, 0, 0, 1, -1, 5]))
+    def append(self, topic, qid, n, size, tag, gap):
+        """A run of one queue's records (queue offsets consecutive, or with a jump or a repeat, as a
+        store that was truncated and written again may show)."""
+        key = (topic, qid)
+        qoff = max(0, self.next_qoff.get(key, 0) + gap)
+        rows = []
+        for k in range(n):
+            rows.append((topic, qid, qoff + k, self.phys, size, tag))
+            self.phys += size
+        self.next_qoff[key] = qoff + n
+        self.spec.extend(rows)
+        self.native.extend(rows)
+
+    @rule(data=st.data())
+    def interleaved(self, data):
+        rows = []
+        for _ in range(data.draw(st.integers(1, 30))):
+            key = (data.draw(st.sampled_from(TOPICS)), data.draw(QIDS))
+            q = self.next_qoff.get(key, 0)
+            size = data.draw(st.integers(1, 200))
+            rows.append((*key, q, self.phys, size, data.draw(I32)))
+            self.phys += size
+            self.next_qoff[key] = q + 1
+        self.spec.extend(rows)
+        self.native.extend(iter(rows))          # any iterable
+
+    @rule(frac=st.floats(0, 1.2))
+    def drop_below(self, frac):
+        below = int(self.phys * frac)
+        self.spec.drop_below(below)
+        self.native.drop_below(below)
+
+    @rule()
+    def clear(self):
+        self.spec.clear()
+        self.native.clear()
+
+    @rule(topic=st.sampled_from(TOPICS + ["none"]), qid=QIDS, delta=st.integers(-3, 3))
+    def count_after(self, topic, qid, delta):
+        first = self.spec.entries(topic, qid)[0][0] if (topic, qid) in self.spec.keys() else 0
+        cq_max = first + delta
+        assert self.native.count_after(topic, qid, cq_max) == self.spec.count_after(topic, qid, cq_max)
+
+    @rule(topic=st.sampled_from(TOPICS + ["none"]), qid=QIDS, delta=st.integers(-2, 50), count=st.integers(-1, 60))
+    def rows(self, topic, qid, delta, count):
+        first = self.spec.entries(topic, qid)[0][0] if (topic, qid) in self.spec.keys() else 0
+        got = _outcome(self.native.rows, topic, qid, first + delta, count)
+        assert got == _outcome(self.spec.rows, topic, qid, first + delta, count)
+        if got[0] == "ok":
+            assert np.frombuffer(got[1], CQ_ENTRY).shape[0] == len(got[1]) // CQ_ENTRY.itemsize
+
+    @rule(bad=st.sampled_from([[("T0", 0, 1, 2, 3)], [(b"T0", 0, 1, 2, 3, 4)], [("T0", 0, 1, 2, 1 << 31, 4)],
+                               [("T0", "x", 1, 2, 3, 4)], [7], None]))
+    def hostile_rows(self, bad):
+        """Malformed rows are refused with a typed error on both sides; whatever the native side
+        appended before the bad row is what the spec appended too (the tail clears on any error)."""
+        spec_err = _outcome(self.spec.extend, bad)
+        native_err = _outcome(self.native.extend, bad)
+        assert spec_err[0] == native_err[0] == "error"
+        self.spec.clear()
+        self.native.clear()
+
+    @invariant()
+    def same(self):
+        keys = sorted(self.spec.keys())
+        assert sorted(self.native.keys()) == keys
+        assert len(self.native) == len(self.spec) == len(keys)
+        for topic, qid in keys:
+            assert self.native.entries(topic, qid) == self.spec.entries(topic, qid)
+
+
+TestNativeAgainstSpec = NativeAgainstSpec.TestCase
+TestNativeAgainstSpec.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
+                                          suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_tail_holds_its_entries_in_c_where_the_native_read_side_is_built():
+    assert type(new_queues()).__name__ == "TailQueues"
+    assert isinstance(PyTailQueues(), PyTailQueues)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), I32), max_size=24),
+       start=st.integers(0, 24), span=st.integers(0, 30), limit=st.integers(0, 1 << 40),
+       noise=st.binary(max_size=19))
+def test_native_consume_queue_look_agrees_with_the_spec(entries, start, span, limit, noise):
+    """``_read.cq_readable`` and ``readonly.readable_entries`` (the spec) stop at the same entry of
+    any consume-queue bytes: sizes ≤ 0, records past the bound, huge phys offsets, a torn end."""
+    from hostmq.store import readonly
+    rows = np.zeros(len(entries), CQ_ENTRY)
+    for i, (phys, size) in enumerate(entries):
+        rows[i] = (phys, size, i)
+    buf = rows.tobytes() + noise
+    pos = min(start, len(entries)) * CQ_ENTRY.itemsize
+    end = min(len(buf), pos + span * CQ_ENTRY.itemsize)
+    got = read_check.NATIVE.cq_readable(buf, pos, end, limit)
+    assert got == readonly.readable_entries(buf, pos, end, limit)
+    assert pos <= got <= end and (got - pos) % CQ_ENTRY.itemsize == 0
+
+
+class TailRounds(RuleBasedStateMachine):
+    """Two consumers' views of one live store read with ``StoreReader.read_tail``: one by the native
+    round (``_read.tail_read``), one by the spec's steps (``CommitlogTail.advance``, ``count_after``,
+    the general ``get`` with ``read_check.NATIVE`` off). Records are appended (good ones, ones only the
+    spec decides, the schedule topic's, records damaged before the dispatcher reaches them), dispatched
+    part way, and read at each consumer's position or anywhere, under small tail bounds and commitlog
+    files that roll; after every read both views return the same max offset and messages and hold the
+    same tail (its offsets, bound, stop and every queue's entries)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+        from hostmq.store import MessageStore
+        from hostmq.store.readonly import StoreReader
+        from .conftest import small_config
+        self.dir = tempfile.mkdtemp(prefix="hq-tr-")
+        path = self.dir + "/store"
+        self.store = MessageStore(path, small_config(message_index_enable=False))
+        self.views = [StoreReader(path, small_config(), scan_queues=False,
+                                  limit_phys=lambda: self.store.dispatched_phys,
+                                  tail_limit=lambda: self.store.commitlog.max_offset()) for _ in range(2)]
+        self.pos = {}
+        self.n = 0
+
+    @rule(queue_id=st.integers(0, 2), count=st.integers(1, 30), body=st.integers(0, 3000),
+          kind=st.sampled_from(["good"] * 12 + ["schedule", "schedule", "not-ascii-tags", "bad-topic", "torn"]))
+    def put(self, queue_id, count, body, kind):
+        from hostmq import records as R
+        from hostmq.message import Message
+        from hostmq.store.dispatch import SCHEDULE_TOPIC
+        for _ in range(count):
+            self.n += 1
+            if kind == "good":
+                self.store.put(Message("TR", b"m%d." % self.n + b"x" * (body % 700), tags="t%d" % (self.n % 3)),
+                               queue_id=queue_id)
+                continue
+            topic, props = "TR", b"TAGS\x01a\x02"
+            if kind == "schedule":
+                topic = SCHEDULE_TOPIC
+            elif kind == "not-ascii-tags":
+                props = b"TAGS\x01\xc3\xa9\x02"
+            rec = R.encode_record(topic.encode(), b"r%d" % self.n * 3, props, queue_id=queue_id)
+            blob, starts = R.encode_batch([rec])
+            self.store.append_encoded(topic, queue_id, blob, starts, now_ms=1_700_000_000_000 + self.n)
+            cl = self.store.commitlog
+            mf = cl.mfq.last()
+            at = cl.max_offset() - len(blob) - mf.file_from_offset
+            if kind == "torn" and at >= 0:          # a byte of its header changed: the tail stops there
+                mf.wu8[at + 4] ^= 0xFF
+            elif kind == "bad-topic" and at >= 0:   # its topic no longer a name: the spec skips it
+                t = bytes(mf.mm[at:at + len(blob)]).rfind(b"\x02TR")
+                mf.wu8[at + t + 1] = ord(" ")
+
+    @rule(frac=st.floats(0, 1))
+    def dispatch(self, frac):
+        cl = self.store.commitlog
+        end = cl.max_offset()
+        reqs, _ = cl.scan(self.store.dispatched_phys, end, 1 << 20)
+        bounds = [r.phys_offset for r in reqs] + [cl.scan(self.store.dispatched_phys, end, 1 << 20)[1]]
+        self.store.cq_store.dispatch(bounds[int(frac * (len(bounds) - 1))])
+
+    @rule(max_bytes=st.sampled_from([1 << 20, 4096, 700, 100]))
+    def bound(self, max_bytes):
+        for v in self.views:
+            v.tail.max_bytes = max_bytes
+
+    @rule(queue_id=st.integers(0, 2), follow=st.booleans(), anywhere=st.integers(0, 400),
+          max_count=st.sampled_from([1, 3, 32]))
+    def read(self, queue_id, follow, anywhere, max_count):
+        offset = self.pos.get(queue_id, 0) if follow else anywhere
+        fast, spec = self.views
+        hi, g = fast.read_tail("TR", queue_id, offset, max_count)
+        if g is None:
+            g = fast.get("TR", queue_id, offset, max_count)
+        saved, read_check.NATIVE = read_check.NATIVE, None
+        try:
+            spec_hi, spec_g = spec.read_tail("TR", queue_id, offset, max_count)
+            assert spec_g is None
+            spec_g = spec.get("TR", queue_id, offset, max_count)
+        finally:
+            read_check.NATIVE = saved
+        assert hi == spec_hi
+        assert (g.status, g.next_offset, g.min_offset, g.max_offset, g.skipped) == \
+            (spec_g.status, spec_g.next_offset, spec_g.min_offset, spec_g.max_offset, spec_g.skipped)
+        assert [(m.queue_offset, m.commitlog_offset, m.body, m.tags) for m in g.messages] == \
+            [(m.queue_offset, m.commitlog_offset, m.body, m.tags) for m in spec_g.messages]
+        if follow and g.messages:
+            self.pos[queue_id] = g.next_offset
+        assert tail_state(fast.tail) == tail_state(spec.tail)
+
+    def teardown(self):
+        import shutil
+        for v in self.views:
+            v.close()
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def tail_state(t) -> tuple:
+    return (t.start, t.cursor, t.limit, t.capped, t.stopped_at,
+            {k: t.queues.entries(*k) for k in sorted(t.queues.keys())})
+
+
+TestTailRounds = TailRounds.TestCase
+TestTailRounds.settings = settings(max_examples=100, stateful_step_count=50, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
