@@ -996,6 +996,38 @@ static TQ *tq_of(TailQueuesObject *self, PyObject *const *args, int must)
     return q;
 }
 
+/* count_after's answer for a queue's entries (``q`` may be NULL: none). */
+static int64_t tq_run(const TQ *q, int64_t cq_max)
+{
+    if (q == NULL || q->len == 0 || q->qoff[q->head] != cq_max)
+        return 0;
+    Py_ssize_t n = q->len;
+    if (q->qoff[q->head + n - 1] != cq_max + n - 1) {       /* not one run: count the run from cq_max */
+        Py_ssize_t k = 0;
+        while (k < n && q->qoff[q->head + k] == cq_max + k)
+            k++;
+        n = k;
+    }
+    return n;
+}
+
+/* take_rows over a copy of up to ``count`` of ``q``'s rows from its ``i``-th entry (read as queue
+ * offset ``from``): the queues may change while take_rows runs without the GIL. */
+static PyObject *tq_take_copy(ReadState *st, const TQ *q, int64_t i, int64_t count, int64_t from, PyObject *mm,
+                              int64_t file_from, int64_t file_end, int64_t cl_min, PyObject *topic_b, int64_t queue_id,
+                              int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out)
+{
+    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
+    unsigned char *rows = malloc(n ? (size_t)n * CQ_ENTRY_BYTES : 1);
+    if (rows == NULL)
+        return PyErr_NoMemory();
+    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)n * CQ_ENTRY_BYTES);
+    PyObject *result = take_rows(st, rows, n, 0, mm, file_from, file_end, cl_min, from, topic_b, queue_id,
+                                 max_bytes, nbytes, broker, out);
+    free(rows);
+    return result;
+}
+
 /* count_after(topic, queue_id, cq_max): how many of the queue's entries continue a consume queue
  * that ends at ``cq_max`` (queue offsets consecutive from it) — the spec's count_after. */
 static PyObject *tq_count_after(TailQueuesObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1010,16 +1042,7 @@ static PyObject *tq_count_after(TailQueuesObject *self, PyObject *const *args, P
     TQ *q = tq_of(self, args, 0);
     if (q == NULL && PyErr_Occurred())
         return NULL;
-    if (q == NULL || q->len == 0 || q->qoff[q->head] != cq_max)
-        return PyLong_FromLong(0);
-    Py_ssize_t n = q->len;
-    if (q->qoff[q->head + n - 1] != cq_max + n - 1) {       /* not one run: count the run from cq_max */
-        Py_ssize_t k = 0;
-        while (k < n && q->qoff[q->head + k] == cq_max + k)
-            k++;
-        n = k;
-    }
-    return PyLong_FromSsize_t(n);
+    return PyLong_FromLongLong(tq_run(q, cq_max));
 }
 
 /* rows(topic, queue_id, from_offset, count) -> bytes: the CQ_ENTRY rows of up to ``count`` entries
@@ -1073,15 +1096,8 @@ static PyObject *tq_take(TailQueuesObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_ValueError, "take(): an offset before the queue's first tail entry, or a negative count");
         return NULL;
     }
-    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
-    unsigned char *rows = malloc(n ? (size_t)n * CQ_ENTRY_BYTES : 1);
-    if (rows == NULL)
-        return PyErr_NoMemory();
-    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)n * CQ_ENTRY_BYTES);
-    PyObject *result = take_rows(st, rows, n, 0, args[4], file_from, file_end, cl_min, from, args[8], queue_id,
-                                 max_bytes, nbytes, args[11], args[12]);
-    free(rows);
-    return result;
+    return tq_take_copy(st, q, i, count, from, args[4], file_from, file_end, cl_min, args[8], queue_id, max_bytes,
+                        nbytes, args[11], args[12]);
 }
 
 /* entries(topic, queue_id) -> [(queue_offset, phys, size, tag), ...] (what the spec's deque holds). */
@@ -1512,31 +1528,14 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_DECREF(key);
     if (q == NULL && PyErr_Occurred())
         goto done;
-    int64_t n = 0;
-    if (q != NULL && q->len && q->qoff[q->head] == cq_max) {
-        n = q->len;
-        if (q->qoff[q->head + n - 1] != cq_max + n - 1) {
-            int64_t k = 0;
-            while (k < n && q->qoff[q->head + k] == cq_max + k)
-                k++;
-            n = k;
-        }
-    }
-    int64_t hi = cq_max + n;
+    int64_t hi = cq_max + tq_run(q, cq_max);
     if (!(cq_max <= pos && pos < hi && max_count >= 1)) {
         result = Py_BuildValue("(LiiL)", (long long)hi, 0, -1, 0LL);
         goto done;
     }
-    int64_t i = pos - q->qoff[q->head], cnt = max_count < hi - pos ? max_count : hi - pos;
-    unsigned char *rows = malloc((size_t)cnt * CQ_ENTRY_BYTES);
-    if (rows == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)cnt * CQ_ENTRY_BYTES);
-    PyObject *took = take_rows(st, rows, cnt, 0, args[3], file_from, file_from + file_bytes, cl_min, pos, args[13],
-                               qid, max_bytes, 0, args[15], args[16]);
-    free(rows);
+    PyObject *took = tq_take_copy(st, q, pos - q->qoff[q->head], max_count < hi - pos ? max_count : hi - pos, pos,
+                                  args[3], file_from, file_from + file_bytes, cl_min, args[13], qid, max_bytes, 0,
+                                  args[15], args[16]);
     if (took == NULL)
         goto done;
     long long t_next, t_nbytes, t_removed;
