@@ -1254,7 +1254,8 @@ typedef struct {
     TQ *q;
 } ScanInto;
 
-static int scan_append(TailQueuesObject *tq, ScanInto *c, const ScanRec *o, int64_t phys)
+/* ``c->topic``: the record's topic as a str (decoded again only when it differs from the last one). */
+static int scan_topic(ScanInto *c, const ScanRec *o)
 {
     if (c->topic == NULL || o->tlen != c->tlen || memcmp(o->topic, c->t, (size_t)o->tlen) != 0) {
         Py_XDECREF(c->topic);
@@ -1265,6 +1266,13 @@ static int scan_append(TailQueuesObject *tq, ScanInto *c, const ScanRec *o, int6
         c->tlen = o->tlen;
         c->q = NULL;
     }
+    return 0;
+}
+
+static int scan_append(TailQueuesObject *tq, ScanInto *c, const ScanRec *o, int64_t phys)
+{
+    if (scan_topic(c, o) < 0)
+        return -1;
     if (c->q == NULL || o->qid != c->qid) {
         PyObject *key = Py_BuildValue("(OL)", c->topic, (long long)o->qid);
         c->q = key == NULL ? NULL : tq_lookup(tq, key, 1);
@@ -1316,15 +1324,9 @@ static PyObject *tail_scan(PyObject *module, PyObject *const *args, Py_ssize_t n
                     break;
                 }
             } else {
-                if (c.topic == NULL || o.tlen != c.tlen || memcmp(o.topic, c.t, (size_t)o.tlen) != 0) {
-                    Py_XDECREF(c.topic);
-                    c.topic = PyUnicode_DecodeASCII((const char *)o.topic, o.tlen, NULL);
-                    if (c.topic == NULL) {
-                        status = -1;
-                        break;
-                    }
-                    c.t = o.topic;
-                    c.tlen = o.tlen;
+                if (scan_topic(&c, &o) < 0) {
+                    status = -1;
+                    break;
                 }
                 PyObject *row = Py_BuildValue("(OLLLLL)", c.topic, (long long)o.qid, (long long)o.qoff,
                                               (long long)(base + rel), (long long)o.total, (long long)o.code);

@@ -119,7 +119,6 @@ class StoreReader:
         # the same entries are readable (the dispatcher stores entries before it publishes), so a
         # refresh while the dispatcher has not moved is one dict lookup (the tail serves the news)
         self._cq_refreshed: dict[tuple[str, int], tuple[int, int]] = {}
-        self.cq_max = 0         # the consume-queue part of the max offset the last refresh_queue returned
         self._earlier: dict[tuple[str, int], int] = {}  # the same, shown by views this one replaced (carry_shown)
         self._warned: set[tuple[str, str, int, int]] = set()
         if scan_queues:
@@ -213,8 +212,7 @@ class StoreReader:
         return self._show(topic, queue_id, m)
 
     def _refresh_cq(self, topic: str, queue_id: int, readable: int | None) -> int:
-        """``refresh_queue``'s consume-queue part: the queue's readable max offset in its consume queue
-        (also left in ``cq_max``)."""
+        """``refresh_queue``'s consume-queue part: the queue's readable max offset in its consume queue."""
         if readable is not None:
             self.readable_end = readable
         elif self._limit is not None:
@@ -228,7 +226,6 @@ class StoreReader:
             if len(self._cq_refreshed) >= MAX_REFRESHED:
                 self._cq_refreshed.clear()
             self._cq_refreshed[key] = (self.readable_end, m)
-        self.cq_max = m
         return m
 
     def knows_end(self) -> bool:
@@ -434,13 +431,8 @@ class StoreReader:
     def get(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
             expression: str | None = "*") -> GetResult:
         _check_read(queue_offset, max_count)
-        tag_filter = _tag_filter(expression)
-        if self.tail is not None and tag_filter.match_all and read_check.NATIVE is not None:
-            g = self._get_tail(topic, queue_id, queue_offset, max_count)
-            if g is not None:
-                return g
         q = self._tailed(topic, queue_id)
-        return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, tag_filter,
+        return self._uncorrected(get_messages(q, self.commitlog, queue_offset, max_count, _tag_filter(expression),
                                               self.config.max_transfer_bytes, self.broker),
                                  q, topic, queue_id, queue_offset)
 
@@ -477,27 +469,7 @@ class StoreReader:
             return hi, self._take_tail(topic, queue_id, queue_offset, max_count, m, hi)
         hi, i, why, removed = r
         self._show(topic, queue_id, hi)
-        if why != _TAKE_DONE and why != _TAKE_FULL:
-            return hi, None     # not read here (outside the tail, another file, a record the spec checks)
-        cq = self.queues.get((topic, queue_id))
-        return hi, GetResult(_status(msgs, removed), msgs, queue_offset + i, cq.min_offset() if cq is not None else m,
-                             hi)
-
-    def _get_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> GetResult | None:
-        """``get``'s common case for a tailing consumer, in one native call: no filter, a position
-        past the consume queue that the tail holds, records in the newest commitlog file that the
-        native check accepts (``_read.TailQueues.take``) — the result ``get_messages`` gives over
-        the ``TailedQueue`` (tests/store/test_read_native.py compares them). None: anything else,
-        which the general path reads."""
-        cq = self.queues.get((topic, queue_id))
-        m = cq.max_offset() if cq is not None else 0
-        if queue_offset < m:
-            return None
-        hi = m + self.tail.queues.count_after(topic, queue_id, m)
-        if queue_offset >= hi:
-            return None
-        self._show(topic, queue_id, hi)
-        return self._take_tail(topic, queue_id, queue_offset, max_count, m, hi)
+        return hi, self._tail_result(topic, queue_id, queue_offset, msgs, i, why, removed, m, hi)
 
     def _take_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int, m: int,
                    hi: int) -> GetResult | None:
@@ -511,8 +483,15 @@ class StoreReader:
             topic, queue_id, queue_offset, min(max_count, hi - queue_offset), mf.mm, mf.file_from_offset,
             mf.file_end_offset, self.commitlog.mfq.min_offset(), topic.encode(), self.config.max_transfer_bytes, 0,
             self.broker, msgs)
+        return self._tail_result(topic, queue_id, queue_offset, msgs, i, why, removed, m, hi)
+
+    def _tail_result(self, topic: str, queue_id: int, queue_offset: int, msgs: list, i: int, why: int,
+                     removed: int, m: int, hi: int) -> GetResult | None:
+        """What ``get_messages`` returns for a native take of the tail's entries from ``queue_offset``
+        that ended ``why`` after ``i`` entries; None where it did not finish (an entry in another
+        file, a record the spec checks, a position outside the tail): the general path reads it."""
         if why != _TAKE_DONE and why != _TAKE_FULL:
-            return None         # an entry in another file, a record the spec checks: the general path
+            return None
         cq = self.queues.get((topic, queue_id))
         return GetResult(_status(msgs, removed), msgs, queue_offset + i, cq.min_offset() if cq is not None else m, hi)
 
