@@ -5,12 +5,16 @@ It reads the schedule topic's consume queues (one per delay level; the tag code 
 due time) through a read-only store view, and delivers each due message to its real topic and
 queue through an ingress ring of its own broker — as a producer would, so the writer stays the
 only appender. Each level's next offset goes to ``config/delayOffset.json`` every second and at
-stop. Exactly once across crashes: on start, for messages at or past the saved offsets that were
-already stored before this start, the real topic's index is asked whether a message with the same
-unique id is there (delivered just before the crash) and such a message is skipped. "Stored before
-this start" includes what a killed scheduler left published in its ring: the writer appends that as
-it drains the dead session, so a new scheduler first waits until the writer has let go of every
-session of the previous one (``_wait_previous_sessions``).
+stop, with the commitlog's write position at that moment. Exactly once across crashes: on start, a
+due message at or past the saved offsets that was stored before this start may have been delivered
+just before the crash; it is skipped if a record of its real topic with its unique id and its
+reconsume count (a retry's earlier rounds share the id) is stored — found through the real topic's
+index, or else in the commitlog written since the offsets were saved (every delivery of an entry
+past them lies there; scanned once per start, and without it a miss of the index, which is derived
+data, would deliver the message twice). "Stored before this start" includes what a killed scheduler
+left published in its ring: the writer appends that as it drains the dead session, so a new
+scheduler first waits until the writer has let go of every session of the previous one
+(``_wait_previous_sessions``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from ..ingress.session import ProducerSession, Waiter
 from ..errors import ConnectError, HostMQError, NoRouteError, ValidationError
 from ..message import MessageQueue
 from ..store.commitlog import SCHEDULE_TOPIC
+from ..store.dispatch import stored_unique_ids
 from ..store.index import IndexReader
 from ..store.message_store import delay_levels_ms
 from ..store.readonly import StoreReader
@@ -37,6 +42,8 @@ PERSIST_INTERVAL_S = 1.0
 SEND_TIMEOUT_S = 10.0
 RING_BYTES = 1 << 20
 LOG_MISSING = 10                # checked due messages not found delivered: this many logged at INFO per start
+_RECONSUME = R.HEADER_INDEX["reconsume_times"]
+SCAN_MAX_BYTES = 1 << 30        # the start's commitlog scan covers at most this much (else the index alone)
 
 
 class Scheduler:
@@ -53,6 +60,11 @@ class Scheduler:
         # Entries stored before this start may have been delivered by a scheduler that died before
         # it saved its offsets: check those against the real topics' index.
         self.check_below = {lvl: self.reader.refresh_queue(SCHEDULE_TOPIC, lvl - 1) for lvl in self.levels_range()}
+        self.stored_end = int(state.w[W_WRITE_POS])     # what was stored before this start ends here
+        self._since_saved: dict[tuple[str, str], list[int]] | None = None
+        self._scanned = False
+        self._saved_from = self.offsets.write_pos       # previous schedulers' deliveries lie past it
+        self.persist()
         self.delivered = self.skipped = 0
         self.not_again = self._not_again_logged = 0     # due messages found delivered before a restart
         self.checked_missing = 0                         # checked ones not found: delivered now
@@ -101,7 +113,7 @@ class Scheduler:
             self.skipped += 1
             return
         if off < self.check_below[level] and uniq:
-            found, why = self._already_stored(topic, uniq)
+            found, why = self._already_stored(topic, uniq, R.MSG_HEADER.unpack_from(raw, 0)[_RECONSUME])
             if found:
                 log.debug("scheduler: %s was delivered before the restart; not again", uniq)
                 self.not_again += 1
@@ -122,24 +134,72 @@ class Scheduler:
             return
         self.delivered += 1
 
-    def _already_stored(self, topic: str, uniq: str) -> tuple[bool, str]:
-        """Whether the real copy of ``uniq`` is stored, and if not, what the index gave instead."""
-        if self.index is None:
-            return False, "no index"
+    def _already_stored(self, topic: str, uniq: str, reconsume_times: int) -> tuple[bool, str]:
+        """Whether the real copy of ``uniq`` (this round of it: ``reconsume_times``) is stored — by the
+        index, else by the commitlog written since the offsets were saved; if not, what was seen."""
         seen = []
-        for phys in self.index.query(topic, uniq, 8):
-            try:
-                m = self.reader.view(self.reader.commitlog.msg_id(phys))
-            except (HostMQError, ValueError) as e:
-                seen.append(f"{phys}: {e}")
-                continue
-            if m.topic == topic and m.unique_id == uniq:
+        if self.index is not None:
+            for phys in self.index.query(topic, uniq, 8):
+                why = self._is_copy(phys, topic, uniq, reconsume_times)
+                if not why:
+                    return True, ""
+                seen.append(f"{phys}: {why}")
+        why = "; ".join(seen) or ("no entry" if self.index is not None else "no index")
+        since = self._stored_since_saved()
+        if since is None:
+            return False, why + "; no commitlog scan"
+        for phys in since.get((topic, uniq), ()):
+            if not self._is_copy(phys, topic, uniq, reconsume_times):
+                if self.index is not None:
+                    # The index is derived data, and a query is a superset; it must not miss a copy.
+                    log.warning("scheduler: %s of %s was delivered before the restart at %d; the index did not "
+                                "find it (%s; %s), the commitlog scan did", uniq, topic, phys, why,
+                                self.index.explain(topic, uniq))
                 return True, ""
-            seen.append(f"{phys}: another message")
-        return False, "; ".join(seen) or "no entry"
+        return False, why + f"; not in the commitlog from {self.offsets.write_pos}"
+
+    def _is_copy(self, phys: int, topic: str, uniq: str, reconsume_times: int) -> str:
+        """'' if the record at ``phys`` is that copy, else why not."""
+        try:
+            m = self.reader.view(self.reader.commitlog.msg_id(phys))
+        except (HostMQError, ValueError) as e:
+            return str(e)
+        if m.topic != topic or m.unique_id != uniq:
+            return "another message"
+        if m.reconsume_times != reconsume_times:
+            return f"another round (reconsume count {m.reconsume_times})"
+        return ""
+
+    def _stored_since_saved(self) -> dict[tuple[str, str], list[int]] | None:
+        """``(topic, unique id) → phys offsets`` of the records stored from the saved offsets' write
+        position to this start's end (scanned at the first need); None where that position is not
+        known (a file from an older version) or the range is over SCAN_MAX_BYTES."""
+        if self._scanned:
+            return self._since_saved
+        self._scanned = True
+        start = self.offsets.write_pos
+        if start is None:
+            return None
+        cl = self.reader.commitlog
+        cl.mfq.refresh()
+        start = max(start, cl.min_offset())
+        if self.stored_end - start > SCAN_MAX_BYTES:
+            log.warning("scheduler: %d bytes were stored since the delay offsets were saved; past the %d a "
+                        "start scans, only the index tells what was delivered", self.stored_end - start,
+                        SCAN_MAX_BYTES)
+            return None
+        self._since_saved = stored_unique_ids(cl, start, self.stored_end)
+        return self._since_saved
+
+    def persist(self) -> None:
+        """Save the offsets with a position every delivery of an entry at or past them lies after:
+        the write position now once they are past all that was stored before this start (then only
+        this scheduler delivers those entries, from now on); until then, the one saved before."""
+        mine = all(self.offsets.get(lvl) >= self.check_below[lvl] for lvl in self.levels_range())
+        self.offsets.persist(int(self.state.w[W_WRITE_POS]) if mine else self._saved_from)
 
     def close(self) -> None:
-        self.offsets.persist()
+        self.persist()
         if self.index is not None:
             self.index.close()
         self.reader.close()
@@ -211,7 +271,7 @@ def run(rt: BrokerRuntime, stop) -> int:
             wait_s = sched.run_once(int(time.time() * 1000))
             state.set("scheduler_heartbeat_ms", int(time.time() * 1000))
             if time.monotonic() >= next_persist:
-                sched.offsets.persist()
+                sched.persist()
                 next_persist = time.monotonic() + PERSIST_INTERVAL_S
             stop.wait(wait_s)
     finally:

@@ -55,6 +55,10 @@ class DelayOffsets:
         table = data.get("offset_table", {}) if isinstance(data, dict) else {}
         self.offsets: dict[int, int] = {int(k): int(v) for k, v in table.items()
                                         if str(k).isdigit() and isinstance(v, int) and v >= 0}
+        # The commitlog's write position when these offsets were saved (None in a file written
+        # before it was kept): every delivery of an entry at or past them is stored at or after it.
+        pos = data.get("write_pos") if isinstance(data, dict) else None
+        self.write_pos: int | None = pos if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 0 else None
         self._saved = dict(self.offsets)
 
     def get(self, level: int) -> int:
@@ -63,11 +67,16 @@ class DelayOffsets:
     def set(self, level: int, offset: int) -> None:
         self.offsets[level] = offset
 
-    def persist(self) -> bool:
-        if self.offsets == self._saved:
+    def persist(self, write_pos: int | None = None) -> bool:
+        """Save the offsets if they moved (or a ``write_pos`` is known for the first time) with
+        ``write_pos``: a commitlog position before every delivery of an entry at or past them."""
+        if self.offsets == self._saved and (self.write_pos is not None or write_pos is None):
             return False
-        write_json(self.path, {"offset_table": {str(k): v for k, v in sorted(self.offsets.items())}})
-        self._saved = dict(self.offsets)
+        data: dict = {"offset_table": {str(k): v for k, v in sorted(self.offsets.items())}}
+        if write_pos is not None:
+            data["write_pos"] = int(write_pos)
+        write_json(self.path, data)
+        self._saved, self.write_pos = dict(self.offsets), write_pos
         return True
 
 

@@ -177,6 +177,25 @@ def scan_batch(commitlog, from_phys: int, limit_phys: int, max_records: int = 81
     return out.build(), phys
 
 
+def stored_unique_ids(commitlog, start: int, end: int, batch: int = 8192) -> dict[tuple[str, str], list[int]]:
+    """``(topic, unique id) → phys offsets`` of the records in [start, end), by :func:`scan_batch`
+    (the scheduler's check after a restart). Stops at a broken record: what follows it is not
+    readable either."""
+    out: dict[tuple[str, str], list[int]] = {}
+    phys = start
+    while phys < end:
+        b, nxt = scan_batch(commitlog, phys, end, batch)
+        if len(b):
+            topics, tids, offsets = b.topics, b.topic_ids.tolist(), b.phys_offsets.tolist()
+            ids = [(r, u.tobytes().decode("ascii", "replace")) for r, u in zip(b.uniq_rows.tolist(), b.uniq_bytes)]
+            for r, u in ids + list(b.uniq_other):
+                out.setdefault((topics[tids[r]], u), []).append(offsets[r])
+        if b.error is not None or nxt <= phys:
+            break
+        phys = nxt
+    return out
+
+
 class _Builder:
     def __init__(self, commitlog) -> None:
         self.cl = commitlog

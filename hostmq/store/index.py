@@ -345,6 +345,23 @@ class IndexReader:
                 out += f.select_phys_offsets(key_hash, max_num - len(out), begin_ms, end_ms)
         return out
 
+    def explain(self, topic: str, key: str, steps: int = 8) -> str:
+        """What each file holds for ``key`` (for a log line when a query missed): its count, the key's
+        slot, the first ``steps`` links of the slot's chain, and the entry numbers with the key's hash."""
+        key_hash = index_key_hash(index_key(topic, key))
+        parts = []
+        for f in self._refresh():
+            number = int(f._slot_view[key_hash % f.slots])
+            chain = []
+            while NO_ENTRY < number < f.entries and len(chain) < steps:
+                hash_read, phys_offset, _, prev = INDEX_ENTRY_STRUCT.unpack_from(f._mm, f._entry_pos(number))
+                chain.append(f"{number}:{phys_offset}" + ("*" if hash_read == key_hash else ""))
+                number = prev if NO_ENTRY < prev < number else NO_ENTRY
+            hits = (np.flatnonzero(f._entry_view["key_hash"][1:] == key_hash) + 1)[:steps].tolist()
+            parts.append(f"{f.path.name}: count {f.header.index_count}, slot {key_hash % f.slots} → "
+                         f"{' '.join(chain) or 'empty'}, entries with the hash {hits}")
+        return "; ".join(parts) or "no index files"
+
     def close(self) -> None:
         for f in self._files.values():
             f.close()

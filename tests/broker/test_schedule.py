@@ -76,3 +76,19 @@ def test_delay_offsets_persist_only_changes(tmp_path):
     assert json.load(open(path)) == {"offset_table": {"1": 2, "3": 17}}
     again = DelayOffsets(path)
     assert (again.get(1), again.get(3), again.get(2)) == (2, 17, 0)
+
+
+def test_delay_offsets_keep_the_write_position_they_were_saved_at(tmp_path):
+    """``write_pos`` goes with the offsets; a file without one (an older version's) or with a wrong
+    one has none; a position known for the first time is saved even if the offsets did not move."""
+    path = str(tmp_path / "delayOffset.json")
+    d = DelayOffsets(path)
+    assert d.write_pos is None and not d.persist(None)
+    assert d.persist(4096) and not d.persist(8192)             # first known: saved; then only with moves
+    assert json.load(open(path)) == {"offset_table": {}, "write_pos": 4096}
+    d.set(1, 5)
+    assert d.persist(9000) and DelayOffsets(path).write_pos == 9000 and DelayOffsets(path).get(1) == 5
+    for bad in (-1, "12", True, None, 1.5):
+        with open(path, "w") as f:
+            json.dump({"offset_table": {"1": 5}, "write_pos": bad}, f)
+        assert DelayOffsets(path).write_pos is None and DelayOffsets(path).get(1) == 5

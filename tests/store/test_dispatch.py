@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hostmq import records as R
 from hostmq.message import Message
 from hostmq.store.commitlog import SCHEDULE_TOPIC
-from hostmq.store.dispatch import index_entries, scan_batch
+from hostmq.store.dispatch import index_entries, scan_batch, stored_unique_ids
 from hostmq.store.encode import encode_message
 from hostmq.store.index import index_key, index_key_hash, index_key_hashes, prefix_hash
 
@@ -122,3 +122,21 @@ def test_the_appender_writes_the_queue_id_it_counted_the_record_in(open_store):
     assert [m.queue_offset for m in got] == list(range(5))
     assert [m.commitlog_offset for m in got] == res.phys_offsets.tolist()
     assert np.array_equal(res.queue_offsets, np.arange(5))
+
+
+def test_stored_unique_ids_name_every_record_with_an_id_by_topic_from_a_start(open_store):
+    """The scheduler's check after a restart: (topic, unique id) → phys offsets of the records in a
+    range, equal to what the reference scan finds there, in chunks of any size."""
+    store = open_store(message_index_enable=False)
+    _fill(store, 5, 400)
+    cl = store.commitlog
+    reqs = scan_batch(cl, 0, cl.max_offset(), 10 ** 6)[0].requests()
+    start = reqs[len(reqs) // 3].phys_offset
+    expected: dict = {}
+    for r in reqs:
+        if r.phys_offset >= start and r.uniq_key:
+            expected.setdefault((r.topic, r.uniq_key), []).append(r.phys_offset)
+    assert expected
+    for chunk in (7, 8192):
+        assert stored_unique_ids(cl, start, cl.max_offset(), chunk) == expected
+    assert stored_unique_ids(cl, cl.max_offset(), cl.max_offset()) == {}
