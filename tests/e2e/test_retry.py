@@ -2,6 +2,8 @@
 them with `hostmq dlq resend` — real broker processes, a short delay-level table."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +14,10 @@ import pytest
 import hostmq
 from hostmq import ConsumeFrom, ConsumeResult, Message
 from hostmq import records as R
+from hostmq.live.state import BrokerState
+from hostmq.root import RootPaths, shm_name
+from hostmq.store.commitlog import SCHEDULE_TOPIC
+from hostmq.store.readonly import StoreReader
 from tests.conftest import wait_until
 from tests.e2e.test_push import FAST
 
@@ -107,3 +113,32 @@ def test_a_message_that_always_fails_goes_to_the_dlq_and_can_be_resent(cluster):
         r = subprocess.run([sys.executable, "-m", "hostmq.cli.main", "dlq", "resend", c.root, "--group", "dead-g"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "0 dead letters resent" in r.stdout    # progress is kept
+
+
+def test_a_retry_pending_when_the_scheduler_restarts_is_not_taken_for_its_earlier_round(cluster):
+    """A retry's rounds share the message's unique id and its %RETRY% topic. A scheduler restarted
+    while round 2 waits in the schedule topic checks whether round 2 was delivered before the
+    restart; the round-1 copy in %RETRY%rt-g must not count (its reconsume count is 1, not 2) — it
+    did, and round 2 was never delivered."""
+    c = cluster(**LEVELS)
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("rt", queues=2)
+    rec = Recorder(fails=2, prefix=b"flaky")
+    x = consumer(c.root, "rt-g", rec)
+    st = BrokerState.attach(shm_name(c.root, "broker-a", "state"), readonly=True)
+    reader = StoreReader(RootPaths(c.root).store_dir("broker-a"), c.config.store, broker="broker-a",
+                         scan_queues=False, limit_phys=lambda: int(st.get("dispatched_pos")))
+    try:
+        with hostmq.Producer(c.root) as p:
+            p.send(Message("rt", b"flaky"))
+        wait_until(lambda: len(rec.calls.get(b"flaky", [])) == 2, 30, "the second delivery (round 1)")
+        # Round 2 is sent back at level 4 (queue 3 of the schedule topic, 2 s): kill the scheduler
+        # while it waits there; the next one starts from offsets saved before it was stored.
+        wait_until(lambda: reader.refresh_queue(SCHEDULE_TOPIC, 3) >= 1, 10, "round 2 in the schedule topic")
+        os.kill(int(st.get("scheduler_pid")), signal.SIGKILL)
+        wait_until(lambda: len(rec.calls.get(b"flaky", [])) == 3, 30, "the third delivery (round 2)")
+        assert [r for _, r, _ in rec.calls[b"flaky"]] == [0, 1, 2]
+    finally:
+        reader.close()
+        st.close()
+        x.shutdown()
