@@ -418,6 +418,10 @@ class ClusterUnderTest:
                     out.append(f"crash: {name} {child} (pid {pid}) exited with {code}")
             if "Traceback" in text:
                 out.append(f"{text.count('Traceback')} traceback(s) in {name}.log")
+            misses = [ln for ln in text.splitlines() if "the index did not find it" in ln]
+            if misses:      # no duplicate (the scheduler's commitlog scan found the copy), but a bug
+                out.append(f"index miss: {len(misses)} delivered copies the restarted scheduler's index query "
+                           f"missed in {name}.log; the first: {misses[0][-600:]}")
             if self.cluster.processes[name].poll() is not None:
                 out.append(f"crash: {name} exited with {self.cluster.processes[name].returncode}")
                 if name == NAMESRV:

@@ -65,6 +65,14 @@ def test_failures_text_names_failed_trials_fuzz_failures_and_leftovers():
     assert s.failed and not RunSummary(rows=rows()[:1]).failed
 
 
+def test_an_index_miss_without_a_duplicate_is_listed_but_fails_nothing():
+    row = TrialRow(5, "pool", "broker:kill", "broker", "kill", acked=9,
+                   details="index miss: 1 delivered copies the restarted scheduler's index query missed")
+    s = RunSummary(rows=[row])
+    assert not s.failed
+    assert failures_text(s).startswith("- index miss (no duplicate) in trial 5 [pool] broker:kill: index miss: 1")
+
+
 def test_fuzz_table_shows_skipped_fuzzers():
     text = fuzz_table([FuzzResult("store:commitlog", 500, [], 2.5)], {"frames": "not written yet"})
     assert "| store:commitlog | 500 | 0 | 2.5 |" in text and "skipped: not written yet" in text
