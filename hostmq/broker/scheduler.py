@@ -156,7 +156,7 @@ class Scheduler:
                                 "find it (%s; %s), the commitlog scan did", uniq, topic, phys, why,
                                 self.index.explain(topic, uniq))
                 return True, ""
-        return False, why + f"; not in the commitlog from {self.offsets.write_pos}"
+        return False, why + f"; not in the commitlog from {self._saved_from}"
 
     def _is_copy(self, phys: int, topic: str, uniq: str, reconsume_times: int) -> str:
         """'' if the record at ``phys`` is that copy, else why not."""
@@ -177,7 +177,7 @@ class Scheduler:
         if self._scanned:
             return self._since_saved
         self._scanned = True
-        start = self.offsets.write_pos
+        start = self._saved_from
         if start is None:
             return None
         cl = self.reader.commitlog

@@ -89,12 +89,17 @@ class DispatchBatch:
     def __len__(self) -> int:
         return 0 if self.phys_offsets is None else len(self.phys_offsets)
 
-    def requests(self) -> list[DispatchRequest]:
-        """The same facts as one DispatchRequest per record (for tests and slow consumers)."""
-        keys = dict(self.keys)
+    def unique_ids(self) -> dict[int, str]:
+        """Row → unique id, for the rows that have one."""
         uniq = dict(self.uniq_other)
         for r, b in zip(self.uniq_rows.tolist(), self.uniq_bytes):
             uniq[r] = b.tobytes().decode("ascii", "replace")
+        return uniq
+
+    def requests(self) -> list[DispatchRequest]:
+        """The same facts as one DispatchRequest per record (for tests and slow consumers)."""
+        keys = dict(self.keys)
+        uniq = self.unique_ids()
         return [DispatchRequest(self.topics[t], q, p, s, c, ts, qo, keys.get(i, ""), uniq.get(i, ""), f)
                 for i, (t, q, p, s, c, ts, qo, f) in enumerate(zip(
                     self.topic_ids.tolist(), self.queue_ids.tolist(), self.phys_offsets.tolist(),
@@ -187,8 +192,7 @@ def stored_unique_ids(commitlog, start: int, end: int, batch: int = 8192) -> dic
         b, nxt = scan_batch(commitlog, phys, end, batch)
         if len(b):
             topics, tids, offsets = b.topics, b.topic_ids.tolist(), b.phys_offsets.tolist()
-            ids = [(r, u.tobytes().decode("ascii", "replace")) for r, u in zip(b.uniq_rows.tolist(), b.uniq_bytes)]
-            for r, u in ids + list(b.uniq_other):
+            for r, u in sorted(b.unique_ids().items()):
                 out.setdefault((topics[tids[r]], u), []).append(offsets[r])
         if b.error is not None or nxt <= phys:
             break
