@@ -60,7 +60,12 @@ W_FENCED_EPOCH = _W["fenced_epoch"]
 DISK_CHECK_INTERVAL_S = 10.0
 IDLE_WAKE_S = 0.1                   # the loop runs its housekeeping at least this often
 BUSY_WINDOW_S = 0.002               # "just worked": the longer busy spin applies this long after work
-DISPATCH_WAKE_DELAY_S = 0.001       # the dispatcher is woken at most this often while consumers tail
+# The dispatcher is woken at most this often while consumers tail (they read new records from the
+# commitlog, not from the consume queues). 5 ms, the broker's long-poll check interval, so a held
+# remote pull waits no more than before for its answer; 1 ms cost a delivery 12-14 µs p50 on 2 vCPUs
+# (each wake-up's Python round, 0.15-0.6 ms, held a CPU the delivery path then lacked:
+# docs/performance.md "Issue 29, seventh part").
+DISPATCH_WAKE_DELAY_S = 0.005
 LOOP_SLICE_S = 0.05                 # the native loop hands back at least this often (stop, timers)
 
 

@@ -102,7 +102,7 @@ class PullConsumer:
         self.member: GroupMember | None = None          # set by subscribe (group-managed queues)
         self.subscriptions: dict[str, str | SQL] = {}
         self._allocate, self._rebalance_s, self._heartbeat_s = allocate, rebalance_interval_s, heartbeat_interval_s
-        self._seen: dict[MessageQueue, tuple] = {}     # mq → (view, readable mark, max offset) at refresh
+        self._seen: dict[MessageQueue, tuple] = {}     # mq → (view, readable mark, max offset, quiet key) at refresh
         self._rr = 0
         self._next_commit = time.monotonic() + auto_commit_interval_s
         self._next_stale_check = 0.0
@@ -335,15 +335,27 @@ class PullConsumer:
         if not view.tailing or expr != "*" or view.slave_read_lag_bytes:
             r = self._reader_with_news(mq)
             return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
+        # The queue's wake word first, then the store (BrokerView.quiet_word): unchanged next time, with
+        # the readable position, nothing of this queue came since, whatever other queues stored —
+        # so a consumer of many queues reads only those with news, not every queue per round.
+        word = view.quiet_word(mq)
         mark, readable = view.state.consumer_ends()       # a tailing view's readable_mark() and the limit
         seen = self._seen.get(mq)
         pos = self.positions[mq]
-        if seen is not None and seen[0] is view and seen[1] == mark and pos >= seen[2]:
+        if seen is not None and seen[0] is view and pos >= seen[2] and \
+                (seen[1] == mark or (word is not None and seen[3] == (word, readable))):
             return None
         r = view.reader
         m, g = r.read_tail(mq.topic, mq.queue_id, pos, max_count, mark, readable)
-        self._seen[mq] = (view, mark if r.tail.caught_up() else None, m)
-        return g if g is not None else r.get(mq.topic, mq.queue_id, pos, max_count, expr)
+        caught_up = r.tail.caught_up()
+        self._seen[mq] = (view, mark if caught_up else None, m,
+                          (word, readable) if caught_up and word is not None else None)
+        if g is not None:
+            return g
+        # At the queue's readable end nothing is there (``get`` would answer OFFSET_OVERFLOW_ONE or
+        # NO_MESSAGE_IN_QUEUE and move nothing): the common answer for a queue with no news while
+        # another assigned queue (a push consumer's retry queue) moved the mark.
+        return None if pos == m else r.get(mq.topic, mq.queue_id, pos, max_count, expr)
 
     def _reader_with_news(self, mq: MessageQueue):
         """The store reader of ``mq``'s broker, brought up to date — or None when ``mq`` certainly has
@@ -360,7 +372,7 @@ class PullConsumer:
         m = r.refresh_queue(mq.topic, mq.queue_id, mark if view.tailing else None)
         # A tail still scanning (or at its bound, or stopped) may show more at the next refresh
         # without the stored position moving: no short cut until it has caught up.
-        self._seen[mq] = (view, mark if r.tail_caught_up() else None, m)
+        self._seen[mq] = (view, mark if r.tail_caught_up() else None, m, None)
         if view.slave_read_lag_bytes and self.positions[mq] < m:
             return self.slave_reads.reader(view, r, mq, self.positions[mq])
         return r

@@ -219,7 +219,10 @@ class StoreReader:
             self.readable_end = int(self._limit() if callable(self._limit) else self._limit)
         key = (topic, queue_id)
         seen = self._cq_refreshed.get(key)
-        if seen is not None and seen[0] == self.readable_end and key in self.queues:
+        # Also a queue with no consume queue yet (a retry topic nothing failed into): its directory
+        # appears with its first entries, which become readable only when readable_end moves — so
+        # no directory look per round while it does not.
+        if seen is not None and seen[0] == self.readable_end and (key in self.queues or not seen[1]):
             m = seen[1]
         else:
             m = self._refresh_consume_queue(topic, queue_id)

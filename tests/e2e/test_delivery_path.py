@@ -159,3 +159,41 @@ def test_a_consumer_ahead_of_the_dispatcher_is_not_rewound_while_its_broker_is_d
                 p2.send(Message("ahead", body), queue=q)
         drain(third)
         assert read(0.3) == []
+
+
+def test_a_consumer_of_many_queues_reads_only_the_queue_whose_wake_word_moved(cluster):
+    """A tailing consumer skips a queue whose wake word and readable position are unchanged since
+    it last read it (``BrokerView.quiet_word``): with the dispatcher stopped (the readable position
+    frozen) each message, sent to one of eight queues while the consumer is caught up on all, still
+    arrives — the writer's wake word of its queue moved — and the poll that returns it reads that
+    queue's tail alone, not the seven others whose words did not move."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        queues = a.create_topic("eight", queues=8)
+    with hostmq.Producer(c.root) as p, \
+            hostmq.PullConsumer(c.root, group="g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.assign(queues)
+        for q in queues:
+            p.send(Message("eight", b"first-%d" % q.queue_id), queue=q)
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(m.body for m in pc.poll(0.2)) or len(got) >= 8, 30, "the first eight")
+        view = pc.views["broker-a"]
+        reads: list[int] = []
+        real = view.reader.read_tail
+
+        def counted(topic, queue_id, *a):
+            reads.append(queue_id)
+            return real(topic, queue_id, *a)
+        with StoppedDispatcher(c.root) as d:
+            wait_until(lambda: not pc.poll(0.05), 10, "a poll with nothing new")   # every queue read since
+            view.reader.read_tail = counted
+            dispatched = d.dispatched()
+            for i, q in enumerate(queues * 2):
+                body = b"m%d" % i
+                p.send(Message("eight", body), queue=q)
+                reads.clear()
+                out: list = []
+                wait_until(lambda: out.extend(pc.poll(0.2)) or out, 10, f"message {i} on queue {q.queue_id}")
+                assert [(m.queue_id, m.body) for m in out] == [(q.queue_id, body)]
+                assert reads == [q.queue_id]
+            assert d.dispatched() == dispatched            # nothing came through the consume queues
