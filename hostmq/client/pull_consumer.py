@@ -337,8 +337,9 @@ class PullConsumer:
             return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
         # The queue's wake word first, then the store (BrokerView.quiet_word): unchanged next time, with
         # the readable position, nothing of this queue came since, whatever other queues stored —
-        # so a consumer of many queues reads only those with news, not every queue per round.
-        word = view.quiet_word(mq)
+        # so a consumer of many queues reads only those with news, not every queue per round (one
+        # queue gains nothing: news of any queue is news of it).
+        word = view.quiet_word(mq) if len(self.positions) > 1 else None
         mark, readable = view.state.consumer_ends()       # a tailing view's readable_mark() and the limit
         seen = self._seen.get(mq)
         pos = self.positions[mq]
