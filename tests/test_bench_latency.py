@@ -22,8 +22,8 @@ from hostmq.root import root_hash
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT_DIR, "bench", "latency.py")
-HOSTMQ = ["hostmq_poll", "hostmq_poll_sleep", "hostmq_poll_backoff", "hostmq_poll_spin", "hostmq_push",
-          "hostmq_poll_batch"]                        # the default idle strategy, then one row per strategy
+HOSTMQ = ["hostmq_poll", "hostmq_poll_sleep", "hostmq_poll_backoff", "hostmq_poll_spin", "hostmq_poll_4q",
+          "hostmq_push", "hostmq_poll_batch"]         # the default idle strategy, one row per strategy, 4 queues
 PEERS = ["shm_ring", "zmq_ipc", "mp_queue"]          # always available (redis only with redis-server)
 ZENOH = importlib.util.find_spec("zenoh") is not None  # eclipse-zenoh (the dev and bench extras)
 FLOOR = ["c_ring", "c_relay"]                        # hostmq/bench/relay_floor.c: with a C compiler

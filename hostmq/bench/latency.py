@@ -27,6 +27,8 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
   hostmq_poll_backoff ... both with idle="backoff:50" (10 µs busy, then yields, then the futex)
   hostmq_poll_spin   ... both with idle="spin:50": for machines with spare cores (on 2 vCPUs the spinners
                      take the CPU the writer and the dispatcher need)
+  hostmq_poll_4q     ... into a topic of 4 queues (Admin.create_topic's default), the producer's
+                     round-robin spreading the messages, the consumer assigned all four
   hostmq_push        hostmq Producer.send → PushConsumer listener
   hostmq_poll_batch  hostmq Producer.send → PullConsumer.poll_batch
 
@@ -74,7 +76,8 @@ _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 REPO = _HERE if os.path.isdir(os.path.join(_HERE, "bench", "results")) else os.getcwd()
 OUT = os.path.join(REPO, "bench", "results", "latency") if REPO == _HERE else os.path.join(REPO, "hostmq-latency")
 SYSTEMS = ["shm_ring", "zmq_ipc", "zenoh", "redis", "mp_queue", *F.ROWS, "hostmq_poll", *W.IDLE_ROWS,
-           "hostmq_push", "hostmq_poll_batch"]
+           "hostmq_poll_4q", "hostmq_push", "hostmq_poll_batch"]
+QUEUES = {"hostmq_poll_4q": 4}          # queues of a row's topic (1 unless named here)
 BASES = {"shm_ring": "shm", "zenoh": "zenoh", "redis": "redis", "c_relay": "floor"}   # hostmq rows over these
 HOSTMQ = [s for s in SYSTEMS if s.startswith("hostmq")]
 QUANTILES = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)]
@@ -186,16 +189,16 @@ def system_setup(system: str, row_id: int, env: dict, stack: contextlib.ExitStac
         stack.callback(q.close)
         return {"queue": q}
     topic = f"lat{row_id}"                  # a fresh topic per row: a new group from FIRST_OFFSET reads only it
-    prime_topic(env, topic)
+    prime_topic(env, topic, QUEUES.get(system, 1))
     return {"root": env["root"], "topic": topic, "group": f"lat{row_id}", "idle": W.IDLE_ROWS.get(system)}
 
 
-def prime_topic(env: dict, topic: str) -> None:
+def prime_topic(env: dict, topic: str, queues: int = 1) -> None:
     """Create ``topic`` and store one message (sequence number −1: consumers skip it), read back
     before the row starts, so the queue's first-record costs (its consume-queue file; the broker's
     first, the index file) fall outside the row. Added after 0.1–0.2 s stalls in the first hostmq
     row; one such stall was seen again afterwards on a heavily loaded host, so they are not (only) this."""
-    queues = env["admin"].create_topic(topic, queues=1)
+    queues = env["admin"].create_topic(topic, queues=queues)
     if "producer" not in env:
         env["producer"] = env["stack"].enter_context(hostmq.Producer(env["root"], group="latprime"))
     env["producer"].send(hostmq.Message(topic, W.STAMP.pack(0, -1) + W.PAD))

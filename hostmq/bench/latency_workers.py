@@ -449,11 +449,11 @@ def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, counters) 
 # hostmq_poll is the default (auto), hostmq_poll_<kind> names one.
 IDLE_ROWS = {"hostmq_poll_sleep": "sleep", "hostmq_poll_backoff": "backoff:50", "hostmq_poll_spin": "spin:50"}
 CONSUMERS = {"shm_ring": shm_consumer, "zmq_ipc": zmq_consumer, "zenoh": zenoh_consumer, "redis": redis_consumer,
-             "mp_queue": mpq_consumer, "hostmq_poll": hostmq_poll_consumer,
+             "mp_queue": mpq_consumer, "hostmq_poll": hostmq_poll_consumer, "hostmq_poll_4q": hostmq_poll_consumer,
              "hostmq_push": hostmq_push_consumer, "hostmq_poll_batch": hostmq_poll_batch_consumer,
              **{k: hostmq_poll_consumer for k in IDLE_ROWS}}
 PRODUCERS = {"shm_ring": shm_producer, "zmq_ipc": zmq_producer, "zenoh": zenoh_producer, "redis": redis_producer,
-             "mp_queue": mpq_producer, "hostmq_poll": hostmq_producer,
+             "mp_queue": mpq_producer, "hostmq_poll": hostmq_producer, "hostmq_poll_4q": hostmq_producer,
              "hostmq_push": hostmq_producer, "hostmq_poll_batch": hostmq_producer,
              **{k: hostmq_producer for k in IDLE_ROWS}}
 
