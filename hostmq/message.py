@@ -238,7 +238,13 @@ class MessageExt(Message):
 
     @property
     def queue_offset(self) -> int:
-        return self._header().queue_offset
+        h = self._hdr
+        if h is None:           # the one field, without decoding the header (a push consumer's books)
+            try:
+                return _PHYS.unpack_from(self._raw, _QOFF_AT)[0]
+            except struct.error:
+                h = self._header()          # too short: CorruptRecordError, as every field raises
+        return h.queue_offset
 
     @property
     def commitlog_offset(self) -> int:
@@ -280,7 +286,8 @@ _CHECK = struct.Struct(f">iI{_F['queue_id'] - 8}xi{_F['queue_offset'] - _F['queu
                        f"{_F['sys_flag'] - _F['queue_offset'] - 8}xi{_F['body_length'] - _F['sys_flag'] - 4}xi")
 records.layout_check(_CHECK.size == records.MSG_HEADER.size and _F["total_size"] == 0 and _F["magic"] == 4,
                      "message._CHECK reads TOTALSIZE and MAGICCODE first, over the whole header")
-_PHYS = struct.Struct(">q")
+_PHYS = struct.Struct(">q")                     # PHYSICALOFFSET and QUEUEOFFSET: big-endian int64
+_QOFF_AT = records.FIELD["queue_offset"]
 _FLAG_BODY_LEN = struct.Struct(f">{_F['sys_flag']}xi{_F['body_length'] - _F['sys_flag'] - 4}xi")
 records.layout_check(_FLAG_BODY_LEN.size == records.MSG_HEADER.size,
                      "message._FLAG_BODY_LEN reads SYSFLAG and BODYLENGTH, which ends the header")
