@@ -130,3 +130,33 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
 def test_the_bench_script_runs_the_same_bench():
     p = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=50, cwd=ROOT_DIR)
     assert p.returncode == 0 and "--messages" in p.stdout and "--dispatcher-nice" in p.stdout, p.stderr
+
+
+@pytest.mark.timeout(240)
+def test_the_rows_script_repeats_the_named_rows_and_cleans_up(short_dir):
+    """bench/latency_rows.py (A/B comparisons): each named row once per run, with its quantiles and,
+    for hostmq rows, the breakdown; an unknown row is refused; nothing is left behind."""
+    script = os.path.join(ROOT_DIR, "bench", "latency_rows.py")
+    bad = subprocess.run([sys.executable, script, "--rows", "hostmq_poll,no_such_row"], capture_output=True,
+                         text=True, timeout=50, cwd=ROOT_DIR)
+    assert bad.returncode == 2 and "no_such_row" in bad.stderr
+    token = uuid.uuid4().hex
+    before = _bench_shm_entries()
+    try:
+        p = subprocess.run([sys.executable, script, "--rows", "shm_ring,hostmq_poll,hostmq_poll_4q", "--messages", "150",
+                            "--warmup", "20", "--repeat", "2"], capture_output=True, text=True, timeout=220,
+                           cwd=ROOT_DIR, env={**os.environ, RUN_ENV: token, "TMPDIR": short_dir})
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        lines = [line.split() for line in p.stdout.splitlines() if line.startswith("run ")]
+        assert [(x[1], x[2]) for x in lines] == [(str(r), s) for r in range(2)
+                                                  for s in ("shm_ring", "hostmq_poll", "hostmq_poll_4q")]
+        for x in lines:
+            assert float(x[x.index("p50") + 1]) > 0 and float(x[x.index("p99") + 1]) > 0, x
+            assert ("woken→returned" in x) == x[2].startswith("hostmq"), x
+    finally:
+        leftovers = _processes_with(token)
+        for proc in leftovers:
+            proc.kill()
+    assert not leftovers, f"the script left processes behind: {[(x.pid, x.name()) for x in leftovers]}"
+    assert _bench_shm_entries() <= before, f"left behind: {sorted(_bench_shm_entries() - before)}"
+    assert not os.listdir(short_dir), f"the script left its temporary directory: {os.listdir(short_dir)}"

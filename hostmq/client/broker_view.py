@@ -86,7 +86,7 @@ class BrokerView:
                                   alive=None if self.state is None else self.state.owner_alive,
                                   corrects=not self.on_slave)
         self.tailing = self.reader.tail is not None
-        self._word_of: dict = {}            # MessageQueue → index of its queue wake word (quiet_word)
+        self._word_of: dict = {}            # MessageQueue → index of its queue wake word (word_index)
 
     @property
     def live(self) -> bool:
@@ -125,23 +125,27 @@ class BrokerView:
         return st is not None and (not self.tailing or not st.queue_wakes or tail.capped
                                    or tail.stopped_at is not None)
 
-    def quiet_word(self, mq) -> int | None:
-        """The current value of ``mq``'s queue wake word where news of ``mq`` can only come with a
-        change of it or of the readable (dispatched) position: a tailing view of a broker whose writer
+    def quiet_words(self) -> list[int] | None:
+        """The queue wake words' current values where news of a queue can only come with a change of
+        its word or of the readable (dispatched) position: a tailing view of a broker whose writer
         wakes queues, the tail neither at its bound nor stopped, no replication process bounding
-        reads (``confirmed_pos`` moves on its own). The writer adds one to the word after every batch
-        for the queue is readable (after ``write_pos``), so a consumer that read the word, then the
-        store, and finds the word unchanged later has seen every record of ``mq`` stored since. None
-        where that does not hold."""
+        reads (``confirmed_pos`` moves on its own). The writer adds one to a queue's word after every
+        batch for it is readable (after ``write_pos``), so a consumer that read the words, then the
+        store, and finds a queue's word unchanged later has seen every record of it stored since.
+        None where that does not hold."""
         st = self.state
         if st is None or self.follows_dispatcher() or st.confirms():
             return None
+        return st.queue_wake.tolist()
+
+    def word_index(self, mq) -> int:
+        """Which queue wake word is ``mq``'s (``records.queue_wake_word``), cached."""
         b = self._word_of.get(mq)
         if b is None:
             if len(self._word_of) >= 65536:
                 self._word_of.clear()
             b = self._word_of[mq] = R.queue_wake_word(mq.topic.encode(), mq.queue_id)
-        return int(st.queue_wake[b])
+        return b
 
     def tail_scanning(self) -> bool:
         """The tail has stored records left to scan (a refresh scans a bounded number at a time)."""

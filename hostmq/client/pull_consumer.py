@@ -288,10 +288,11 @@ class PullConsumer:
             self.refresh_brokers()
         out: list[MessageExt] = []
         groups: list[tuple[MessageQueue, int, int]] = []
+        ends: dict[str, tuple] = {}         # broker → what its tailing view showed at this round's start
         for mq in self._rotation():
             expr = self.subscriptions.get(mq.topic, self.expression)
             sql = expr if isinstance(expr, SQL) else None
-            g = self._read_news(mq, limit - len(out), "*" if sql else expr)
+            g = self._read_news(mq, limit - len(out), "*" if sql else expr, ends)
             if g is None:
                 continue
             if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
@@ -327,20 +328,29 @@ class PullConsumer:
                 return b
         return None
 
-    def _read_news(self, mq: MessageQueue, max_count: int, expr: str):
+    def _read_news(self, mq: MessageQueue, max_count: int, expr: str, ends: dict | None = None):
         """``_reader_with_news`` and its ``get``: None when ``mq`` certainly has nothing at our
         position. A tailing view of a master read with no filter does both in one
-        ``StoreReader.read_tail`` (the same refresh, the same result)."""
+        ``StoreReader.read_tail`` (the same refresh, the same result). ``ends``: what each broker's
+        view showed at the start of this fetch round, shared by its queues (filled here)."""
         view = self._view(mq.broker)
         if not view.tailing or expr != "*" or view.slave_read_lag_bytes:
             r = self._reader_with_news(mq)
             return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
-        # The queue's wake word first, then the store (BrokerView.quiet_word): unchanged next time, with
-        # the readable position, nothing of this queue came since, whatever other queues stored —
-        # so a consumer of many queues reads only those with news, not every queue per round (one
-        # queue gains nothing: news of any queue is news of it).
-        word = view.quiet_word(mq) if len(self.positions) > 1 else None
-        mark, readable = view.state.consumer_ends()       # a tailing view's readable_mark() and the limit
+        e = ends.get(mq.broker) if ends is not None else None
+        if e is None or e[0] is not view:
+            # The queues' wake words first, then the store (BrokerView.quiet_words): a queue's word
+            # unchanged next time, with the readable position, means nothing of it came since,
+            # whatever other queues stored — so a consumer of many queues reads only those with
+            # news, not every queue per round (one queue gains nothing: news of any queue is news
+            # of it). Once per round and broker; records stored during the round wait for the next.
+            words = view.quiet_words() if len(self.positions) > 1 else None
+            mark, readable = view.state.consumer_ends()   # a tailing view's readable_mark() and the limit
+            e = (view, words, mark, readable)
+            if ends is not None:
+                ends[mq.broker] = e
+        _, words, mark, readable = e
+        word = words[view.word_index(mq)] if words is not None else None
         seen = self._seen.get(mq)
         pos = self.positions[mq]
         if seen is not None and seen[0] is view and pos >= seen[2] and \

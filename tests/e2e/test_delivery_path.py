@@ -163,7 +163,7 @@ def test_a_consumer_ahead_of_the_dispatcher_is_not_rewound_while_its_broker_is_d
 
 def test_a_consumer_of_many_queues_reads_only_the_queue_whose_wake_word_moved(cluster):
     """A tailing consumer skips a queue whose wake word and readable position are unchanged since
-    it last read it (``BrokerView.quiet_word``): with the dispatcher stopped (the readable position
+    it last read it (``BrokerView.quiet_words``): with the dispatcher stopped (the readable position
     frozen) each message, sent to one of eight queues while the consumer is caught up on all, still
     arrives — the writer's wake word of its queue moved — and the poll that returns it reads that
     queue's tail alone, not the seven others whose words did not move."""
