@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             if env["floor_exe"] is None:
                 print(f"C floor rows skipped: {why}")
                 rows = [r for r in rows if r not in L.F.ROWS]
-        stack.enter_context(hostmq.LocalCluster(env["root"], config={"store": {"commitlog_file_bytes": 256 << 20}}))
+        stack.enter_context(hostmq.LocalCluster(env["root"], config=L.CLUSTER_CONFIG))
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
         stack.callback(procs.kill_all)                  # children go before the cluster stops
         pacing = ("every 500 µs", 500e-6, args.messages)

@@ -78,6 +78,7 @@ OUT = os.path.join(REPO, "bench", "results", "latency") if REPO == _HERE else os
 SYSTEMS = ["shm_ring", "zmq_ipc", "zenoh", "redis", "mp_queue", *F.ROWS, "hostmq_poll", *W.IDLE_ROWS,
            "hostmq_poll_4q", "hostmq_push", "hostmq_poll_batch"]
 QUEUES = {"hostmq_poll_4q": 4}          # queues of a row's topic (1 unless named here)
+CLUSTER_CONFIG = {"store": {"commitlog_file_bytes": 256 << 20}}     # the bench's cluster (latency_rows.py too)
 BASES = {"shm_ring": "shm", "zenoh": "zenoh", "redis": "redis", "c_relay": "floor"}   # hostmq rows over these
 HOSTMQ = [s for s in SYSTEMS if s.startswith("hostmq")]
 QUANTILES = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100)]
@@ -541,7 +542,7 @@ def main(argv=None) -> int:
                "redis_note": ("redis-server not installed" if "not found" in redis_server.why_not
                               else redis_server.why_not)}
         env["redis_desc"] = redis_desc or env["redis_note"]
-        config = {"store": {"commitlog_file_bytes": 256 << 20}}
+        config = {k: dict(v) for k, v in CLUSTER_CONFIG.items()}
         if args.dispatcher_nice is not None:
             config.setdefault("broker", {})["dispatcher_nice"] = args.dispatcher_nice
         if args.broker_idle is not None:

@@ -328,7 +328,7 @@ class PullConsumer:
                 return b
         return None
 
-    def _read_news(self, mq: MessageQueue, max_count: int, expr: str, ends: dict | None = None):
+    def _read_news(self, mq: MessageQueue, max_count: int, expr: str, ends: dict):
         """``_reader_with_news`` and its ``get``: None when ``mq`` certainly has nothing at our
         position. A tailing view of a master read with no filter does both in one
         ``StoreReader.read_tail`` (the same refresh, the same result). ``ends``: what each broker's
@@ -337,8 +337,8 @@ class PullConsumer:
         if not view.tailing or expr != "*" or view.slave_read_lag_bytes:
             r = self._reader_with_news(mq)
             return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
-        e = ends.get(mq.broker) if ends is not None else None
-        if e is None or e[0] is not view:
+        e = ends.get(mq.broker)
+        if e is None:
             # The queues' wake words first, then the store (BrokerView.quiet_words): a queue's word
             # unchanged next time, with the readable position, means nothing of it came since,
             # whatever other queues stored — so a consumer of many queues reads only those with
@@ -346,10 +346,8 @@ class PullConsumer:
             # of it). Once per round and broker; records stored during the round wait for the next.
             words = view.quiet_words() if len(self.positions) > 1 else None
             mark, readable = view.state.consumer_ends()   # a tailing view's readable_mark() and the limit
-            e = (view, words, mark, readable)
-            if ends is not None:
-                ends[mq.broker] = e
-        _, words, mark, readable = e
+            e = ends[mq.broker] = (words, mark, readable)
+        words, mark, readable = e
         word = words[view.word_index(mq)] if words is not None else None
         seen = self._seen.get(mq)
         pos = self.positions[mq]
