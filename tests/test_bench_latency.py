@@ -140,13 +140,18 @@ def test_the_rows_script_repeats_the_named_rows_and_cleans_up(short_dir):
     bad = subprocess.run([sys.executable, script, "--rows", "hostmq_poll,no_such_row"], capture_output=True,
                          text=True, timeout=50, cwd=ROOT_DIR)
     assert bad.returncode == 2 and "no_such_row" in bad.stderr
+    bad = subprocess.run([sys.executable, script, "--rows", "hostmq_poll", "--idle", "spinning"], capture_output=True,
+                         text=True, timeout=50, cwd=ROOT_DIR)
+    assert bad.returncode == 2 and "--idle" in bad.stderr and "spinning" in bad.stderr, bad.stderr
     token = uuid.uuid4().hex
     before = _bench_shm_entries()
     try:
         p = subprocess.run([sys.executable, script, "--rows", "shm_ring,hostmq_poll,hostmq_poll_4q", "--messages", "150",
-                            "--warmup", "20", "--repeat", "2"], capture_output=True, text=True, timeout=220,
+                            "--warmup", "20", "--repeat", "2", "--idle", "backoff:20"], capture_output=True,
+                           text=True, timeout=220,
                            cwd=ROOT_DIR, env={**os.environ, RUN_ENV: token, "TMPDIR": short_dir})
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        assert "idle strategy of every hostmq process: backoff:20" in p.stdout, p.stdout[-2000:]
         lines = [line.split() for line in p.stdout.splitlines() if line.startswith("run ")]
         assert [(x[1], x[2]) for x in lines] == [(str(r), s) for r in range(2)
                                                   for s in ("shm_ring", "hostmq_poll", "hostmq_poll_4q")]

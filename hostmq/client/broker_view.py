@@ -87,6 +87,9 @@ class BrokerView:
                                   corrects=not self.on_slave)
         self.tailing = self.reader.tail is not None
         self._word_of: dict = {}            # MessageQueue → index of its queue wake word (word_index)
+        # (the native read side it was taken with, reader.poll_context(), _read.tail_poll): a tailing
+        # consumer's one-call round (PullConsumer._read_news), looked up once per native module
+        self.tail_poll: tuple = (False, None, None)
 
     @property
     def live(self) -> bool:

@@ -29,6 +29,7 @@ import numpy as np
 from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..message import ConsumeFrom, MessageExt, MessageQueue
+from ..store import read_check
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
 from ..shm.signal import WaitStats, wait_changed
@@ -48,6 +49,36 @@ DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000      # RocketMQ consumeTimestamp 
 STALE_CHECK_S = 0.5
 TAIL_SCAN_WAIT_S = 0.001         # a poll with a tail still catching up sleeps at most this long
 _EMPTY = np.empty(0, np.int64)
+
+
+def tail_round(reader, view, seen: tuple | None, pos: int, max_count: int, mark: int, readable: int,
+               word: int | None, topic: str, queue_id: int, out: list):
+    """A tailing consumer's round for one queue (``PullConsumer._read_news``), the spec of
+    ``store/_read.c`` ``tail_poll`` (which takes ``reader.poll_context()`` for ``reader``): False
+    when ``seen`` — the consumer's entry for the queue, (view, readable mark or None, max offset,
+    (word, readable) or None) — says nothing is at ``pos``: the readable mark has not moved since
+    we read the queue to its end, or (many queues, BrokerView.quiet_words) its word and the readable
+    position have not. Else ``StoreReader.read_tail`` with the round's ends: (the new seen entry, the
+    queue's max offset, the next position with the messages appended to ``out`` — or None where the
+    read stopped short of a result, for the caller's ``get``)."""
+    if seen is not None and seen[0] is view and pos >= seen[2] and \
+            (seen[1] == mark or (word is not None and seen[3] == (word, readable))):
+        return False
+    m, g = reader.read_tail(topic, queue_id, pos, max_count, mark, readable)
+    # a tail still scanning (or at its bound, or stopped) may show more without the mark moving
+    caught_up = reader.tail.caught_up()
+    seen = (view, mark if caught_up else None, m, (word, readable) if caught_up and word is not None else None)
+    if g is None:
+        return seen, m, None
+    out.extend(g.messages)
+    return seen, m, g.next_offset
+
+
+def _got(g) -> tuple:
+    """A GetResult as ``PullConsumer._read_news`` answers: (messages, the next position — None
+    where the read does not move it — and records skipped)."""
+    stays = g.status == GetStatus.NO_MESSAGE_IN_QUEUE or g.status == GetStatus.OFFSET_OVERFLOW_ONE
+    return g.messages, None if stays else g.next_offset, g.skipped
 
 
 class PullConsumer:
@@ -104,6 +135,8 @@ class PullConsumer:
         self._allocate, self._rebalance_s, self._heartbeat_s = allocate, rebalance_interval_s, heartbeat_interval_s
         self._seen: dict[MessageQueue, tuple] = {}     # mq → (view, readable mark, max offset, quiet key) at refresh
         self._rr = 0
+        self._order: list[MessageQueue] = []
+        self._order_at = -1             # the assignment_version _order was listed at (_rotation)
         self._next_commit = time.monotonic() + auto_commit_interval_s
         self._next_stale_check = 0.0
         self.skipped_records = 0        # records this consumer's polls passed over (undecodable)
@@ -275,8 +308,15 @@ class PullConsumer:
         self.paused -= set(queues)
 
     def _rotation(self) -> list[MessageQueue]:
-        qs = [q for q in self.positions if q not in self.paused] if self.paused else list(self.positions)
-        if not qs:
+        """The assigned queues not paused, from the next one round-robin (not to be changed: the
+        list of all of them is kept per assignment)."""
+        if self.paused:
+            qs = [q for q in self.positions if q not in self.paused]
+        else:
+            if self._order_at != self.assignment_version:
+                self._order, self._order_at = list(self.positions), self.assignment_version
+            qs = self._order
+        if len(qs) < 2:
             return qs
         self._rr = (self._rr + 1) % len(qs)
         return qs[self._rr:] + qs[:self._rr]
@@ -290,19 +330,21 @@ class PullConsumer:
         groups: list[tuple[MessageQueue, int, int]] = []
         ends: dict[str, tuple] = {}         # broker → what its tailing view showed at this round's start
         for mq in self._rotation():
-            expr = self.subscriptions.get(mq.topic, self.expression)
-            sql = expr if isinstance(expr, SQL) else None
-            g = self._read_news(mq, limit - len(out), "*" if sql else expr, ends)
-            if g is None:
+            expr = self.subscriptions.get(mq.topic, self.expression) if self.subscriptions else self.expression
+            sql = expr if expr.__class__ is not str and isinstance(expr, SQL) else None
+            got = self._read_news(mq, limit - len(out), "*" if sql else expr, ends)
+            if got is None:
                 continue
-            if g.status != GetStatus.NO_MESSAGE_IN_QUEUE and g.status != GetStatus.OFFSET_OVERFLOW_ONE:
-                self.positions[mq] = g.next_offset
-            self.skipped_records += g.skipped
-            if mq in self.slave_reads.on_slave:
-                self.slave_reads.messages += len(g.messages)
+            msgs, nxt, skipped = got
+            if nxt is not None:
+                self.positions[mq] = nxt
+            if skipped:
+                self.skipped_records += skipped
+            if self.slave_reads.on_slave and mq in self.slave_reads.on_slave:
+                self.slave_reads.messages += len(msgs)
             # properties of every returned message decoded when it was read (MessageExt.check)
             n0 = len(out)
-            out.extend(g.messages if sql is None else [m for m in g.messages if sql.matches(m.properties)])
+            out.extend(msgs if sql is None else [m for m in msgs if sql.matches(m.properties)])
             if len(out) > n0:
                 groups.append((mq, n0, len(out)))
             if len(out) >= limit:
@@ -328,15 +370,17 @@ class PullConsumer:
                 return b
         return None
 
-    def _read_news(self, mq: MessageQueue, max_count: int, expr: str, ends: dict):
+    def _read_news(self, mq: MessageQueue, max_count: int, expr: str, ends: dict) -> tuple | None:
         """``_reader_with_news`` and its ``get``: None when ``mq`` certainly has nothing at our
-        position. A tailing view of a master read with no filter does both in one
-        ``StoreReader.read_tail`` (the same refresh, the same result). ``ends``: what each broker's
-        view showed at the start of this fetch round, shared by its queues (filled here)."""
+        position, else (messages, the next position or None where it stays, records skipped). A
+        tailing view of a master read with no filter does the queue's round — the skip, the refresh
+        and the read, ``StoreReader.read_tail``, and the queue's seen entry — in one native call where
+        it can (``_read.tail_poll``), else by its spec, :func:`tail_round`. ``ends``: what each
+        broker's view showed at the start of this fetch round, shared by its queues (filled here)."""
         view = self._view(mq.broker)
         if not view.tailing or expr != "*" or view.slave_read_lag_bytes:
             r = self._reader_with_news(mq)
-            return None if r is None else r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr)
+            return None if r is None else _got(r.get(mq.topic, mq.queue_id, self.positions[mq], max_count, expr))
         e = ends.get(mq.broker)
         if e is None:
             # The queues' wake words first, then the store (BrokerView.quiet_words): a queue's word
@@ -346,25 +390,34 @@ class PullConsumer:
             # of it). Once per round and broker; records stored during the round wait for the next.
             words = view.quiet_words() if len(self.positions) > 1 else None
             mark, readable = view.state.consumer_ends()   # a tailing view's readable_mark() and the limit
-            e = ends[mq.broker] = (words, mark, readable)
-        words, mark, readable = e
+            poll = view.tail_poll
+            if poll[0] is not read_check.NATIVE:
+                ctx = view.reader.poll_context()
+                poll = view.tail_poll = (read_check.NATIVE, ctx, read_check.NATIVE.tail_poll if ctx else None)
+            e = ends[mq.broker] = (words, mark, readable, poll[1], poll[2])
+        words, mark, readable, ctx, tail_poll = e
         word = words[view.word_index(mq)] if words is not None else None
-        seen = self._seen.get(mq)
         pos = self.positions[mq]
-        if seen is not None and seen[0] is view and pos >= seen[2] and \
-                (seen[1] == mark or (word is not None and seen[3] == (word, readable))):
+        seen = self._seen.get(mq)
+        out: list[MessageExt] = []
+        t = None
+        if tail_poll is not None:
+            try:
+                t = tail_poll(ctx, view, seen, pos, max_count, mark, readable, word, mq.topic, mq.queue_id, out)
+            except BaseException:
+                view.reader.tail.clear()    # whatever it had applied: the tail starts over from the dispatcher
+                raise
+        if t is None:
+            t = tail_round(view.reader, view, seen, pos, max_count, mark, readable, word, mq.topic, mq.queue_id, out)
+        if t is False:
             return None
-        r = view.reader
-        m, g = r.read_tail(mq.topic, mq.queue_id, pos, max_count, mark, readable)
-        caught_up = r.tail.caught_up()
-        self._seen[mq] = (view, mark if caught_up else None, m,
-                          (word, readable) if caught_up and word is not None else None)
-        if g is not None:
-            return g
+        self._seen[mq] = t[0]
+        if t[2] is not None:
+            return out, t[2], 0
         # At the queue's readable end nothing is there (``get`` would answer OFFSET_OVERFLOW_ONE or
         # NO_MESSAGE_IN_QUEUE and move nothing): the common answer for a queue with no news while
         # another assigned queue (a push consumer's retry queue) moved the mark.
-        return None if pos == m else r.get(mq.topic, mq.queue_id, pos, max_count, expr)
+        return None if pos == t[1] else _got(view.reader.get(mq.topic, mq.queue_id, pos, max_count, expr))
 
     def _reader_with_news(self, mq: MessageQueue):
         """The store reader of ``mq``'s broker, brought up to date — or None when ``mq`` certainly has

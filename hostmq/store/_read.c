@@ -56,6 +56,18 @@ enum { REC_OK = 0, REC_ASK = 1 };
 #define HAS_MANAGED_DICT(t) 0
 #endif
 
+/* attribute names (ReadState.names) */
+enum {
+    N_STOPPED_AT, N_QUEUES, N_START, N_CURSOR, N_MAX_BYTES, N_LIMIT, N_CAPPED, N_CL, N_SCAN_ERROR,
+    N_READABLE_END, N_CQ_REFRESHED, N_COMMITLOG, N_MFQ, N_FILES, N_FILE_FROM_OFFSET, N_FILE_BYTES,
+    N_COMMITTED_POS, N_MM, N_SHOWN, N_REFRESH_CQ, N_COUNT
+};
+static const char *const NAME_TEXT[N_COUNT] = {
+    "stopped_at", "queues", "start", "cursor", "max_bytes", "limit", "capped", "cl", "scan_error",
+    "readable_end", "_cq_refreshed", "commitlog", "mfq", "files", "file_from_offset", "file_bytes",
+    "committed_pos", "mm", "_shown", "_refresh_cq"
+};
+
 typedef struct {
     PyTypeObject *msg_cls;                  /* hostmq.message.MessageExt, NULL until bound */
     PyObject *cq_dtype;                     /* records.CQ_ENTRY */
@@ -64,6 +76,7 @@ typedef struct {
     int n_none;
     uint32_t compressed_flag;               /* records.SYSFLAG_COMPRESSED */
     PyTypeObject *tq_type;                  /* TailQueues (a heap type of this module) */
+    PyObject *names[N_COUNT];               /* the attribute names tail_read and tail_poll use, interned */
 } ReadState;
 
 static inline ReadState *state_of(PyObject *m) { return (ReadState *)PyModule_GetState(m); }
@@ -1367,9 +1380,9 @@ typedef struct {
     ScanRec o;
 } Scanned;
 
-static int get_attr_i64(PyObject *o, const char *name, int64_t *v)
+static int get_attr_i64(ReadState *st, PyObject *o, int name, int64_t *v)
 {
-    PyObject *x = PyObject_GetAttrString(o, name);
+    PyObject *x = PyObject_GetAttr(o, st->names[name]);
     if (x == NULL)
         return -1;
     int rc = get_i64(x, v);
@@ -1377,44 +1390,30 @@ static int get_attr_i64(PyObject *o, const char *name, int64_t *v)
     return rc;
 }
 
-static int set_attr_i64(PyObject *o, const char *name, int64_t v)
+static int set_attr_i64(ReadState *st, PyObject *o, int name, int64_t v)
 {
     PyObject *x = PyLong_FromLongLong(v);
     if (x == NULL)
         return -1;
-    int rc = PyObject_SetAttrString(o, name, x);
+    int rc = PyObject_SetAttr(o, st->names[name], x);
     Py_DECREF(x);
     return rc;
 }
 
-static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* tail_read's work on parsed arguments (tail_poll calls it too): the objects are borrowed. */
+static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatched, int64_t stored, PyObject *mm_obj,
+                                int64_t file_from, int64_t file_bytes, int64_t committed, PyObject *topic,
+                                PyObject *qid_obj, int64_t qid, int64_t cq_max, int64_t pos, int64_t max_count,
+                                int64_t cl_min, PyObject *topic_b, int64_t max_bytes, PyObject *broker, PyObject *msgs,
+                                PyObject *skip_topic, int64_t max_topic, int64_t max_records)
 {
-    ReadState *st = state_of(module);
-    if (nargs != 20) {
-        PyErr_SetString(PyExc_TypeError, "tail_read() takes 20 arguments");
-        return NULL;
-    }
-    if (need_bound(st) < 0)
-        return NULL;
-    PyObject *tail = args[0];
-    int64_t dispatched, stored, file_from, file_bytes, committed, qid, cq_max, pos, max_count, cl_min, max_bytes,
-        max_topic, max_records, start, cursor, tail_max;
-    if (get_i64(args[1], &dispatched) < 0 || get_i64(args[2], &stored) < 0 || get_i64(args[4], &file_from) < 0 ||
-        get_i64(args[5], &file_bytes) < 0 || get_i64(args[6], &committed) < 0 || get_i64(args[8], &qid) < 0 ||
-        get_i64(args[9], &cq_max) < 0 || get_i64(args[10], &pos) < 0 || get_i64(args[11], &max_count) < 0 ||
-        get_i64(args[12], &cl_min) < 0 || get_i64(args[14], &max_bytes) < 0 || get_i64(args[18], &max_topic) < 0 ||
-        get_i64(args[19], &max_records) < 0)
-        return NULL;
-    if (!PyUnicode_Check(args[7]) || !PyBytes_Check(args[13]) || !PyBytes_Check(args[17]) || !PyList_Check(args[16])) {
-        PyErr_SetString(PyExc_TypeError, "tail_read(): topic str, topic_b and skip_topic bytes, out a list");
-        return NULL;
-    }
-    PyObject *stopped = PyObject_GetAttrString(tail, "stopped_at");
+    int64_t start, cursor, tail_max;
+    PyObject *stopped = PyObject_GetAttr(tail, st->names[N_STOPPED_AT]);
     if (stopped == NULL)
         return NULL;
     int is_stopped = stopped != Py_None;
     Py_DECREF(stopped);
-    PyObject *queues = PyObject_GetAttrString(tail, "queues");
+    PyObject *queues = PyObject_GetAttr(tail, st->names[N_QUEUES]);
     if (queues == NULL)
         return NULL;
     if (is_stopped || !PyObject_TypeCheck(queues, st->tq_type)) {
@@ -1426,8 +1425,8 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
     Scanned *sc = NULL;
     Py_buffer mm = {0};
     int have_mm = 0;
-    if (get_attr_i64(tail, "start", &start) < 0 || get_attr_i64(tail, "cursor", &cursor) < 0 ||
-        get_attr_i64(tail, "max_bytes", &tail_max) < 0)
+    if (get_attr_i64(st, tail, N_START, &start) < 0 || get_attr_i64(st, tail, N_CURSOR, &cursor) < 0 ||
+        get_attr_i64(st, tail, N_MAX_BYTES, &tail_max) < 0)
         goto done;
     /* advance's arithmetic, on locals */
     int clear = 0, drop = 0;
@@ -1450,7 +1449,7 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
             result = Py_NewRef(Py_None);
             goto done;
         }
-        if (get_buffer(args[3], &mm, "mm") < 0)
+        if (get_buffer(mm_obj, &mm, "mm") < 0)
             goto done;
         have_mm = 1;
         sc = malloc(sizeof(Scanned) * (size_t)(max_records < 64 ? max_records : 64));
@@ -1462,8 +1461,8 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
         int64_t rel = new_cursor - file_from, end = committed < limit - file_from ? committed : limit - file_from;
         if (end > mm.len)
             end = mm.len;
-        const unsigned char *skip = (const unsigned char *)PyBytes_AS_STRING(args[17]);
-        Py_ssize_t skip_len = PyBytes_GET_SIZE(args[17]);
+        const unsigned char *skip = (const unsigned char *)PyBytes_AS_STRING(skip_topic);
+        Py_ssize_t skip_len = PyBytes_GET_SIZE(skip_topic);
         int64_t kept = 0;
         int status = 0;
         while (rel < end && kept < max_records) {
@@ -1511,19 +1510,19 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
             goto done;
         }
     Py_XDECREF(c.topic);
-    if (set_attr_i64(tail, "start", new_start) < 0 || set_attr_i64(tail, "limit", limit) < 0 ||
-        PyObject_SetAttrString(tail, "capped", capped ? Py_True : Py_False) < 0)
+    if (set_attr_i64(st, tail, N_START, new_start) < 0 || set_attr_i64(st, tail, N_LIMIT, limit) < 0 ||
+        PyObject_SetAttr(tail, st->names[N_CAPPED], capped ? Py_True : Py_False) < 0)
         goto done;
     if (new_cursor < limit) {                           /* it scanned: scan_into's and advance's last words */
-        PyObject *cl = PyObject_GetAttrString(tail, "cl");
-        int rc = cl == NULL ? -1 : PyObject_SetAttrString(cl, "scan_error", Py_None);
+        PyObject *cl = PyObject_GetAttr(tail, st->names[N_CL]);
+        int rc = cl == NULL ? -1 : PyObject_SetAttr(cl, st->names[N_SCAN_ERROR], Py_None);
         Py_XDECREF(cl);
-        if (rc < 0 || set_attr_i64(tail, "cursor", next > new_cursor ? next : new_cursor) < 0)
+        if (rc < 0 || set_attr_i64(st, tail, N_CURSOR, next > new_cursor ? next : new_cursor) < 0)
             goto done;
-    } else if (new_cursor != cursor && set_attr_i64(tail, "cursor", new_cursor) < 0)
+    } else if (new_cursor != cursor && set_attr_i64(st, tail, N_CURSOR, new_cursor) < 0)
         goto done;
     /* count_after, then take() over the queue's entries from queue_offset */
-    PyObject *key = PyTuple_Pack(2, args[7], args[8]);
+    PyObject *key = PyTuple_Pack(2, topic, qid_obj);
     if (key == NULL)
         goto done;
     TQ *q = tq_lookup(tq, key, 0);
@@ -1536,8 +1535,8 @@ static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t n
         goto done;
     }
     PyObject *took = tq_take_copy(st, q, pos - q->qoff[q->head], max_count < hi - pos ? max_count : hi - pos, pos,
-                                  args[3], file_from, file_from + file_bytes, cl_min, args[13], qid, max_bytes, 0,
-                                  args[15], args[16]);
+                                  mm_obj, file_from, file_from + file_bytes, cl_min, topic_b, qid, max_bytes, 0,
+                                  broker, msgs);
     if (took == NULL)
         goto done;
     long long t_next, t_nbytes, t_removed;
@@ -1553,6 +1552,231 @@ done:
     if (have_mm)
         PyBuffer_Release(&mm);
     Py_DECREF(queues);
+    return result;
+}
+
+
+static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "tail_read() takes 20 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    int64_t dispatched, stored, file_from, file_bytes, committed, qid, cq_max, pos, max_count, cl_min, max_bytes,
+        max_topic, max_records;
+    if (get_i64(args[1], &dispatched) < 0 || get_i64(args[2], &stored) < 0 || get_i64(args[4], &file_from) < 0 ||
+        get_i64(args[5], &file_bytes) < 0 || get_i64(args[6], &committed) < 0 || get_i64(args[8], &qid) < 0 ||
+        get_i64(args[9], &cq_max) < 0 || get_i64(args[10], &pos) < 0 || get_i64(args[11], &max_count) < 0 ||
+        get_i64(args[12], &cl_min) < 0 || get_i64(args[14], &max_bytes) < 0 || get_i64(args[18], &max_topic) < 0 ||
+        get_i64(args[19], &max_records) < 0)
+        return NULL;
+    if (!PyUnicode_Check(args[7]) || !PyBytes_Check(args[13]) || !PyBytes_Check(args[17]) || !PyList_Check(args[16])) {
+        PyErr_SetString(PyExc_TypeError, "tail_read(): topic str, topic_b and skip_topic bytes, out a list");
+        return NULL;
+    }
+    return tail_read_core(st, args[0], dispatched, stored, args[3], file_from, file_bytes, committed, args[7], args[8],
+                          qid, cq_max, pos, max_count, cl_min, args[13], max_bytes, args[15], args[16], args[17],
+                          max_topic, max_records);
+}
+
+/* A consumer's round for one queue of a tailing view in one call — pull_consumer.tail_round, its spec:
+ * tail_poll(ctx, view, seen, pos, max_count, stored, readable, word, topic, queue_id, out). ctx:
+ * (reader, its tail, broker, max_transfer_bytes, skip_topic, max_topic_chars, scan_records), a
+ * StoreReader's (StoreReader.poll_context); seen: the consumer's entry for the queue (None, or (view,
+ * readable mark or None, max offset, (word, readable) or None)). Returns what tail_round returns —
+ *   False                      nothing at ``pos`` (seen unchanged);
+ *   (seen, max offset, None)   the tail read, no result where it stopped (the caller's ``get``);
+ *   (seen, max offset, next)   the messages from ``pos`` appended to ``out`` (maybe none: removed);
+ * or None: not this call's case, the caller runs tail_round (nothing was applied but the consume
+ * queue's refresh, which it repeats). The spec's steps: the skip, StoreReader._refresh_cq (its
+ * cache; the method itself on a miss), read_tail (tail_read_core), _show, CommitlogTail.caught_up
+ * and the new seen entry. */
+static int attr_is_none(ReadState *st, PyObject *o, int name, int *is_none)
+{
+    PyObject *x = PyObject_GetAttr(o, st->names[name]);
+    if (x == NULL)
+        return -1;
+    *is_none = x == Py_None;
+    Py_DECREF(x);
+    return 0;
+}
+
+static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "tail_poll() takes 11 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    PyObject *ctx = args[0], *view = args[1], *seen = args[2], *word = args[7], *topic = args[8], *qid_obj = args[9],
+             *msgs = args[10];
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) != 7 || !PyUnicode_Check(topic) || !PyList_Check(msgs) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(ctx, 4)) || (seen != Py_None && (!PyTuple_Check(seen) ||
+                                                                          PyTuple_GET_SIZE(seen) != 4))) {
+        PyErr_SetString(PyExc_TypeError, "tail_poll(): a context tuple of 7, a seen tuple of 4, topic str, out a list");
+        return NULL;
+    }
+    PyObject *reader = PyTuple_GET_ITEM(ctx, 0), *tail = PyTuple_GET_ITEM(ctx, 1), *broker = PyTuple_GET_ITEM(ctx, 2),
+             *skip_topic = PyTuple_GET_ITEM(ctx, 4);
+    int64_t pos, max_count, mark, readable, qid, max_bytes, max_topic, max_records, w = 0;
+    if (get_i64(args[3], &pos) < 0 || get_i64(args[4], &max_count) < 0 || get_i64(args[5], &mark) < 0 ||
+        get_i64(args[6], &readable) < 0 || get_i64(qid_obj, &qid) < 0 ||
+        get_i64(PyTuple_GET_ITEM(ctx, 3), &max_bytes) < 0 || get_i64(PyTuple_GET_ITEM(ctx, 5), &max_topic) < 0 ||
+        get_i64(PyTuple_GET_ITEM(ctx, 6), &max_records) < 0 || (word != Py_None && get_i64(word, &w) < 0))
+        return NULL;
+    /* 1. the skip: the readable mark unchanged since we read the queue to its end, or its word and the
+     * readable position unchanged (PullConsumer._read_news) */
+    if (seen != Py_None && PyTuple_GET_ITEM(seen, 0) == view) {
+        int64_t seen_m, v;
+        if (get_i64(PyTuple_GET_ITEM(seen, 2), &seen_m) < 0)
+            return NULL;
+        if (pos >= seen_m) {
+            PyObject *s_mark = PyTuple_GET_ITEM(seen, 1), *s_quiet = PyTuple_GET_ITEM(seen, 3);
+            if (s_mark != Py_None) {
+                if (get_i64(s_mark, &v) < 0)
+                    return NULL;
+                if (v == mark)
+                    Py_RETURN_FALSE;
+            }
+            if (word != Py_None && s_quiet != Py_None) {
+                int64_t qw, qr;
+                if (!PyTuple_Check(s_quiet) || PyTuple_GET_SIZE(s_quiet) != 2) {
+                    PyErr_SetString(PyExc_TypeError, "tail_poll(): a seen quiet key (word, readable) expected");
+                    return NULL;
+                }
+                if (get_i64(PyTuple_GET_ITEM(s_quiet, 0), &qw) < 0 || get_i64(PyTuple_GET_ITEM(s_quiet, 1), &qr) < 0)
+                    return NULL;
+                if (qw == w && qr == readable)
+                    Py_RETURN_FALSE;
+            }
+        }
+    }
+    PyObject *result = NULL, *key = NULL, *refreshed = NULL, *queues = NULL, *cl = NULL, *mfq = NULL, *files = NULL,
+             *mm = NULL, *topic_b = NULL, *r = NULL, *shown = NULL;
+    /* 2. StoreReader._refresh_cq(topic, queue_id, readable): its cache, else the method */
+    int64_t m = 0;
+    if (PyObject_SetAttr(reader, st->names[N_READABLE_END], args[6]) < 0 ||
+        (key = PyTuple_Pack(2, topic, qid_obj)) == NULL ||
+        (refreshed = PyObject_GetAttr(reader, st->names[N_CQ_REFRESHED])) == NULL ||
+        (queues = PyObject_GetAttr(reader, st->names[N_QUEUES])) == NULL)
+        goto done;
+    if (!PyDict_Check(refreshed) || !PyDict_Check(queues)) {
+        PyErr_SetString(PyExc_TypeError, "tail_poll(): the reader's _cq_refreshed and queues must be dicts");
+        goto done;
+    }
+    PyObject *c = PyDict_GetItemWithError(refreshed, key);          /* borrowed */
+    int hit = 0;
+    if (c == NULL && PyErr_Occurred())
+        goto done;
+    if (c != NULL && PyTuple_Check(c) && PyTuple_GET_SIZE(c) == 2) {
+        int64_t at;
+        if (get_i64(PyTuple_GET_ITEM(c, 0), &at) < 0 || get_i64(PyTuple_GET_ITEM(c, 1), &m) < 0)
+            goto done;
+        if (at == readable) {
+            int known = PyDict_Contains(queues, key);
+            if (known < 0)
+                goto done;
+            hit = known || m == 0;
+        }
+    }
+    if (!hit) {
+        PyObject *x = PyObject_CallMethodObjArgs(reader, st->names[N_REFRESH_CQ], topic, qid_obj, args[6], NULL);
+        if (x == NULL)
+            goto done;
+        int rc = get_i64(x, &m);
+        Py_DECREF(x);
+        if (rc < 0)
+            goto done;
+    }
+    /* 3. read_tail's native part over the commitlog's newest file */
+    if ((cl = PyObject_GetAttr(reader, st->names[N_COMMITLOG])) == NULL ||
+        (mfq = PyObject_GetAttr(cl, st->names[N_MFQ])) == NULL ||
+        (files = PyObject_GetAttr(mfq, st->names[N_FILES])) == NULL)
+        goto done;
+    if (!PyList_Check(files) || PyList_GET_SIZE(files) == 0) {
+        result = Py_NewRef(Py_None);                    /* no file: the spec */
+        goto done;
+    }
+    PyObject *mf = PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1);
+    int64_t file_from, file_bytes, committed, cl_min;
+    if (get_attr_i64(st, mf, N_FILE_FROM_OFFSET, &file_from) < 0 ||
+        get_attr_i64(st, mf, N_FILE_BYTES, &file_bytes) < 0 ||
+        get_attr_i64(st, mf, N_COMMITTED_POS, &committed) < 0 ||
+        get_attr_i64(st, PyList_GET_ITEM(files, 0), N_FILE_FROM_OFFSET, &cl_min) < 0 ||
+        (mm = PyObject_GetAttr(mf, st->names[N_MM])) == NULL || (topic_b = PyUnicode_AsUTF8String(topic)) == NULL)
+        goto done;
+    r = tail_read_core(st, tail, readable, mark, mm, file_from, file_bytes, committed, topic, qid_obj, qid, m, pos,
+                       max_count, cl_min, topic_b, max_bytes, broker, msgs, skip_topic, max_topic, max_records);
+    if (r == NULL)
+        goto done;
+    if (r == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    long long hi, took, removed;
+    int why;
+    if (!PyArg_ParseTuple(r, "LLiL", &hi, &took, &why, &removed))
+        goto done;
+    /* 4. StoreReader._show */
+    if ((shown = PyObject_GetAttr(reader, st->names[N_SHOWN])) == NULL)
+        goto done;
+    if (!PyDict_Check(shown)) {
+        PyErr_SetString(PyExc_TypeError, "tail_poll(): the reader's _shown must be a dict");
+        goto done;
+    }
+    PyObject *was = PyDict_GetItemWithError(shown, key);           /* borrowed */
+    int64_t before = 0;
+    if (was == NULL && PyErr_Occurred())
+        goto done;
+    if (was != NULL && get_i64(was, &before) < 0)
+        goto done;
+    if (hi > before) {
+        PyObject *h = PyLong_FromLongLong(hi);
+        int rc = h == NULL ? -1 : PyDict_SetItem(shown, key, h);
+        Py_XDECREF(h);
+        if (rc < 0)
+            goto done;
+    }
+    /* 5. CommitlogTail.caught_up(): not capped, not stopped, the cursor at the limit */
+    PyObject *capped = PyObject_GetAttr(tail, st->names[N_CAPPED]);
+    if (capped == NULL)
+        goto done;
+    int is_capped = PyObject_IsTrue(capped), not_stopped;
+    Py_DECREF(capped);
+    int64_t cursor, limit;
+    if (is_capped < 0 || attr_is_none(st, tail, N_STOPPED_AT, &not_stopped) < 0 ||
+        get_attr_i64(st, tail, N_CURSOR, &cursor) < 0 ||
+        get_attr_i64(st, tail, N_LIMIT, &limit) < 0)
+        goto done;
+    int caught_up = !is_capped && not_stopped && cursor >= limit;
+    /* 6. the queue's new seen entry, and the answer */
+    PyObject *quiet = caught_up && word != Py_None ? PyTuple_Pack(2, word, args[6]) : Py_NewRef(Py_None);
+    if (quiet == NULL)
+        goto done;
+    PyObject *new_seen = Py_BuildValue("(OOLN)", view, caught_up ? args[5] : Py_None, hi, quiet);
+    if (new_seen == NULL)
+        goto done;
+    (void)removed;              /* the status (FOUND, MESSAGE_WAS_REMOVING, ...) moves a position alike */
+    if (why != TAKE_DONE && why != TAKE_FULL)
+        result = Py_BuildValue("(NLO)", new_seen, hi, Py_None);
+    else
+        result = Py_BuildValue("(NLL)", new_seen, hi, (long long)(pos + took));
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(refreshed);
+    Py_XDECREF(queues);
+    Py_XDECREF(cl);
+    Py_XDECREF(mfq);
+    Py_XDECREF(files);
+    Py_XDECREF(mm);
+    Py_XDECREF(topic_b);
+    Py_XDECREF(r);
+    Py_XDECREF(shown);
     return result;
 }
 
@@ -1618,6 +1842,8 @@ static PyMethodDef methods[] = {
     {"tail_read", (PyCFunction)(void (*)(void))tail_read, METH_FASTCALL,
      "CommitlogTail.advance, count_after and take in one call, its common case (or None)."},
     {"tail_scan", (PyCFunction)(void (*)(void))tail_scan, METH_FASTCALL, "store/tail.py's scan, its common case."},
+    {"tail_poll", (PyCFunction)(void (*)(void))tail_poll, METH_FASTCALL,
+     "PullConsumer._read_news's tailing part for one queue: skip, or refresh, read and seen entry (or None)."},
     {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
     {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
     {"_bind", bind, METH_VARARGS, "Bind MessageExt and its slots (read_check.py does, at import)."},
@@ -1641,6 +1867,9 @@ static int read_exec(PyObject *m)
     Py_DECREF(lay);
     if (rc < 0)
         return -1;
+    for (int k = 0; k < N_COUNT; k++)
+        if ((st->names[k] = PyUnicode_InternFromString(NAME_TEXT[k])) == NULL)
+            return -1;
     st->tq_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &tq_spec, NULL);
     if (st->tq_type == NULL || PyModule_AddType(m, st->tq_type) < 0)
         return -1;
@@ -1665,6 +1894,8 @@ static int read_clear(PyObject *m)
     Py_CLEAR(st->msg_cls);
     Py_CLEAR(st->cq_dtype);
     Py_CLEAR(st->tq_type);
+    for (int k = 0; k < N_COUNT; k++)
+        Py_CLEAR(st->names[k]);
     return 0;
 }
 

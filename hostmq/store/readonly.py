@@ -474,6 +474,16 @@ class StoreReader:
         self._show(topic, queue_id, hi)
         return hi, self._tail_result(topic, queue_id, queue_offset, msgs, i, why, removed, m, hi)
 
+    def poll_context(self) -> tuple | None:
+        """What ``_read.tail_poll`` (a tailing consumer's round for one queue in one native call,
+        ``PullConsumer._fetch``) reads of this reader besides the queue: None where this reader does
+        not tail or the native read side is off (the consumer then runs ``read_tail``, its spec)."""
+        native = read_check.NATIVE
+        if self.tail is None or native is None or not hasattr(native, "tail_poll"):
+            return None
+        return (self, self.tail, self.broker, self.config.max_transfer_bytes, SCHEDULE_B, R.MAX_TOPIC_CHARS,
+                SCAN_RECORDS)
+
     def _take_tail(self, topic: str, queue_id: int, queue_offset: int, max_count: int, m: int,
                    hi: int) -> GetResult | None:
         """The tail's entries from ``queue_offset`` (which lies in [``m``, ``hi``): the consume queue's

@@ -161,7 +161,14 @@ class TailRounds(RuleBasedStateMachine):
         self.views = [StoreReader(path, small_config(), scan_queues=False,
                                   limit_phys=lambda: self.store.dispatched_phys,
                                   tail_limit=lambda: self.store.commitlog.max_offset()) for _ in range(2)]
+        # two consumers' rounds for one queue (PullConsumer._read_news): in one native call
+        # (_read.tail_poll), and by its spec (pull_consumer.tail_round) with the native read side off
+        self.rounds = [StoreReader(path, small_config(), scan_queues=False,
+                                   limit_phys=lambda: self.store.dispatched_phys,
+                                   tail_limit=lambda: self.store.commitlog.max_offset()) for _ in range(2)]
+        self.seen: dict[tuple[int, int], tuple] = {}
         self.pos = {}
+        self.round_pos: dict[int, int] = {}
         self.n = 0
 
     @rule(queue_id=st.integers(0, 2), count=st.integers(1, 30), body=st.integers(0, 3000),
@@ -203,7 +210,7 @@ class TailRounds(RuleBasedStateMachine):
 
     @rule(max_bytes=st.sampled_from([1 << 20, 4096, 700, 100]))
     def bound(self, max_bytes):
-        for v in self.views:
+        for v in self.views + self.rounds:
             v.tail.max_bytes = max_bytes
 
     @rule(queue_id=st.integers(0, 2), follow=st.booleans(), anywhere=st.integers(0, 400),
@@ -230,12 +237,68 @@ class TailRounds(RuleBasedStateMachine):
             self.pos[queue_id] = g.next_offset
         assert tail_state(fast.tail) == tail_state(spec.tail)
 
+    @rule(queue_id=st.integers(0, 2), follow=st.booleans(), anywhere=st.integers(0, 400),
+          max_count=st.sampled_from([1, 3, 32]), word=st.sampled_from([None, 0, 1]))
+    def consumer_round(self, queue_id, follow, anywhere, max_count, word):
+        """The consumer's round in C and by its spec, with the round's ends (stored, readable) read from
+        the store and a queue wake word: the same skip, max offset, messages, next position, seen
+        entry and tail."""
+        from hostmq.client.pull_consumer import tail_round
+        pos = self.round_pos.get(queue_id, 0) if follow else anywhere
+        mark, readable = self.store.commitlog.max_offset(), self.store.dispatched_phys
+        answers = []
+        for k, reader in enumerate(self.rounds):
+            seen, out, t = self.seen.get((k, queue_id)), [], None
+            saved = read_check.NATIVE
+            try:
+                if k == 0:
+                    t = saved.tail_poll(reader.poll_context(), VIEW, seen, pos, max_count, mark, readable, word,
+                                        "TR", queue_id, out)
+                else:
+                    read_check.NATIVE = None
+                if t is None:           # the spec (for the native call: not its case, as the consumer does)
+                    t = tail_round(reader, VIEW, seen, pos, max_count, mark, readable, word, "TR", queue_id, out)
+                answers.append((t, consumer_answer(reader, t, queue_id, pos, max_count, out)))
+            finally:
+                read_check.NATIVE = saved
+            if t is not False:
+                assert t[0][0] is VIEW
+                self.seen[(k, queue_id)] = t[0]
+        (t, got), (u, spec_got) = answers
+        assert (t is False) == (u is False)
+        if t is not False:
+            assert t[0][1:] == u[0][1:] and t[1] == u[1]
+        assert got == spec_got
+        assert tail_state(self.rounds[0].tail) == tail_state(self.rounds[1].tail)
+        if follow and got is not None and got[1] is not None:
+            self.round_pos[queue_id] = got[1]
+
     def teardown(self):
         import shutil
-        for v in self.views:
+        for v in self.views + self.rounds:
             v.close()
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+VIEW = object()          # the consumer's view of the store, as its seen entries name it
+
+
+def consumer_answer(reader, t, queue_id: int, pos: int, max_count: int, out: list):
+    """What PullConsumer._read_news makes of a round's answer ``t``: None (skipped, or at the queue's
+    end), else the messages and the next position (None where it stays)."""
+    from hostmq.store.reader import GetStatus
+    if t is False:
+        return None
+    if t[2] is not None:
+        msgs, nxt = out, t[2]
+    elif pos == t[1]:
+        return None
+    else:
+        g = reader.get("TR", queue_id, pos, max_count)
+        stays = g.status in (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE)
+        msgs, nxt = g.messages, None if stays else g.next_offset
+    return [(m.queue_offset, m.commitlog_offset, m.body, m.tags) for m in msgs], nxt
 
 
 def tail_state(t) -> tuple:
