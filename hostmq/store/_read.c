@@ -1555,7 +1555,6 @@ done:
     return result;
 }
 
-
 static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ReadState *st = state_of(module);
