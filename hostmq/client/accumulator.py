@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .. import records as R
 from ..errors import HostMQError, ValidationError
+from ..message import Message
 from ..store.encode import restamp
 from ..ingress.session import Waiter
 
@@ -80,7 +81,8 @@ class Accumulator:
         with self._lock:
             b = self._open.get(msg.topic)
             if b is None:
-                b = self._open[msg.topic] = _Open(R.record_size(0, len(msg.topic.encode()), 0), msg,
+                # routed by a message of our own: the caller's may change after this call
+                b = self._open[msg.topic] = _Open(R.record_size(0, len(msg.topic.encode()), 0), Message(msg.topic, b""),
                                                   due=now + cfg.max_delay_ms / 1000, deadline=now + timeout_s)
                 self._wake.notify()
             b.records.append(record)

@@ -34,6 +34,7 @@ from ..store.encode import check_body, encode_messages, properties_bytes, restam
 from ..semantics.schedule import schedule_parts
 from ..semantics.system_topics import is_system_topic
 from .accumulator import Accumulator, BatchConfig
+from .async_sends import AsyncSends
 from .fault import LatencyFaultTolerance, select_queue
 from .instance import ClientInstance
 from ..ingress.session import ProducerSession, Waiter
@@ -76,6 +77,7 @@ class Producer:
         self._topics: dict[str, bytes] = {}       # validated topic names
         self.batch_config = (batch or BatchConfig()) if auto_batch else None
         self._accumulator: Accumulator | None = None
+        self._async_sends: AsyncSends | None = None
 
     # -- life -----------------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -100,11 +102,16 @@ class Producer:
         """Publish every message ``send_async`` holds in an open batch (``auto_batch``) now."""
         if self._accumulator is not None:
             self._accumulator.flush()
+        if self._async_sends is not None:
+            self._async_sends.flush()
 
     def shutdown(self) -> None:
         acc, self._accumulator = self._accumulator, None
         if acc is not None:             # its last batches go out before the sessions close
             acc.close()
+        sends, self._async_sends = self._async_sends, None
+        if sends is not None:
+            sends.flush()
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
             self._started = False
@@ -147,6 +154,20 @@ class Producer:
                    callback: Callable | None = None) -> concurrent.futures.Future:
         """Send without waiting: a Future of the SendResult (``callback(future)`` runs when it is done,
         on the producer's completion thread)."""
+        if queue is None and selector is None and sharding_key is None and self.batch_config is None:
+            # The common case: a view into a naturally batched frame (client.async_sends), the
+            # message encoded onto the open frame in one native call (AsyncSends.add, inlined).
+            sends = self._async_sends or self._make_async_sends()
+            g = sends.gather
+            view = g.add(msg)
+            if view is None:
+                view = sends.add_slow(msg, self.send_timeout_s if timeout is None else timeout)
+            elif g.due is not None:
+                sends.publish_due()
+            if view is not None:
+                if callback is not None:
+                    view.add_done_callback(callback)
+                return view
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if callback is not None:
             fut.add_done_callback(callback)
@@ -243,10 +264,11 @@ class Producer:
         self.publish_frame(msg, queue, selector, arg, sharding_key, deadline, frame)
 
     def publish_frame(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
-                      frame: Callable) -> None:
+                      frame: Callable) -> tuple[ProducerSession, Waiter]:
         """Publish the frame ``frame(queue, session)`` builds — ``(kind, payload, count, waiter)`` —
         without waiting for it; on another broker if this one is gone or busy (unless the queue is
-        pinned); the last error otherwise. Async sends and auto-batches (``accumulator``)."""
+        pinned); the last error otherwise. ``(session, waiter)`` of the attempt that published it.
+        Async sends (``async_sends``) and auto-batches (``accumulator``)."""
         pinned = queue is not None or selector is not None or sharding_key is not None
         last_failed, error = None, None
         for _ in range(1 + (0 if pinned else self.retries)):
@@ -255,7 +277,7 @@ class Producer:
                 session = self.session(mq)
                 kind, payload, count, waiter = frame(mq, session)
                 session.submit(kind, payload, count, waiter, deadline, is_async=True)
-                return
+                return session, waiter
             except (ConnectError, BrokerBusyError) as e:
                 error, last_failed = e, mq.broker
                 self.note_latency(mq.broker, time.monotonic(), True)
@@ -412,8 +434,22 @@ class Producer:
             address = self.instance.broker_address(broker, topic)
             s = ProducerSession(self.instance, broker, address, data_bytes=self.ring_bytes,
                                 completion_entries=self.completion_entries, idle=self.idle)
+            s.on_drained = self._drained
             self._sessions[broker] = s
             return s
+
+    def _make_async_sends(self) -> AsyncSends:
+        if not self._started:
+            self.start()
+        with self._lock:
+            sends = self._async_sends = self._async_sends or AsyncSends(self)
+        return sends
+
+    def _drained(self) -> None:
+        """A session's completion thread read completions: open async frames may go out now."""
+        sends = self._async_sends
+        if sends is not None:
+            sends.poke()
 
     def note_latency(self, broker: str, t0: float, failed: bool) -> None:
         """A send to ``broker`` begun at ``t0`` ended (``failed``: isolate it a while) — the latency

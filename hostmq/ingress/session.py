@@ -75,18 +75,21 @@ def completion_error(status: int, broker: str) -> HostMQError:
 class Waiter:
     """One frame in flight: its queue, record sizes (batches), and the outcome once completed.
     ``future``: resolved with the frame's SendResult; ``futures`` (an auto-batched frame,
-    ``accumulator``): one per record, each resolved with that record's own SendResult."""
+    ``accumulator``): one per record, each resolved with that record's own SendResult; ``on_done``:
+    called with the waiter once its outcome is set (``client.async_sends``), on the thread that read
+    the completion — it must not take a lock a sender may hold while it publishes."""
 
-    __slots__ = ("queue", "sizes", "future", "futures", "outcome", "done")
+    __slots__ = ("queue", "sizes", "future", "futures", "outcome", "done", "on_done")
 
     def __init__(self, queue: MessageQueue, sizes=None, future: concurrent.futures.Future | None = None,
-                 futures: list | None = None) -> None:
+                 futures: list | None = None, on_done=None) -> None:
         self.queue = queue
         self.sizes = sizes
         self.future = future
         self.futures = futures
         self.outcome = None
         self.done = False
+        self.on_done = on_done
 
 
 class ProducerSession:
@@ -140,6 +143,7 @@ class ProducerSession:
         self.broken: HostMQError | None = None
         self.closed = False
         self._next_check = time.monotonic() + LIVENESS_CHECK_S
+        self.on_drained = None      # called by the completion thread after it read completions
 
     def _open(self, path: str) -> dict:
         """Hand the ring to the broker (``protocol.session``); its reply fields. Maps the doorbell."""
@@ -317,6 +321,16 @@ class ProducerSession:
                 f.set_result(w.outcome)
         elif w.futures is not None:
             _resolve_each(w)
+        if w.on_done is not None:
+            w.on_done(w)
+
+    def poll_completions(self) -> None:
+        """Read the completions there are, without waiting (unless another thread reads them now)."""
+        if self.ring.has_completions() and self._read_lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._read_lock.release()
 
     def _fail_all(self, error: HostMQError) -> None:
         pending, self.pending = self.pending, {}
@@ -328,6 +342,11 @@ class ProducerSession:
                 w.future.set_exception(error)
             elif w.futures is not None:
                 _resolve_each(w)
+            if w.on_done is not None:
+                try:
+                    w.on_done(w)
+                except Exception:
+                    log.exception("failing a send in flight")
         with self._cond:
             self._cond.notify_all()
 
@@ -343,6 +362,7 @@ class ProducerSession:
             if not self.async_pending:
                 self._async_event.wait(0.05)
                 self._async_event.clear()
+                self._after_drain()
                 continue
             now = time.monotonic()
             try:
@@ -360,6 +380,20 @@ class ProducerSession:
                     log.exception("completion reader for %s failed", self.broker)
                 finally:
                     self._read_lock.release()
+                self._after_drain()
+
+    def _after_drain(self) -> None:
+        hook = self.on_drained
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("after reading completions from %s", self.broker)
+
+    def wake_completion_thread(self) -> None:
+        """Have the completion thread run ``on_drained`` soon (another thread read the completions)."""
+        if self._thread is not None:
+            self._async_event.set()
 
     # -- liveness ---------------------------------------------------------------------------------------
     def _check_alive(self, now: float) -> None:

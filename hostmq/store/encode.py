@@ -222,7 +222,7 @@ if NATIVE is not None:
                    and NATIVE.LAYOUT["NAME_VALUE_SEP"] == ord(R.NAME_VALUE_SEP),
                    "hostmq/store/_encode.c's layout differs from records.py's (rebuild it: pip install -e .)")
     NATIVE._bind(Message)
-_TAGS_B, _UNIQ_B = R.PROP_TAGS.encode(), R.PROP_UNIQ_KEY.encode()
+TAGS_B, UNIQ_B = _TAGS_B, _UNIQ_B = R.PROP_TAGS.encode(), R.PROP_UNIQ_KEY.encode()
 
 
 def encode_messages(msgs: list[Message], topic: str, topic_b: bytes, *, queue_id: int, born_ts_ms: int,

@@ -91,3 +91,18 @@ def test_a_bad_message_raises_in_the_caller_and_batches_go_on(cluster):
 def test_bad_batch_limits_are_refused(bad):
     with pytest.raises(hostmq.ValidationError, match="BatchConfig"):
         hostmq.BatchConfig(**bad)
+
+
+def test_a_message_changed_after_send_async_changes_nothing_sent(cluster):
+    """The batch is routed by its topic as it was at the call, not by the caller's message, which
+    the caller may reuse (it once chose the queue from the changed topic, and the broker refused)."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("kept", queues=1)
+    with hostmq.Producer(c.root, auto_batch=True, batch=BatchConfig(max_messages=1000, max_delay_ms=60_000)) as p:
+        m = Message("kept", b"original")
+        f = p.send_async(m)
+        m.topic, m.body = "other", b"changed"
+        p.flush()
+        assert f.result(10).status == SendStatus.SEND_OK and f.result().queue.topic == "kept"
+    assert [m.body for m in consume_all(c.root, "kept", 1)] == [b"original"]
