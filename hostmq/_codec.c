@@ -40,6 +40,7 @@
 /* --- layout (generated from records.py: MSG_HEADER_DTYPE, CQ_ENTRY, ...) ---------------------- */
 #include "include/record_layout.h"
 #include "include/record_check.h"
+#include "include/crc32_fast.h"
 
 #define CRC_WITHOUT_GIL_BYTES (5 * 1024)     /* zlib.crc32 releases the GIL from this size too */
 
@@ -82,7 +83,7 @@ static uint32_t body_crc(const unsigned char *p, Py_ssize_t n)
         crc = crc32(0L, p, (uInt)n);
         Py_END_ALLOW_THREADS
     } else {
-        crc = crc32(0L, p, (uInt)n);
+        return hm_body_crc(p, (size_t)n);
     }
     return (uint32_t)crc & 0x7FFFFFFFu;
 }
@@ -437,7 +438,7 @@ static PyObject *codec_encode_record(PyObject *self, PyObject *const *args, Py_s
         Py_END_ALLOW_THREADS
     } else {
         if (!given_crc)
-            crc = (uint32_t)crc32(0L, body, (uInt)blen) & 0x7FFFFFFFu;
+            crc = hm_body_crc(body, (size_t)blen);
         if (blen)
             memcpy(o + HDR_BYTES, body, (size_t)blen);
     }
@@ -898,6 +899,7 @@ static int add_layout(PyObject *m)
 /* Py_mod_exec: fill this module object's state (called once per module object, per interpreter). */
 static int codec_exec(PyObject *m)
 {
+    hm_crc32_init();
     static const char *const check[] = {"buf", "pos", "limit", "phys_offset", "verify_crc"};
     static const char *const fields[] = {"buf", "pos"};
     static const char *const encode[] = {

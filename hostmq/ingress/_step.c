@@ -35,6 +35,7 @@
 #include "../include/record_check.h"
 #include "../include/step_layout.h"
 #include "../include/idle_wait.h"
+#include "../include/crc32_fast.h"
 
 #define TOPIC_SLOT_BYTES 256        /* names: byte 0 the length, then the topic's bytes */
 #define TABLE_WORDS 4               /* table row: writable queues, base index in offsets, crc32, unused */
@@ -58,7 +59,7 @@ static inline StepState *state_of(PyObject *m) { return (StepState *)PyModule_Ge
 
 static uint32_t crc_no_gil(const unsigned char *p, Py_ssize_t n)
 {
-    return (uint32_t)crc32(0L, p, (uInt)n) & 0x7FFFFFFFu;
+    return hm_body_crc(p, (size_t)n);
 }
 
 /* Per frame in the scratch buffer: this header, then the payload (8-aligned). */
@@ -1062,6 +1063,7 @@ static PyMethodDef methods[] = {
 
 static int step_exec(PyObject *m)
 {
+    hm_crc32_init();
     StepState *st = state_of(m);
     st->reserved.n = 0;
     st->bound = 0;
