@@ -91,6 +91,13 @@ class ClientInstance:
         """Writable queues of the topic on brokers that have a master, ordered by broker then id."""
         return self._queues(topic, refresh, PERM_WRITE, "write_queues")
 
+    def cached_publish_queues(self, topic: str) -> list[MessageQueue] | None:
+        """``publish_queues(topic)`` if this instance holds them fresh, else None (nothing asked)."""
+        cached = self._queue_lists.get((topic, PERM_WRITE))
+        if cached is not None and time.monotonic() - cached[0] < self.route_max_age_s:
+            return cached[1]
+        return None
+
     def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         """Readable queues of the topic, ordered by broker then id."""
         return self._queues(topic, refresh, PERM_READ, "read_queues")

@@ -30,7 +30,7 @@ from ..protocol.messages import TopicRequest
 from ..root import RootPaths
 from ..waiting import IdleStrategy, client_idle
 from ..ingress.ring import DEFAULT_COMPLETION_ENTRIES, DEFAULT_DATA_BYTES
-from ..store.encode import check_body, encode_messages, properties_bytes, restamp
+from ..store.encode import NATIVE as NATIVE_ENCODE, TAGS_B, UNIQ_B, check_body, encode_messages, properties_bytes, restamp
 from ..semantics.schedule import schedule_parts
 from ..semantics.system_topics import is_system_topic
 from .accumulator import Accumulator, BatchConfig
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 COMPRESS_LEVEL = 5              # RocketMQ's default compressLevel
 ROUTE_WAIT_S = 5.0              # how long a first send waits for an auto-created topic's route
+LANE_TTL_S = 0.5                # how long _send_plain trusts a topic's queue list before asking again
 
 
 class Producer:
@@ -75,6 +76,7 @@ class Producer:
         self._started = False
         self._limits = Config().store
         self._topics: dict[str, bytes] = {}       # validated topic names
+        self._lanes: dict[str, tuple] = {}        # _send_plain's per-topic cache (_lane)
         self.batch_config = (batch or BatchConfig()) if auto_batch else None
         self._accumulator: Accumulator | None = None
         self._async_sends: AsyncSends | None = None
@@ -115,6 +117,7 @@ class Producer:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
             self._started = False
+            self._lanes = {}
         for s in sessions:
             s.close()
         if self.instance is not None:
@@ -133,6 +136,10 @@ class Producer:
     def send(self, msg: Message, timeout: float | None = None, *, queue: MessageQueue | None = None,
              selector: Callable | None = None, arg=None, sharding_key: str | None = None) -> SendResult:
         """Send and wait for the broker's answer (SendResult); retried on another broker on failure."""
+        if queue is None and selector is None and sharding_key is None:
+            out = self._send_plain(msg, timeout)
+            if out is not None:
+                return out
         deadline = time.monotonic() + (self.send_timeout_s if timeout is None else timeout)
         alone = self.encoded_alone(msg)
         if alone is not None:           # the common case, encoded in one native call
@@ -223,14 +230,87 @@ class Producer:
         return self._retrying(msgs[0], queue, None, None, None, deadline, attempt)[1]
 
     # -- pieces ---------------------------------------------------------------------------------------
+    def _send_plain(self, msg: Message, timeout: float | None) -> SendResult | None:
+        """``send``'s usual case in as little Python as it takes — what a send costs after the process
+        slept is mostly the code it runs on cold caches: a plain message (``encoded_alone``'s case)
+        of a topic this producer has validated, whose route is cached, to the next queue round-robin
+        when its broker is available and its session open — encoded for that queue and broker at once
+        (no ``restamp`` copy) and published. None, with nothing sent and no id drawn, for anything
+        else: ``send`` then takes it. If this first attempt fails the way ``_retrying`` retries, the
+        retries go on there with the same record."""
+        if msg.__class__ is not Message or NATIVE_ENCODE is None:
+            return None
+        body, topic = msg.body, msg.topic
+        if body.__class__ is not bytes or msg.delay_level or len(body) > self.compress_over_bytes:
+            return None
+        now = time.monotonic()
+        lane = self._lanes.get(topic) if topic.__class__ is str else None
+        if lane is None or now >= lane[0]:
+            lane = self._lane(topic, now)
+            if lane is None:
+                return None
+        _, topic_b, queues = lane
+        rr = self._rr + 1
+        mq = queues[rr % len(queues)]
+        fault = self.fault
+        if fault is not None:           # fault.available, inline
+            item = fault.items.get(mq.broker)
+            if item is not None and time.time() * 1000 < item.available_from_ms:
+                return None
+        session = self._sessions.get(mq.broker)
+        if session is None or session.broken is not None:
+            return None
+        lim = self._limits
+        prefix, counter = R._UID_SOURCE[0]      # records.unique_id_source(), host_bytes(): inline
+        enc = NATIVE_ENCODE.encode_messages([msg], topic, topic_b, mq.queue_id, int(time.time() * 1000),
+                                            R._MY_HOST[0], session.store_host, lim.max_message_bytes,
+                                            lim.max_properties_bytes, TAGS_B, UNIQ_B, prefix, counter)
+        if enc is None:
+            return None
+        self._rr = rr
+        t0 = now
+        deadline = now + (self.send_timeout_s if timeout is None else timeout)
+        try:
+            out = session.send(R.FRAME_MESSAGE, enc[0], 1, Waiter(mq), deadline)
+        except (ConnectError, BrokerBusyError, NoRouteError) as e:
+            self.note_latency(mq.broker, t0, True)
+            self.forget(mq.broker, topic, e)
+            if time.monotonic() >= deadline or not self.retries:
+                raise
+            payload, sizes = enc
+
+            def attempt(mq: MessageQueue, session: ProducerSession) -> SendResult:
+                return session.send(R.FRAME_MESSAGE, restamp(payload, sizes, mq.queue_id, session.store_host), 1,
+                                    Waiter(mq), deadline)
+            return self._retrying(msg, None, None, None, None, deadline, attempt, mq.broker, e)[1]
+        self.note_latency(mq.broker, t0, False)
+        return out
+
+    def _lane(self, topic: str, now: float) -> tuple | None:
+        """``(good until, topic bytes, writable queues)`` for ``_send_plain``: a topic validated before
+        whose route the instance holds fresh (kept at most ``LANE_TTL_S``, and never past the route's
+        own age); None otherwise."""
+        topic_b = self._topics.get(topic)
+        inst = self.instance
+        queues = inst.cached_publish_queues(topic) if topic_b is not None and inst is not None else None
+        if not queues:
+            self._lanes.pop(topic, None)
+            return None
+        lane = (now + LANE_TTL_S, topic_b, queues)
+        if len(self._lanes) < 10_000:
+            self._lanes[topic] = lane
+        return lane
+
     def _retrying(self, msg: Message, queue, selector, arg, sharding_key, deadline: float,
-                  attempt: Callable) -> tuple[MessageQueue, object]:
+                  attempt: Callable, last_failed: str | None = None,
+                  failed: Exception | None = None) -> tuple[MessageQueue, object]:
         """``attempt(queue, session)`` on a chosen queue; if the broker is gone, busy or refuses the
         topic, again on another broker (unless the queue is pinned) while time is left. ``(queue, its
-        result)``, or the last error."""
+        result)``, or the last error. ``last_failed`` / ``failed``: a first attempt made elsewhere
+        (``_send_plain``) failed on that broker with that error: the retries that are left."""
         pinned = queue is not None or selector is not None or sharding_key is not None
-        last_failed, error = None, None
-        for _ in range(1 + (0 if pinned else self.retries)):
+        error = failed
+        for _ in range((0 if failed is not None else 1) + (0 if pinned else self.retries)):
             mq = self.choose(msg, queue, selector, arg, sharding_key, last_failed, deadline)
             t0 = time.monotonic()
             try:
@@ -465,6 +545,7 @@ class Producer:
                 if self._sessions.get(broker) is s:
                     del self._sessions[broker]
             s.close(0)
+        self._lanes.pop(topic, None)
         if self.instance is not None:
             self.instance.forget_route(topic)
         log.info("send to %s failed: %s", broker, error)
