@@ -241,10 +241,11 @@ class Producer:
         if msg.__class__ is not Message or NATIVE_ENCODE is None:
             return None
         body, topic = msg.body, msg.topic
-        if body.__class__ is not bytes or msg.delay_level or len(body) > self.compress_over_bytes:
+        if body.__class__ is not bytes or topic.__class__ is not str or msg.delay_level \
+                or len(body) > self.compress_over_bytes:
             return None
         now = time.monotonic()
-        lane = self._lanes.get(topic) if topic.__class__ is str else None
+        lane = self._lanes.get(topic)
         if lane is None or now >= lane[0]:
             lane = self._lane(topic, now)
             if lane is None:

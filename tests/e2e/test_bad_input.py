@@ -39,12 +39,15 @@ def test_bad_messages_are_refused_before_anything_is_stored(cluster):
                Message("rmq_sys_x", b"x"), Message("TRANS_CHECK_MAX_TIME_TOPIC", b"x"), Message("CHECKPOINT_TOPIC", b"x"),
                Message("good", b"x", properties={"a": None}), Message("good", b"x", properties={None: "v"}),
                Message("good", b"x", properties={"a": ""}), Message("good", b"x", properties={"a": " \t"}),
-               Message("good", b"x", properties={" ": "v"}), Message("good", b"x", tags="\ud800")]
+               Message("good", b"x", properties={" ": "v"}), Message("good", b"x", tags="\ud800"),
+               Message(["a", "list"], b"x"), Message(7, b"x"), Message(None, b"x")]
         for m in bad:
             with pytest.raises(ValidationError):
                 p.send(m)
             with pytest.raises(ValidationError):         # the batch path (one native call) checks alike
                 p.send_batch([m])
+            with pytest.raises(ValidationError):         # and the async one (client/async_sends.py)
+                p.send_async(m)
         # A name the system sets itself is refused by a typed error that names it: a TAGS property
         # would be written twice and match neither tag filter (the consume queue takes the first).
         for props, names in (({"TRACE_ON": "true"}, ("TRACE_ON",)), ({"TAGS": "x", "KEYS": "k"}, ("KEYS", "TAGS")),
