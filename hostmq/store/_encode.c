@@ -212,6 +212,25 @@ static unsigned char *write_record(unsigned char *o, const Item *it, uint32_t qu
     return p;
 }
 
+/* The next unique id from the producer's counter (``records.unique_id_source()``): 0, or -1 with an
+ * error set (the counter raised, or gave no 64-bit unsigned int). */
+static int draw_uid(PyObject *uid_next, uint64_t *out)
+{
+    PyObject *c = PyObject_CallNoArgs(uid_next);
+    if (c == NULL)
+        return -1;
+    unsigned long long u = PyLong_Check(c) ? PyLong_AsUnsignedLongLong(c) : (unsigned long long)-1;
+    int bad = PyErr_Occurred() != NULL || !PyLong_Check(c);
+    Py_DECREF(c);
+    if (bad) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_OverflowError, "the unique id counter is not a 64-bit unsigned int");
+        return -1;
+    }
+    *out = (uint64_t)u;
+    return 0;
+}
+
 /* encode_messages(msgs, topic, topic_b, queue_id, born_ts_ms, born_host, store_host, max_body_bytes,
  *                 max_props_bytes, tags_name, uniq_name, uid_prefix, uid_next)
  * -> (payload bytes, [record sizes]) or None (not the common case: ask the spec). */
@@ -264,18 +283,8 @@ static PyObject *encode_messages(PyObject *self, PyObject *const *args, Py_ssize
     if (payload == NULL || sizes == NULL || uids == NULL)
         goto failed;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *c = PyObject_CallNoArgs(uid_next);
-        if (c == NULL)
+        if (draw_uid(uid_next, &uids[i]) < 0)
             goto failed;
-        unsigned long long u = PyLong_Check(c) ? PyLong_AsUnsignedLongLong(c) : (unsigned long long)-1;
-        int bad = PyErr_Occurred() != NULL || !PyLong_Check(c);
-        Py_DECREF(c);
-        if (bad) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_OverflowError, "the unique id counter is not a 64-bit unsigned int");
-            goto failed;
-        }
-        uids[i] = u;
         PyObject *sz = PyLong_FromUnsignedLong(items[i].size);
         if (sz == NULL)
             goto failed;
@@ -570,17 +579,9 @@ static PyObject *gather_add(Gather *g, PyObject *msg)
     PyObject *out = NULL, *view = new_view(g);
     if (view == NULL)
         goto done;
-    PyObject *c = PyObject_CallNoArgs(uid_next);
-    if (c == NULL)
+    uint64_t u;
+    if (draw_uid(uid_next, &u) < 0)
         goto done;
-    unsigned long long u = PyLong_Check(c) ? PyLong_AsUnsignedLongLong(c) : (unsigned long long)-1;
-    int bad = PyErr_Occurred() != NULL || !PyLong_Check(c);
-    Py_DECREF(c);
-    if (bad) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_OverflowError, "the unique id counter is not a 64-bit unsigned int");
-        goto done;
-    }
     PyObject *fr = open_frame(g, topic);
     if (fr == NULL) {                                   /* taken meanwhile: Python starts the next one */
         if (!PyErr_Occurred())
@@ -599,7 +600,7 @@ static PyObject *gather_add(Gather *g, PyObject *msg)
                  (const unsigned char *)PyBytes_AS_STRING(hostb), bhn, (const unsigned char *)"", 0,
                  PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), PyBytes_AS_STRING(g->tags_name), tn,
                  PyBytes_AS_STRING(g->uniq_name), un,
-                 prefix, prefix_len, (uint64_t)u);
+                 prefix, prefix_len, u);
     out = Py_NewRef(view);
 done:
     Py_XDECREF(view);

@@ -26,6 +26,18 @@ def sessions_settled(admin) -> int:
     return admin.brokers()[0]["sessions"]
 
 
+def consume_all(root: str, topic: str, expect: int) -> list:
+    """The messages a new group ``g-<topic>`` reads from the first offset of ``topic`` until ``expect``
+    arrived (60 s at most), and any more one more poll finds."""
+    import hostmq
+    got: list = []
+    with hostmq.PullConsumer(root, group="g-" + topic, consume_from=hostmq.ConsumeFrom.FIRST_OFFSET) as c:
+        c.subscribe(topic, "*")
+        wait_until(lambda: got.extend(c.poll(0.3)) or len(got) >= expect, 60, f"{expect} messages")
+        got.extend(c.poll(0.3))
+    return got
+
+
 def consume_bodies(root: str, topic: str, expect: int, group: str, linger_s: float = 0.0) -> list[bytes]:
     """Bodies a new group reads from the first offset of ``topic`` until ``expect`` arrived (30 s at
     most), then ``linger_s`` more so that anything stored that should not be shows up too."""

@@ -15,10 +15,11 @@ import threading
 import pytest
 
 import hostmq
-from hostmq import ConsumeFrom, Message, SendStatus
+from hostmq import Message, SendStatus
 from hostmq.client.async_sends import SendFuture
 from hostmq.errors import ConnectError, ValidationError
 from tests.conftest import wait_until
+from tests.e2e.conftest import consume_all
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,15 +39,6 @@ def writer_paused(root: str):
     finally:
         with contextlib.suppress(ProcessLookupError):      # killed in the block
             os.kill(pid, signal.SIGCONT)
-
-
-def consume_all(root: str, topic: str, expect: int) -> list:
-    got: list = []
-    with hostmq.PullConsumer(root, group="g-" + topic, consume_from=ConsumeFrom.FIRST_OFFSET) as c:
-        c.subscribe(topic, "*")
-        wait_until(lambda: got.extend(c.poll(0.3)) or len(got) >= expect, 60, f"{expect} messages")
-        got.extend(c.poll(0.3))
-    return got
 
 
 def test_a_burst_gets_one_result_per_message_and_every_message_arrives_once(cluster):

@@ -7,20 +7,11 @@ import collections
 import pytest
 
 import hostmq
-from hostmq import ConsumeFrom, Message, SendStatus
+from hostmq import Message, SendStatus
 from hostmq.client.accumulator import BatchConfig
-from tests.conftest import wait_until
+from tests.e2e.conftest import consume_all
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def consume_all(root: str, topic: str, expect: int) -> list:
-    got: list = []
-    with hostmq.PullConsumer(root, group="g-" + topic, consume_from=ConsumeFrom.FIRST_OFFSET) as c:
-        c.subscribe(topic, "*")
-        wait_until(lambda: got.extend(c.poll(0.3)) or len(got) >= expect, 60, f"{expect} messages")
-        got.extend(c.poll(0.3))
-    return got
 
 
 def test_every_batched_message_gets_its_own_result_and_arrives_once(cluster):
