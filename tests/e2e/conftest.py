@@ -38,6 +38,30 @@ def consume_all(root: str, topic: str, expect: int) -> list:
     return got
 
 
+def check_results_name_their_messages(root: str, topic: str, results: list) -> dict:
+    """``results`` — one SendResult per message of ``topic``, whose bodies are ``b"m%05d" % i`` — are
+    all SEND_OK with their own message id, every queue's offsets are taken once and none skipped, and
+    each result names the stored message with its body (id, queue, offset). The stored messages by
+    body."""
+    import collections
+    from hostmq import SendStatus
+    n = len(results)
+    assert all(r.status == SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == n and all("," not in r.msg_id for r in results)
+    per_queue = collections.defaultdict(list)
+    for r in results:
+        per_queue[r.queue.queue_id].append(r.queue_offset)
+    for offs in per_queue.values():
+        assert sorted(offs) == list(range(len(offs)))
+    got = consume_all(root, topic, n)
+    assert sorted(m.body for m in got) == [b"m%05d" % i for i in range(n)]
+    by_body = {m.body: m for m in got}
+    for i, r in enumerate(results):
+        m = by_body[b"m%05d" % i]
+        assert (m.msg_id, m.queue_id, m.queue_offset) == (r.msg_id, r.queue.queue_id, r.queue_offset)
+    return by_body
+
+
 def consume_bodies(root: str, topic: str, expect: int, group: str, linger_s: float = 0.0) -> list[bytes]:
     """Bodies a new group reads from the first offset of ``topic`` until ``expect`` arrived (30 s at
     most), then ``linger_s`` more so that anything stored that should not be shows up too."""

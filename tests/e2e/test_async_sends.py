@@ -5,7 +5,6 @@ frame in flight — a real broker, a real pause."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import os
@@ -19,7 +18,7 @@ from hostmq import Message, SendStatus
 from hostmq.client.async_sends import SendFuture
 from hostmq.errors import ConnectError, ValidationError
 from tests.conftest import wait_until
-from tests.e2e.conftest import consume_all
+from tests.e2e.conftest import check_results_name_their_messages, consume_all
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,19 +50,9 @@ def test_a_burst_gets_one_result_per_message_and_every_message_arrives_once(clus
                 for i in range(n)]
         assert all(isinstance(f, concurrent.futures.Future) for f in futs)
         results = [f.result(30) for f in futs]
-    assert all(r.status == SendStatus.SEND_OK for r in results)
-    assert len({r.msg_id for r in results}) == n and all("," not in r.msg_id for r in results)
-    per_queue = collections.defaultdict(list)
-    for r in results:
-        per_queue[r.queue.queue_id].append(r.queue_offset)
-    for offs in per_queue.values():         # every offset of a queue once, none skipped
-        assert sorted(offs) == list(range(len(offs)))
-    got = consume_all(c.root, "burst", n)
-    assert sorted(m.body for m in got) == [b"m%05d" % i for i in range(n)]
-    by_body = {m.body: m for m in got}
-    for i, r in enumerate(results):         # each result names its own message
+    by_body = check_results_name_their_messages(c.root, "burst", results)
+    for i in range(n):
         m = by_body[b"m%05d" % i]
-        assert (m.msg_id, m.queue_id, m.queue_offset) == (r.msg_id, r.queue.queue_id, r.queue_offset)
         assert m.tags == "t" and m.keys == (("k%d" % i,) if i % 7 == 0 else ())
 
 

@@ -2,14 +2,13 @@
 call per message, one frame per batch, and still one Future and one SendResult per message."""
 from __future__ import annotations
 
-import collections
 
 import pytest
 
 import hostmq
 from hostmq import Message, SendStatus
 from hostmq.client.accumulator import BatchConfig
-from tests.e2e.conftest import consume_all
+from tests.e2e.conftest import check_results_name_their_messages, consume_all
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,19 +21,9 @@ def test_every_batched_message_gets_its_own_result_and_arrives_once(cluster):
     with hostmq.Producer(c.root, auto_batch=True, batch=BatchConfig(max_messages=64)) as p:
         futs = [p.send_async(Message("ab", b"m%05d" % i, tags="t", keys=["k%d" % i])) for i in range(n)]
         results = [f.result(30) for f in futs]
-    assert all(r.status == SendStatus.SEND_OK for r in results)
-    assert len({r.msg_id for r in results}) == n and all("," not in r.msg_id for r in results)
-    per_queue = collections.defaultdict(list)
-    for r in results:
-        per_queue[r.queue.queue_id].append(r.queue_offset)
-    for offs in per_queue.values():         # every offset of a queue once, none skipped
-        assert sorted(offs) == list(range(len(offs)))
-    got = consume_all(c.root, "ab", n)
-    assert sorted(m.body for m in got) == [b"m%05d" % i for i in range(n)]
-    by_body = {m.body: m for m in got}
-    for i, r in enumerate(results):         # each result names its own message
+    by_body = check_results_name_their_messages(c.root, "ab", results)
+    for i in range(n):
         m = by_body[b"m%05d" % i]
-        assert (m.msg_id, m.queue_id, m.queue_offset) == (r.msg_id, r.queue.queue_id, r.queue_offset)
         assert m.keys == ("k%d" % i,) and m.tags == "t"
 
 
