@@ -41,6 +41,7 @@ from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..message import Message, SendResult
 from ..store.encode import NATIVE as NATIVE_ENCODE, encode_messages, restamp, TAGS_B, UNIQ_B
+from ..store.gather import PyGather, py_send_results
 from ..ingress.session import Waiter
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,8 @@ class AsyncFrame:
             ids = out.msg_id.split(",")
             res = NATIVE_ENCODE.send_results(SendResult, out.status, ids, out.queue, out.queue_offset) \
                 if NATIVE_ENCODE is not None else None
-            out = res if res is not None else [SendResult(out.status, mid, out.queue, out.queue_offset + i)
-                                               for i, mid in enumerate(ids)]
+            out = res if res is not None else py_send_results(SendResult, out.status, ids, out.queue,
+                                                              out.queue_offset)
         self.results = out
         return out
 
@@ -252,63 +253,6 @@ def _mirror(view: SendFuture) -> None:
             f.set_result(view, out)
     except concurrent.futures.InvalidStateError:      # mirrored already (two threads asked at once)
         pass
-
-
-class PyGather:
-    """The spec of ``store._encode.Gather`` (and what serves where it is not built): a producer's open
-    frames per topic and the count of its frames in flight, each call atomic (a lock here; the GIL
-    there). ``add`` takes nothing here — the caller encodes and ``put``s every message."""
-
-    def __init__(self, frame_type, view_type, uid_source, host, tags_name, uniq_name, max_messages: int,
-                 max_bytes: int, compress_over: int, max_body: int, max_props: int) -> None:
-        self.open: dict[str, AsyncFrame] = {}
-        self.topics: dict[str, bytes] = {}
-        self.due: AsyncFrame | None = None
-        self.inflight = 0
-        self.view_type = view_type
-        self.max_messages, self.max_bytes = max_messages, max_bytes
-        self._lock = threading.Lock()
-
-    def add(self, msg) -> None:
-        return None
-
-    def put(self, topic: str, frame: AsyncFrame, record: bytes) -> SendFuture | None:
-        with self._lock:
-            if self.open.get(topic) is not frame:
-                return None
-            view = self.view_type(frame, len(frame.sizes))
-            frame.buf += record
-            frame.sizes.append(len(record))
-            if len(frame.sizes) >= self.max_messages or len(frame.buf) >= self.max_bytes or self.inflight <= 0:
-                self.due = frame
-            return view
-
-    def take(self, topic: str) -> AsyncFrame | None:
-        with self._lock:
-            fr = self.open.pop(topic, None)
-            if fr is not None:
-                if self.due is fr:
-                    self.due = None
-                self.inflight += 1
-            return fr
-
-    def take_due(self) -> AsyncFrame | None:
-        with self._lock:
-            fr, self.due = self.due, None
-        return self.take(fr.topic) if fr is not None and self.open.get(fr.topic) is fr else None
-
-    def take_all(self) -> list[AsyncFrame]:
-        with self._lock:
-            frames = list(self.open.values())
-            self.open.clear()
-            self.due = None
-            self.inflight += len(frames)
-            return frames
-
-    def answered(self) -> None:
-        with self._lock:
-            if self.inflight > 0:
-                self.inflight -= 1
 
 
 class AsyncSends:

@@ -160,7 +160,9 @@ class Producer:
                    selector: Callable | None = None, arg=None, sharding_key: str | None = None,
                    callback: Callable | None = None) -> concurrent.futures.Future:
         """Send without waiting: a Future of the SendResult (``callback(future)`` runs when it is done,
-        on the producer's completion thread)."""
+        on the thread that read the broker's answer — the session's completion thread, or a caller
+        waiting on a result). A plain message is batched naturally (``client.async_sends``): its
+        Future is a ``SendFuture`` view into its frame."""
         if queue is None and selector is None and sharding_key is None and self.batch_config is None:
             # The common case: a view into a naturally batched frame (client.async_sends), the
             # message encoded onto the open frame in one native call (AsyncSends.add, inlined).

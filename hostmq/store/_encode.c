@@ -403,7 +403,7 @@ static PyObject *restamp(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
-/* ---- send_async's open frames (hostmq/client/async_sends.py; its spec is AsyncSends._add_py) ---------
+/* ---- open frames of records (a producer's send_async); the spec is hostmq/store/gather.py PyGather ---
  *
  * Gather(frame_type, view_type, uid_source, host, max_messages, max_bytes, compress_over, max_body,
  *        max_props) keeps a producer's open async frames: ``open`` (topic -> AsyncFrame) and
@@ -764,7 +764,7 @@ static PyType_Slot gather_slots[] = {
     {Py_tp_clear, gather_clear},
     {Py_tp_methods, gather_methods},
     {Py_tp_members, gather_members},
-    {Py_tp_doc, "A producer's open async frames (hostmq/client/async_sends.py)."},
+    {Py_tp_doc, "A producer's open async frames (spec: hostmq/store/gather.py PyGather)."},
     {0, NULL},
 };
 
@@ -776,8 +776,8 @@ static PyType_Spec gather_spec = {
 };
 
 /* send_results(result_type, status, ids, queue, first_offset) -> [result_type(status, ids[i], queue,
- * first_offset + i) ...]: an async frame's SendResults (hostmq/client/async_sends.py; the spec is the
- * list comprehension there), each made without running the frozen dataclass's __init__ — its four
+ * first_offset + i) ...]: an async frame's SendResults (the spec is py_send_results in
+ * hostmq/store/gather.py), each made without running the frozen dataclass's __init__ — its four
  * slots set as that __init__ sets them. None where an argument is not the common case. */
 static PyObject *send_results(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

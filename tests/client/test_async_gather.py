@@ -1,5 +1,5 @@
 """send_async's open frames in C (``hostmq.store._encode.Gather``) against their spec in Python
-(``client.async_sends.PyGather`` with ``AsyncSends._add_py``).
+(``store.gather.PyGather`` with ``client.async_sends.AsyncSends._add_py``).
 
 A hypothesis state machine drives two ``AsyncSends`` of one started producer — one native, one the
 spec — with the same unique-id counter and host: it adds messages (plain ones and every hostile kind
@@ -23,7 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import hostmq
 from hostmq import records as R
-from hostmq.client.async_sends import AsyncFrame, AsyncSends, PyGather, SendFuture
+from hostmq.client.async_sends import AsyncFrame, AsyncSends, SendFuture
+from hostmq.store.gather import PyGather
 from hostmq.errors import ValidationError
 from hostmq.message import Message
 from hostmq.store import encode as E
