@@ -242,11 +242,7 @@ class ProducerSession:
         """Back-pressure: the ring is full; read completions and wait for the writer to free room."""
         ring = self.ring
         while True:
-            if self._read_lock.acquire(blocking=False):
-                try:
-                    self._drain()
-                finally:
-                    self._read_lock.release()
+            self.poll_completions()
             if ring.try_write(kind, seq, payload, count):
                 return
             now = time.monotonic()
@@ -441,7 +437,9 @@ class ProducerSession:
             time.sleep(0.0005)
         self.closed = True
         self._async_event.set()
-        if self._thread is not None:
+        # Closed from its own completion thread (an async frame published after a break replaces the
+        # broken session from there): that thread ends at its loop's next turn; no join.
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(1.0)
         self._fail_all(ConnectError("producer shut down before the broker answered"))
         self.ring.mark_closed()

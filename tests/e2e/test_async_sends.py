@@ -159,3 +159,22 @@ def test_a_broker_that_dies_fails_the_frames_in_flight_and_the_held_ones(cluster
             with pytest.raises(ConnectError):
                 f.result(30)
         assert all(f.done() and isinstance(f.exception(), ConnectError) for f in fs)
+
+
+def test_a_session_closed_from_its_own_completion_thread_ends_cleanly(cluster, caplog):
+    """What a broken session's completion thread does when it publishes held async frames: the
+    producer replaces the broken session, closing it from that very thread (it once tried to join
+    itself, and the held messages failed with a RuntimeError instead of the broker's error)."""
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        a.create_topic("self", queues=1)
+    with hostmq.Producer(c.root) as p:
+        assert p.send_async(Message("self", b"x")).result(10).status == SendStatus.SEND_OK
+        s = p._sessions["broker-a"]
+        assert s._thread is not None and s._thread.is_alive()
+        s.on_drained = lambda: s.close(0)
+        s.wake_completion_thread()
+        wait_until(lambda: s.closed and not s._thread.is_alive(), 15, "the session closed by its own thread")
+        assert "after reading completions" not in caplog.text
+        del p._sessions["broker-a"]             # the producer opens a new one for the next send
+        assert p.send(Message("self", b"y")).status == SendStatus.SEND_OK
