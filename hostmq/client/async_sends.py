@@ -74,10 +74,6 @@ class AsyncFrame:
         self.callbacks: list | None = None  # (view, fn) registered before it was done
         self.finished = False
 
-    @property
-    def done(self) -> bool:
-        return self.finished
-
     def outcome(self, index: int):
         """Message ``index``'s SendResult, or the exception of the frame (only once done)."""
         res = self.results
@@ -104,7 +100,7 @@ class AsyncFrame:
         if self.waiter is None and self.error is None:
             self.owner.publish_open(self)
         deadline = _FOREVER if timeout is None else time.monotonic() + max(0.0, timeout)
-        while not self.done:
+        while not self.finished:
             w, s = self.waiter, self.session
             if w is None or s is None:      # being published by another thread right now
                 if time.monotonic() >= deadline:
@@ -114,7 +110,7 @@ class AsyncFrame:
             try:
                 s.wait(w, deadline)
             except HostMQError:
-                if not self.done:               # SendTimeout (a TimeoutError) or a broken session
+                if not self.finished:           # SendTimeout (a TimeoutError) or a broken session
                     raise
         self.owner.poke()
 
@@ -125,6 +121,17 @@ class AsyncFrame:
         self.finish()
         if self.owner.gather.open:          # frames held while this one flew may go now: the
             session.wake_completion_thread()    # completion thread publishes them (``poke``)
+
+    def on_finish(self, view: "SendFuture", fn) -> bool:
+        """Run ``fn(view)`` when it finishes: True if registered, False if it has finished already
+        (the caller runs ``fn`` itself)."""
+        with self.owner.cb_lock:
+            if self.finished:
+                return False
+            if self.callbacks is None:
+                self.callbacks = []
+            self.callbacks.append((view, fn))
+            return True
 
     def finish(self) -> None:
         """Its outcome is known (``waiter`` answered, or ``error``): done, counted out of the frames in
@@ -162,10 +169,10 @@ class SendFuture(concurrent.futures.Future):
     # -- the Future API ------------------------------------------------------------------------------
     def done(self) -> bool:
         fr = self._frame
-        if fr.done:
+        if fr.finished:
             return True
         fr.owner.poll(fr)
-        return fr.done
+        return fr.finished
 
     def result(self, timeout: float | None = None):
         fr = self._frame
@@ -180,22 +187,13 @@ class SendFuture(concurrent.futures.Future):
 
     def exception(self, timeout: float | None = None):
         fr = self._frame
-        if not fr.done:
+        if not fr.finished:
             fr.await_done(timeout)
         out = fr.outcome(self._index)
         return out if isinstance(out, BaseException) else None
 
     def add_done_callback(self, fn) -> None:
-        fr = self._frame
-        with fr.owner.cb_lock:
-            if not fr.done:
-                if fr.callbacks is None:
-                    fr.callbacks = []
-                fr.callbacks.append((self, fn))
-                registered = True
-            else:
-                registered = False
-        if not registered:
+        if not self._frame.on_finish(self, fn):
             _call(fn, self)
 
     def cancel(self) -> bool:
@@ -217,7 +215,7 @@ class SendFuture(concurrent.futures.Future):
 
     def __repr__(self) -> str:
         fr = self._frame
-        state = "finished" if fr.done else "pending" if fr.waiter is None else "running"
+        state = "finished" if fr.finished else "pending" if fr.waiter is None else "running"
         return f"<SendFuture message {self._index} of a frame of {len(fr.sizes)} on {fr.topic!r}: {state}>"
 
     def __getattr__(self, name: str):
@@ -225,19 +223,11 @@ class SendFuture(concurrent.futures.Future):
         build them on first use, kept in step with the frame."""
         if name not in _FUTURE_STATE:
             raise AttributeError(name)
-        fr = self._frame
-        pending = True
-        with fr.owner.cb_lock:
-            if "_condition" not in self.__dict__:
+        with self._frame.owner.cb_lock:
+            built = "_condition" not in self.__dict__
+            if built:
                 concurrent.futures.Future.__init__(self)
-                if not fr.done:
-                    if fr.callbacks is None:
-                        fr.callbacks = []
-                    fr.callbacks.append((self, _mirror))
-                    pending = True
-                else:
-                    pending = False
-        if not pending:
+        if built and not self._frame.on_finish(self, _mirror):
             _mirror(self)
         return object.__getattribute__(self, name)
 
@@ -271,20 +261,10 @@ class AsyncSends:
                            max_bytes, producer.compress_over_bytes, lim.max_message_bytes, lim.max_properties_bytes)
         self.cb_lock = threading.Lock()
 
-    def add(self, msg: Message, timeout_s: float) -> SendFuture | None:
-        """``msg`` checked and encoded onto its topic's open frame (published now if nothing is in
-        flight or it is full); its view. None where ``msg`` is not a plain message (the caller then
-        sends it alone). ``Producer.send_async`` inlines this."""
-        g = self.gather
-        view = g.add(msg)                       # native: the common case, onto an open frame
-        if view is None:
-            return self.add_slow(msg, timeout_s)
-        if g.due is not None:
-            self.publish_due()
-        return view
-
     def add_slow(self, msg: Message, timeout_s: float) -> SendFuture | None:
-        """``add`` where the native call declined: ``_add_py``, then the frame out if it is due."""
+        """``msg`` onto its topic's open frame where ``Gather.add`` declined (``Producer.send_async``
+        calls that first): ``_add_py``, then the frame out if it is due. None where ``msg`` is not a
+        plain message (the caller then sends it alone)."""
         view = self._add_py(msg, timeout_s)
         if view is not None and self.gather.due is not None:
             self.publish_due()

@@ -165,7 +165,7 @@ class Producer:
         Future is a ``SendFuture`` view into its frame."""
         if queue is None and selector is None and sharding_key is None and self.batch_config is None:
             # The common case: a view into a naturally batched frame (client.async_sends), the
-            # message encoded onto the open frame in one native call (AsyncSends.add, inlined).
+            # message encoded onto the open frame in one native call; AsyncSends.add_slow otherwise.
             sends = self._async_sends or self._make_async_sends()
             g = sends.gather
             view = g.add(msg)

@@ -59,11 +59,16 @@ static inline uint32_t hm_crc32(uint32_t crc, const unsigned char *p, size_t n)
 
 #define HM_CRC_ZLIB_FROM 512
 
+/* zlib.crc32(p[:n]): slicing-by-8 below HM_CRC_ZLIB_FROM bytes, zlib from there. */
+static inline uint32_t hm_crc32_any(const unsigned char *p, size_t n)
+{
+    return n < HM_CRC_ZLIB_FROM ? hm_crc32(0, p, n) : (uint32_t)crc32(0L, p, (uInt)n);
+}
+
 /* A record's BODYCRC: crc32 & 0x7FFFFFFF (records.py body_crc). */
 static inline uint32_t hm_body_crc(const unsigned char *p, size_t n)
 {
-    uint32_t c = n < HM_CRC_ZLIB_FROM ? hm_crc32(0, p, n) : (uint32_t)crc32(0L, p, (uInt)n);
-    return c & 0x7FFFFFFFu;
+    return hm_crc32_any(p, n) & 0x7FFFFFFFu;
 }
 
 #endif

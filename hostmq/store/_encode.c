@@ -835,7 +835,7 @@ static PyObject *crc32_of(PyObject *self, PyObject *arg)
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    uint32_t c = b.len < HM_CRC_ZLIB_FROM ? hm_crc32(0, b.buf, (size_t)b.len) : (uint32_t)crc32(0L, b.buf, (uInt)b.len);
+    uint32_t c = hm_crc32_any(b.buf, (size_t)b.len);
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(c);
 }
@@ -850,15 +850,9 @@ static PyObject *bind(PyObject *self, PyObject *arg)
     }
     PyTypeObject *t = (PyTypeObject *)arg;
     Py_ssize_t offset[S_COUNT];
-    for (int s = 0; s < S_COUNT; s++) {
-        PyObject *d = PyDict_GetItemString(t->tp_dict, slot_names[s]);     /* borrowed */
-        if (d == NULL || !PyObject_TypeCheck(d, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", t->tp_name, slot_names[s]);
+    for (int s = 0; s < S_COUNT; s++)
+        if (slot_offset(t, slot_names[s], &offset[s]) < 0)
             return NULL;
-        }
-        offset[s] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
     memcpy(st->offset, offset, sizeof offset);
     Py_INCREF(arg);
     Py_XSETREF(st->message_type, t);
