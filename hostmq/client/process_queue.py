@@ -30,6 +30,18 @@ class ProcessQueue:
                 heapq.heappush(self._heap, off)
         self.next_offset = max(self.next_offset, next_offset)
 
+    def hold(self, msgs, next_offset: int) -> None:
+        """``add`` of fetched messages (each one's ``queue_offset`` and ``store_size``)."""
+        held, heap = self.held, self._heap
+        for m in msgs:
+            off = m.queue_offset
+            if off not in held:
+                size = held[off] = m.store_size
+                self.size_bytes += size
+                heapq.heappush(heap, off)
+        if next_offset > self.next_offset:
+            self.next_offset = next_offset
+
     def remove(self, offsets) -> int:
         """Mark consumed; the offset now safe to commit."""
         for off in offsets:

@@ -264,7 +264,8 @@ class PushConsumer:
                     log.exception("pull for %s failed; polling again in %.1f s", self.group, POLL_ERROR_PAUSE_S)
                     self.stopping.wait(POLL_ERROR_PAUSE_S)
                     continue
-                self._sync_queues()
+                if pull.reset_queues or pull.assignment_version != self._synced_version:
+                    self._sync_queues()     # (its own first test, inline: this is the hot path)
                 if msgs:
                     self._dispatch(msgs)
                     # Hand the GIL to the listener thread just woken: else it waits for this thread's
@@ -330,6 +331,16 @@ class PushConsumer:
 
     def _dispatch(self, msgs: list[MessageExt]) -> None:
         fetched, groups = self.pull.last_fetch
+        if fetched is msgs and len(groups) == 1:    # the usual round: one queue's messages, in one list
+            mq, a, b = groups[0]
+            batch = msgs if a == 0 and b == len(msgs) else msgs[a:b]
+            with self.lock:
+                pq = self.queues.get(mq)
+                if pq is None:
+                    return
+                pq.hold(batch, self.pull.positions.get(mq, 0))
+            self.service.submit(mq, pq, batch)
+            return
         if fetched is msgs:         # the poll's own list: its queues' slices are known
             by_queue = {mq: msgs[a:b] for mq, a, b in groups}
         else:
@@ -341,7 +352,7 @@ class PushConsumer:
                 pq = self.queues.get(mq)
                 if pq is None:
                     continue
-                pq.add([(m.queue_offset, m.store_size) for m in batch], self.pull.positions.get(mq, 0))
+                pq.hold(batch, self.pull.positions.get(mq, 0))
             self.service.submit(mq, pq, batch)
 
     def call_listener(self, batch: list[MessageExt],
@@ -350,8 +361,12 @@ class PushConsumer:
         given); an exception or a wrong return value counts as RECONSUME_LATER (logged)."""
         if context is None or context.message_queue.topic.startswith(RETRY_PREFIX):
             show_original_topics(batch)     # (a batch comes from one queue: only a retry queue's need it)
-        try:
-            result = self.listener(*self.listener_args(batch, context))
+        try:        # (listener_args, inline: this runs once per delivered batch)
+            if self.listener_takes_context:
+                result = self.listener(batch, context if context is not None
+                                       else default_context(batch, self.orderly is not None))
+            else:
+                result = self.listener(batch)
         except Exception:
             return listener_raised(self.group)
         return listener_verdict(self.group, result)

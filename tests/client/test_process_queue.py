@@ -38,3 +38,22 @@ def test_any_completion_order_commits_exactly_the_finished_prefix(n, rnd):
         while prefix in done:
             prefix += 1
         assert safe == prefix
+
+
+class _Fetched:
+    """What ``hold`` reads of a fetched MessageExt."""
+
+    def __init__(self, queue_offset: int, store_size: int) -> None:
+        self.queue_offset, self.store_size = queue_offset, store_size
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 500)), max_size=8),
+                          st.integers(0, 60)), max_size=10))
+def test_hold_of_messages_is_add_of_their_offsets_and_sizes(batches):
+    a, b = ProcessQueue(5), ProcessQueue(5)
+    for batch, nxt in batches:
+        a.add(batch, nxt)
+        b.hold([_Fetched(o, s) for o, s in batch], nxt)
+        assert (b.held, b.size_bytes, b.next_offset, b.safe_offset()) == \
+            (a.held, a.size_bytes, a.next_offset, a.safe_offset())
