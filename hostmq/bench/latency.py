@@ -348,10 +348,11 @@ def latency_tables(rows: list[dict]) -> list[str]:
             "From stamps in the producer and consumer processes around the native calls "
             "(hostmq/bench/latency_workers.py `_publish_stamps`, `_WakeStamps`), each against the send stamp "
             "in the body: send → ring write (the producer's own work until it writes its frame), send → "
-            "consumer woken (its futex wait ends), woken → returned (the consumer's poll round); ring write → "
+            "consumer woken (its futex wait ends), woken → returned (the consumer's poll round; push rows: "
+            "woken → the listener called, on the pull thread); ring write → "
             "woken (the frame write, the doorbell, the writer and two hand-offs) is the difference of the "
-            "two p50s. Counted over the messages a poll returned right after it was "
-            "woken (push rows: none — the hand-off to the listener). Waits: the consumer's "
+            "two p50s. Counted over the messages a poll returned (a listener got) right after a wake-up. "
+            "Waits: the consumer's "
             "`PullConsumer.wait_stats` during the row.", "",
             "| system | pacing | neighbour | e2e p50 | send → ring write | ≈ ring write → woken | send → woken "
             "| woken → returned | blocked | wakeups | slice timeouts | rescued |",

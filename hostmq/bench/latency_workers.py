@@ -364,6 +364,17 @@ class _WakeStamps:
     def before(self) -> None:
         self.woke = 0
 
+    def delivered(self, now: int, first_body) -> None:
+        """A push listener was called at ``now`` with a batch whose first body is ``first_body``:
+        counted against the pull thread's last wake-up, once (the listener runs on the pull thread
+        on the hot path; a batch found without a wait has no wake-up)."""
+        woke, self.woke = self.woke, 0
+        if woke:
+            t, seq = STAMP.unpack_from(first_body)
+            if seq >= 0:
+                self.to_woken.append(woke - t)
+                self.rounds.append(now - woke)
+
     def after(self, bodies) -> None:
         if self.woke and bodies:
             now = time.perf_counter_ns()
@@ -418,31 +429,37 @@ def hostmq_push_consumer(conn, cfg: dict) -> None:
 
     def listener(msgs):
         now = time.perf_counter_ns()
-        for m in msgs:
-            arrived.put((now, bytes(m.body[:STAMP.size])))   # the store view may move on
+        stamps = [(now, bytes(m.body[:STAMP.size])) for m in msgs]     # the store view may move on
+        if wakes is not None:
+            wakes.delivered(now, stamps[0][1])
+        for x in stamps:
+            arrived.put(x)
         return hostmq.ConsumeResult.SUCCESS
     c = hostmq.PushConsumer(cfg["root"], group=cfg["group"], consume_from=hostmq.ConsumeFrom.FIRST_OFFSET,
                             threads=1, idle=cfg.get("idle"))
+    wakes = None
     c.subscribe(cfg["topic"])
     c.register(listener)
     c.start()
+    wakes = _WakeStamps(c.pull)         # send → pull thread woken, woken → listener called
     try:
         deadline = time.monotonic() + 30
         while not c.assignment() and time.monotonic() < deadline:   # its first rebalance
             time.sleep(0.01)
-        _consume_stamped(conn, cfg, arrived, lambda: _wait_totals(c.pull.wait_stats))
+        _consume_stamped(conn, cfg, arrived, lambda: _wait_totals(c.pull.wait_stats), wakes)
     finally:
         c.shutdown()
 
 
-def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, counters) -> None:
+def _consume_stamped(conn, cfg: dict, arrived: queue_mod.SimpleQueue, counters,
+                     wakes: "_WakeStamps | None" = None) -> None:
     """``_consume`` of what the listener (or a Zenoh callback) handed over with its own receive time."""
     def receive() -> list:
         try:
             return [arrived.get(timeout=POLL_S)]
         except queue_mod.Empty:
             return []
-    _consume(conn, cfg, receive, counters, stamped=True)
+    _consume(conn, cfg, receive, counters, stamped=True, wakes=wakes)
 
 
 # hostmq poll once per idle strategy (producer and consumer both; the broker's own is --broker-idle):
