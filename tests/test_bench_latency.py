@@ -103,6 +103,8 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
                     assert float(r[f"p50_x_{base}"]) > 0, r
             if r["system"] in FLOOR:
                 assert all(math.isfinite(float(r[q])) and float(r[q]) > 0 for q in QUANTILES), r
+            if r["system"] == "hostmq_push":       # its breakdown: pull thread woken, then the listener
+                assert float(r["to_woken_p50"]) > 0 and float(r["woken_to_poll_p50"]) > 0, r
         for s in HOSTMQ + PEERS + (["zenoh"] if ZENOH else []):
             assert f"| {s} |" in report
         assert "×zenoh" in report and "×floor" in report and "idle strategies:" in report
@@ -165,3 +167,34 @@ def test_the_rows_script_repeats_the_named_rows_and_cleans_up(short_dir):
     assert not leftovers, f"the script left processes behind: {[(x.pid, x.name()) for x in leftovers]}"
     assert _bench_shm_entries() <= before, f"left behind: {sorted(_bench_shm_entries() - before)}"
     assert not os.listdir(short_dir), f"the script left its temporary directory: {os.listdir(short_dir)}"
+
+
+def test_sched_delays_summarizes_perf_timehist_per_task_and_cpu():
+    """bench/sched_delays.py's table from ``perf sched timehist`` lines (times in ms there, µs here):
+    per task and CPU, the slices, the scheduling delay's quantiles and the run per slice; idle skipped."""
+    sys.path.insert(0, os.path.join(ROOT_DIR, "bench"))
+    try:
+        import sched_delays
+    finally:
+        sys.path.pop(0)
+    text = "\n".join([
+        "           time    cpu  task name                       wait time  sch delay   run time",
+        "---------------  ------  ------------------------------  ---------  ---------  ---------",
+        "   62159.880451 [0001]  hostmq-writer[28821]                0.408      0.004      0.028",
+        "   62159.880491 [0000]  python[28874]                       0.460      0.026      0.032",
+        "   62159.880941 [0001]  hostmq-writer[28821]                0.464      0.004      0.025",
+        "   62159.880977 [0000]  python[28874]                       0.456      0.022      0.029",
+        "   62159.881513 [0001]  python[28874]                       0.474      0.000      0.061",
+        "   62159.881600 [0000]  <idle>                              0.000      0.000      0.420",
+        "   62159.882983 [0000]  hostmq-writer[28821]                                awakened: python[28874]",
+    ])
+    table = sched_delays.summarize(text, top=8)
+    assert table[2:] == [                   # the task scheduled most often first
+        "| python[28874] | 0 | 2 | 26 | 26 | 26 | 32 |",
+        "| python[28874] | 1 | 1 | 0 | 0 | 0 | 61 |",
+        "| hostmq-writer[28821] | 1 | 2 | 4 | 4 | 4 | 28 |",
+    ], table
+    assert sched_delays.summarize(text, top=1)[2:] == table[2:4]
+    p = subprocess.run([sys.executable, os.path.join(ROOT_DIR, "bench", "sched_delays.py"), "--help"],
+                       capture_output=True, text=True, timeout=50, cwd=ROOT_DIR)
+    assert p.returncode == 0 and "perf sched" in p.stdout, p.stderr
