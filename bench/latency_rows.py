@@ -93,7 +93,8 @@ def main(argv=None) -> int:
                 x = r["row"]
                 parts = ""
                 if system in L.HOSTMQ:
-                    parts = (f"  send→ring write {x['to_published_p50']}  send→woken {x['to_woken_p50']}  "
+                    parts = (f"  send→ring write {x['to_published_p50']}  →step {x['to_step_p50']}  "
+                             f"→queues woken {x['to_wake_p50']}  send→woken {x['to_woken_p50']}  "
                              f"woken→returned {x['woken_to_poll_p50']}")
                 print(f"run {run} {system:20} p50 {x['p50']:7.1f}  p90 {x['p90']:7.1f}  p99 {x['p99']:8.1f} µs"
                       f"{parts}  load {x['loadavg_1m']}", flush=True)

@@ -690,7 +690,9 @@ STEP_LAYOUT = {
                                               # the native loop's (serve_loop): its sleep and what ends it
                                               "writer_waiting", "dispatcher_waiting", "dispatch_wake",
                                               "sessions_version", "topics_version", "flush_error",
-                                              "fenced_epoch", "ha_slaves", "confirmed_pos")},
+                                              "fenced_epoch", "ha_slaves", "confirmed_pos",
+                                              # measurement stamps of follow_up's queue wake-ups
+                                              "step_started_ns", "step_woke_ns")},
     "FRAME": {n: FRAME_HEADER_DTYPE.fields[n][1] for n in FRAME_HEADER_DTYPE.names},
     "FRAME_HEADER_BYTES": FRAME_HEADER.size,
     "FRAME_KIND": {"MESSAGE": FRAME_MESSAGE, "BATCH": FRAME_BATCH, "SKIP": FRAME_SKIP},

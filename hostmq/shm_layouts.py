@@ -173,11 +173,14 @@ COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's 
 #                 what an in-sync slave acknowledged, or the master's end while none is in sync; it never
 #                 goes back; -1 while no replication process confirms: consumers read to the end) |
 #                 confirm_wake (futex word: the ha process adds one whenever confirmed_pos moves)
-#     +576                      session table: session_slots × STATE_SLOT (broker control)
-#     +576 + 64·S               writer attach table: session_slots × i64 generation (writer)
-#     +576 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
+#     +576  (writer) step_started_ns | step_woke_ns — measurement only: CLOCK_MONOTONIC ns at which the
+#                 writer began the step whose queues it woke last, and at which it woke them (just
+#                 before the futex wakes); the latency bench splits a delivery with them | 6 × reserved
+#     +640                      session table: session_slots × STATE_SLOT (broker control)
+#     +640 + 64·S               writer attach table: session_slots × i64 generation (writer)
+#     +640 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
 #                               i counts commitlog flushes that took [2^(i-1), 2^i) µs (bucket 0: < 1 µs)
-#     +576 + 72·S + 8·H         queue wake words: QUEUE_WAKE_WORDS × i64 (writer); the writer adds one to
+#     +640 + 72·S + 8·H         queue wake words: QUEUE_WAKE_WORDS × i64 (writer); the writer adds one to
 #                               the word of every queue a batch appended to (``queue_wake_word``) and
 #                               wakes its futex once the batch is readable
 #
@@ -192,7 +195,7 @@ COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's 
 # readable (consumers read records past ``dispatched_pos`` from the commitlog itself, store/tail.py);
 # under SYNC_FLUSH they also sleep on ``flush_count``, which the flusher wakes after each flush.
 BROKER_STATE_KIND = "broker"
-BROKER_STATE_VERSION = 13         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
+BROKER_STATE_VERSION = 14         # 2: consumers_version, 3: offsets_reset_version, 4: scheduler line,
                                   # 5: committed_pos, 6: flush latency histogram and consumed_below_pos,
                                   # 7: futex wake-ups and memfd sessions (no waiter table), flush_error
                                   # 8: queue wake words (consumers read past dispatched_pos)
@@ -202,6 +205,7 @@ BROKER_STATE_VERSION = 13         # 2: consumers_version, 3: offsets_reset_versi
                                   # 12: fenced_epoch (a master stepping down, issue 27)
                                   # 13: confirmed_pos, confirm_wake (consumers of a SYNC_MASTER read
                                   #     what a slave holds: a failover cuts nothing they saw)
+                                  # 14: step_started_ns, step_woke_ns (the writer's stamps, issue 29)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -223,6 +227,7 @@ _STATE_FIELDS = [
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
     (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes",
            "fenced_epoch", "confirmed_pos", "confirm_wake"]),
+    (576, ["step_started_ns", "step_woke_ns"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.
@@ -233,9 +238,9 @@ BROKER_STATE = np.dtype({
     "names": [n for _, names in _STATE_FIELDS for n in names],
     "formats": ["S8" if n == "store_host" else "i8" for _, names in _STATE_FIELDS for n in names],
     "offsets": [base + 8 * i for base, names in _STATE_FIELDS for i in range(len(names))],
-    "itemsize": 576,
+    "itemsize": 640,
 })
-assert BROKER_STATE.itemsize == 576 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
+assert BROKER_STATE.itemsize == 640 and all(len(names) <= 8 for _, names in _STATE_FIELDS)
 STATE_WORD = {name: BROKER_STATE.fields[name][1] // 8 for name in BROKER_STATE.names}
 # BROKER_STOPPED: the last word of a stopped run — a broker that changes role starts again in the same
 # process (same pid), so a reader of the old segment learns from this that it is gone.

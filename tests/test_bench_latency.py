@@ -105,10 +105,14 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
                 assert all(math.isfinite(float(r[q])) and float(r[q]) > 0 for q in QUANTILES), r
             if r["system"] == "hostmq_push":       # its breakdown: pull thread woken, then the listener
                 assert float(r["to_woken_p50"]) > 0 and float(r["woken_to_poll_p50"]) > 0, r
+            if r["system"] == "hostmq_poll":       # the writer's own stamps split the hand-off
+                step_, wake = float(r["to_step_p50"]), float(r["to_wake_p50"])
+                assert 0 < step_ <= wake <= float(r["to_woken_p50"]), r
         for s in HOSTMQ + PEERS + (["zenoh"] if ZENOH else []):
             assert f"| {s} |" in report
         assert "×zenoh" in report and "×floor" in report and "idle strategies:" in report
         assert "sync send p50" in report and "PING" in report and "poll_batch" in report
+        assert "send → writer's step" in report and "send → queues woken" in report
         import matplotlib.image
         img = matplotlib.image.imread(out / "latency_hist.png")
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100

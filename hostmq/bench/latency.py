@@ -240,6 +240,8 @@ def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, e
         row["to_published_p50"] = round(made.get("to_published_us", float("nan")), 1)
         row["to_woken_p50"] = round(got.get("to_woken_us", float("nan")), 1)
         row["woken_to_poll_p50"] = round(got.get("round_us", float("nan")), 1)
+        row["to_step_p50"] = round(got.get("to_step_us", float("nan")), 1)      # the writer's stamps
+        row["to_wake_p50"] = round(got.get("to_wake_us", float("nan")), 1)
     return {"row": row, "lat_us": lat_us}
 
 
@@ -351,16 +353,21 @@ def latency_tables(rows: list[dict]) -> list[str]:
             "consumer woken (its futex wait ends), woken → returned (the consumer's poll round; push rows: "
             "woken → the listener called, on the pull thread); ring write → "
             "woken (the frame write, the doorbell, the writer and two hand-offs) is the difference of the "
-            "two p50s. Counted over the messages a poll returned (a listener got) right after a wake-up. "
+            "two p50s. Send → writer's step and send → queues woken are the writer's own stamps (CLOCK_MONOTONIC "
+            "words of the broker state, `step_started_ns` and `step_woke_ns`, written by the native step just "
+            "before it wakes the consumers), each the p50 over the messages whose step they stamped. "
+            "Counted over the messages a poll returned (a listener got) right after a wake-up. "
             "Waits: the consumer's "
             "`PullConsumer.wait_stats` during the row.", "",
-            "| system | pacing | neighbour | e2e p50 | send → ring write | ≈ ring write → woken | send → woken "
+            "| system | pacing | neighbour | e2e p50 | send → ring write | send → writer's step | "
+            "send → queues woken | ≈ ring write → woken | send → woken "
             "| woken → returned | blocked | wakeups | slice timeouts | rescued |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def middle(r) -> float:
         return round(r["to_woken_p50"] - r["to_published_p50"], 1)
     out += [f"| {r['system']} | {r['pacing']} | {r['neighbour']} | {fmt(r['p50'])} | {fmt(r['to_published_p50'])} | "
+            f"{fmt(r.get('to_step_p50'))} | {fmt(r.get('to_wake_p50'))} | "
             f"{fmt(middle(r))} | {fmt(r['to_woken_p50'])} | {fmt(r['woken_to_poll_p50'])} | "
             + " | ".join(fmt(r[k]) for k in WAIT_COUNTERS) + " |" for r in hm]
     return out + [""]

@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from ..shm_layouts import STATE_WORD
+
 STAMP = struct.Struct("<qq")              # send perf_counter_ns, sequence number
 BODY_BYTES = 100
 PAD = b"x" * (BODY_BYTES - STAMP.size)
@@ -343,6 +345,9 @@ def _publish_stamps() -> list:
     return last
 
 
+W_STEP_STARTED, W_STEP_WOKE = STATE_WORD["step_started_ns"], STATE_WORD["step_woke_ns"]
+
+
 class _WakeStamps:
     """When a poll's futex wait ended (``PullConsumer._wait`` wrapped, measurement only), against the
     send stamp of the first message that poll returned, and the poll's return after it: the two p50s
@@ -350,9 +355,12 @@ class _WakeStamps:
     woken count (a message found without a wait has no wake-up)."""
 
     def __init__(self, c) -> None:
+        self.c = c
         self.woke = 0
         self.to_woken: list[int] = []
         self.rounds: list[int] = []
+        self.to_step: list[int] = []            # send → the writer's step began (its stamp word)
+        self.to_wake: list[int] = []            # send → the writer woke the queues
         real = c._wait
 
         def wait(*a):
@@ -374,6 +382,7 @@ class _WakeStamps:
             if seq >= 0:
                 self.to_woken.append(woke - t)
                 self.rounds.append(now - woke)
+                self._writer_stamps(t, woke)
 
     def after(self, bodies) -> None:
         if self.woke and bodies:
@@ -382,11 +391,27 @@ class _WakeStamps:
             if seq >= 0:
                 self.to_woken.append(self.woke - t)
                 self.rounds.append(now - self.woke)
+                self._writer_stamps(t, self.woke)
+
+    def _writer_stamps(self, t: int, woke: int) -> None:
+        """The writer's stamps of the step that woke us (the broker state's ``step_started_ns`` and
+        ``step_woke_ns``, CLOCK_MONOTONIC as ``perf_counter_ns``), kept when they fall between the send
+        and the wake-up (a later step may have overwritten them: then not counted)."""
+        v = next(iter(self.c.views.values()), None)       # the bench's one broker
+        if v is None:
+            return
+        w = v.state.w
+        started, woke_q = int(w[W_STEP_STARTED]), int(w[W_STEP_WOKE])
+        if t <= started <= woke_q <= woke:
+            self.to_step.append(started - t)
+            self.to_wake.append(woke_q - t)
 
     def result(self, warmup: int) -> dict:
-        a, b = self.to_woken[warmup // 2:], self.rounds[warmup // 2:]
-        return {"to_woken_us": float(np.median(a)) / 1000 if a else float("nan"),
-                "round_us": float(np.median(b)) / 1000 if b else float("nan")}
+        def med(v: list[int]) -> float:
+            v = v[warmup // 2:]
+            return float(np.median(v)) / 1000 if v else float("nan")
+        return {"to_woken_us": med(self.to_woken), "round_us": med(self.rounds),
+                "to_step_us": med(self.to_step), "to_wake_us": med(self.to_wake)}
 
 
 def _pull_consumer(cfg: dict):

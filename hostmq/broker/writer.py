@@ -148,6 +148,7 @@ class Writer(RingSessions):
         # (readable at the commit: the dispatcher wakes them) or SYNC_FLUSH (the flusher does).
         self.wake_queues = st.queue_wakes and self.pool is None and not self.sync
         self._woken: set[int] = set()      # queue wake words of the batch being appended
+        self._step_started_ns = 0           # when _serve's step began (step.stamp_wake)
         # What the native step may follow a batch with in the same call (step.Follow), when nothing
         # else must come first: no pool, ASYNC_FLUSH, not a SYNC_MASTER, nothing pending (checked per
         # batch with the replication process, which wants to hear of each append).
@@ -277,6 +278,7 @@ class Writer(RingSessions):
             refusal = R.COMPLETION_NOT_MASTER   # a newer master serves this name (broker/fencing.py)
         follow = self._follow if self._follow is not None and not self.pending and not self._ha_wants_batches() \
             else None
+        self._step_started_ns = time.monotonic_ns()
         try:
             b = step.serve_once(ring, a.slot, a.generation, self.state.w, self.cl, self.limits, self._queues,
                                 int(time.time() * 1000), refusal=refusal, io_failed=self._io_failed,
@@ -348,6 +350,7 @@ class Writer(RingSessions):
         qw, words = st.queue_wake, st.queue_wake_words
         for b in self._woken:
             qw[b] += 1
+        step.stamp_wake(st.w, self._step_started_ns)
         for b in self._woken:
             words[b].wake()
         self._woken.clear()

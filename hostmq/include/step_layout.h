@@ -44,6 +44,8 @@ enum {
     SW_FENCED_EPOCH = 69,
     SW_HA_SLAVES = 53,
     SW_CONFIRMED_POS = 70,
+    SW_STEP_STARTED_NS = 72,
+    SW_STEP_WOKE_NS = 73,
 };
 
 /* Frame header: byte offset of each field (native byte order). */
@@ -115,6 +117,8 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("STATE_WORD.fenced_epoch", 69) \
     X("STATE_WORD.ha_slaves", 53) \
     X("STATE_WORD.confirmed_pos", 70) \
+    X("STATE_WORD.step_started_ns", 72) \
+    X("STATE_WORD.step_woke_ns", 73) \
     X("FRAME.frame_bytes", 0) \
     X("FRAME.kind", 4) \
     X("FRAME.seq", 8) \

@@ -81,12 +81,17 @@ typedef struct {
     long long capacity, entries, max_fb, hpos, rpos, cwpos, cstaged, uncompleted;
     long long slot, generation, file_from, wrote_pos, file_bytes, max_body, max_props, batch_bytes;
     long long now_ms, last_ts, ntopics;
+    long long started_ns;    /* CLOCK_MONOTONIC when the step began (follow_up's stamp words) */
     const unsigned char *host;
     const StepState *st;
     /* out */
     long long frames, appended;
     uint64_t wake_mask;      /* bit i: queue wake word i */
 } Step;
+
+/* The highest state word serve() writes (its buffer must reach it). */
+#define HM_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define STEP_MAX_WORD HM_MAX2(HM_MAX2(SW_INTENT_CW_END, SW_COMMITTED_POS), HM_MAX2(SW_STEP_STARTED_NS, SW_STEP_WOKE_NS))
 
 static inline int64_t load_i64(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void store_i64(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -356,6 +361,9 @@ static void follow_up(Step *s, int follow, int64_t *queue_wake)
         for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
             if (s->wake_mask >> b & 1)
                 __atomic_fetch_add(queue_wake + b, 1, __ATOMIC_RELEASE);
+        /* measurement only (the latency bench's breakdown): this step's start and its wake-ups */
+        store_i64(s->words + SW_STEP_STARTED_NS, s->started_ns);
+        store_i64(s->words + SW_STEP_WOKE_NS, hm_mono_ns());
         for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
             if (s->wake_mask >> b & 1)
                 hm_futex_wake(queue_wake + b);
@@ -467,8 +475,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
     s.ntopics = ints[18];
     PyObject *out = NULL;
     int bad = writable(bq, RING_HEADER_BYTES, "ring header") < 0
-        || writable(bwords, ((SW_INTENT_CW_END > SW_COMMITTED_POS ? SW_INTENT_CW_END : SW_COMMITTED_POS) + 1) * 8,
-                    "state words") < 0
+        || writable(bwords, (STEP_MAX_WORD + 1) * 8, "state words") < 0
         || writable(bhost, HOST_BYTES, "store host") < 0;
     if (!bad && (s.capacity <= 0 || (s.capacity & (s.capacity - 1)) || bdata->len < s.capacity
                  || s.entries <= 0 || (s.entries & (s.entries - 1)) || bcomp->len < s.entries * COMPLETION_BYTES
@@ -488,6 +495,7 @@ static PyObject *step_serve(PyObject *self, PyObject *const *args, Py_ssize_t na
         long long hpos0 = s.hpos;
         Py_BEGIN_ALLOW_THREADS
         Py_ssize_t used = 0;
+        s.started_ns = hm_mono_ns();
         status = take(&s, &used);
         if (status == ST_DONE) {
             status = check(&s, used);
@@ -595,6 +603,7 @@ static int loop_serve(Step *s, LoopRing *r, int64_t *queue_wake)
     s->uncompleted = r->uncompleted; s->slot = r->slot; s->generation = r->generation;
     s->frames = s->appended = 0;
     s->wake_mask = 0;
+    s->started_ns = hm_mono_ns();
     s->now_ms = wall_ms();
     Py_ssize_t used = 0;
     int status = take(s, &used);
@@ -799,7 +808,8 @@ static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize
         int max_sw = SW_INTENT_CW_END;
         const int sws[] = {SW_COMMITTED_POS, SW_WRITER_WAITING, SW_DISPATCHER_WAITING, SW_DISPATCH_WAKE,
                            SW_SESSIONS_VERSION, SW_TOPICS_VERSION, SW_FLUSH_ERROR, SW_FENCED_EPOCH, SW_HA_SLAVES,
-                           SW_CONFIRMED_POS, SW_WRITE_POS, SW_LAST_STORE_TS_MS, SW_APPENDED_RECORDS};
+                           SW_CONFIRMED_POS, SW_WRITE_POS, SW_LAST_STORE_TS_MS, SW_APPENDED_RECORDS,
+                           SW_STEP_STARTED_NS, SW_STEP_WOKE_NS};
         for (size_t i = 0; i < sizeof sws / sizeof sws[0]; i++)
             if (sws[i] > max_sw)
                 max_sw = sws[i];

@@ -49,6 +49,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import time
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -171,6 +172,7 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
     bits = follow.bits if follow is not None else 0
     if bits & FOLLOW_WAKE:
         woken = set()                       # this call wakes them (follow_up); the caller's set stays empty
+    started_ns = time.monotonic_ns()
     frames = ring.frames(limits.batch_bytes)
     n = len(frames)
     if n == 0:
@@ -210,24 +212,36 @@ def serve_once(ring, slot: int, generation: int, words, log_, limits: Limits, qu
         trace("journal")
     b = Batch(n, appended, cw_start, ring.staged_position, data_end, end, bits)
     if bits:
-        follow_up(words, ring, b, follow, woken)
+        follow_up(words, ring, b, follow, woken, started_ns)
     return b
 
 
-def follow_up(words, ring, b: Batch, follow: Follow, woken: set | None) -> None:
+def follow_up(words, ring, b: Batch, follow: Follow, woken: set | None, started_ns: int = 0) -> None:
     """The ``follow`` ups of a served batch ``b`` (the spec of ``_step.c``'s ``follow_up``): committed_pos,
-    then the queue wake words of ``woken`` bumped and woken, then step 7."""
+    then the queue wake words of ``woken`` bumped, the stamps (``stamp_wake``) and the wake-ups, then
+    step 7. ``started_ns``: when the step began (``time.monotonic_ns``)."""
     if follow.committed:
         words[W_COMMITTED] = words[W_WRITE_POS]
     qw = follow.queue_wake
     if qw is not None and woken:
         for i in woken:
             qw[i] += 1
+        stamp_wake(words, started_ns)
         fence()
         for i in woken:
             FutexWord(qw, i).wake()
     if follow.release:
         release(ring, b.cw_end, b.data_end)
+
+
+W_STEP_STARTED, W_STEP_WOKE = _W["step_started_ns"], _W["step_woke_ns"]
+
+
+def stamp_wake(words, started_ns: int) -> None:
+    """Measurement only (the latency bench's breakdown of a delivery): when the step whose queues are
+    about to be woken began, and now (CLOCK_MONOTONIC ns, ``time.perf_counter_ns`` of other processes)."""
+    words[W_STEP_STARTED] = started_ns
+    words[W_STEP_WOKE] = time.monotonic_ns()
 
 
 _FALLBACK = object()
@@ -448,5 +462,5 @@ def unreleased(ring) -> bool:
 
 
 __all__ = ["Batch", "LoopExit", "LoopResult", "USE_NATIVE_LOOP", "loop_allowed", "serve_loop", "FOLLOW_COMMITTED", "FOLLOW_RELEASE", "FOLLOW_WAKE", "Follow", "Limits", "NATIVE_STEP", "STEPS",
-           "StepStatus", "USE_NATIVE", "append_frames", "follow_of", "follow_up", "release", "resolve_intent", "serve_once",
+           "StepStatus", "USE_NATIVE", "append_frames", "follow_of", "follow_up", "release", "stamp_wake", "resolve_intent", "serve_once",
            "unreleased", "RingCorruptError"]

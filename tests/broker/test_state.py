@@ -125,9 +125,9 @@ def test_the_segment_has_the_documented_size_and_header(shm):  # noqa: F811
     after_ms = int(time.time() * 1000)
     try:
         # header, sessions, attach words, flush latency histogram, queue wake words
-        assert st.segment.size == 576 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS + 8 * R.QUEUE_WAKE_WORDS
-        assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 576 + 72 * 4
-        assert st.queue_wake.ctypes.data - st.segment.u8.ctypes.data == 576 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
+        assert st.segment.size == 640 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS + 8 * R.QUEUE_WAKE_WORDS
+        assert st.flush_histogram.ctypes.data - st.segment.u8.ctypes.data == 640 + 72 * 4
+        assert st.queue_wake.ctypes.data - st.segment.u8.ctypes.data == 640 + 72 * 4 + 8 * R.FLUSH_HISTOGRAM_BUCKETS
         assert _word(st, 0) == 1                                 # flush_disk_type: SYNC
         assert (_word(st, 8), _word(st, 16), _word(st, 24)) == (4, 9, os.getpid())
         assert bytes(st.segment.buf[32:40]) == b"\x01\x02\x03\x04\x00\x00\x00\x09"
@@ -234,11 +234,11 @@ def test_slot_rows_are_at_the_documented_offsets_and_names_use_all_32_bytes(shm)
         name32 = "n" * 31 + "Z"
         s = st.open_slot(name32, 2 ** 63 + 5, 777, 42)               # generation is a u64
         assert s == 0 and st.slot(0) == (R.SLOT_ACTIVE, 2 ** 63 + 5, 777, 42, name32)
-        row = 576 + 64 * 0
+        row = 640 + 64 * 0
         assert _word(st, row) == R.SLOT_ACTIVE and _word(st, row + 16) == 777 and _word(st, row + 24) == 42
         assert bytes(st.segment.buf[row + 32:row + 64]) == name32.encode()
         st.attached[1] = 99                                # the writer's attach table follows the sessions
-        assert _word(st, 576 + 64 * 2 + 8) == 99
+        assert _word(st, 640 + 64 * 2 + 8) == 99
         st.attached[1] = 0
     finally:
         st.close()
@@ -338,7 +338,7 @@ def test_segments_of_another_kind_or_version_are_refused(shm):  # noqa: F811
         old.unlink()
 
 
-@pytest.mark.parametrize("sessions,size", [(4, 576), (4, R.broker_state_bytes(4)[-1] - 1),
+@pytest.mark.parametrize("sessions,size", [(4, 640), (4, R.broker_state_bytes(4)[-1] - 1),
                                            (0, 4096), (-1, 4096)])
 def test_a_header_whose_tables_do_not_fit_is_refused_on_attach(shm, sessions, size):  # noqa: F811
     def init(seg):

@@ -109,10 +109,14 @@ class World:
     def snapshot(self) -> dict:
         files = {os.path.basename(mf.path): bytes(mf.mm[:]) for mf in self.cl.mfq.files}
         w = self.w
+        words = self.words.copy()
+        stamps = words[[R.STATE_WORD["step_started_ns"], R.STATE_WORD["step_woke_ns"]]]
+        # The wake-up stamps are clock readings (each side its own): compared as "stamped or not"
+        words[[R.STATE_WORD["step_started_ns"], R.STATE_WORD["step_woke_ns"]]] = stamps > 0
         return {"header": bytes(self.p.segment.buf[:R.RING_HEADER.itemsize]),
                 "completions": self.w._comp.tobytes(),
                 "cursors": (w._hpos, w._cstaged, w._uncompleted, w._rpos, w._cwpos),
-                "files": files, "words": self.words.tobytes(), "wake": self.wake.tobytes(),
+                "files": files, "words": words.tobytes(), "wake": self.wake.tobytes(),
                 "table": dict(self.cl.topic_queue_table), "ts": self.cl.last_store_ts_ms,
                 "wrote": [(mf.file_from_offset, mf.wrote_pos) for mf in self.cl.mfq.files]}
 

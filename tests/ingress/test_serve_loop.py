@@ -108,6 +108,7 @@ def test_the_loop_writes_what_serve_once_with_its_follow_ups_writes(tmp_path_fac
                         assert sa[k] == sb[k], k
                     assert untimed(a.w._comp) == untimed(b.w._comp)
                     assert without_ts(a.words) == without_ts(b.words)
+                    assert a.words[W["step_started_ns"]] <= a.words[W["step_woke_ns"]] <= time.monotonic_ns()
                     assert sa["files"].keys() == sb["files"].keys()
                     for name in sa["files"]:    # the store time may differ by the ms the two calls straddle
                         assert strip_times(sa["files"][name]) == strip_times(sb["files"][name]), name
@@ -128,8 +129,12 @@ def untimed(completions: np.ndarray) -> list:
 
 
 def without_ts(words: np.ndarray) -> list[int]:
+    """The words with the clock readings left out: the store time, and the wake-up stamps as
+    "stamped or not" (each side stamps its own clock)."""
     out = words.tolist()
     out[W["last_store_ts_ms"]] = 0
+    for k in ("step_started_ns", "step_woke_ns"):
+        out[W[k]] = out[W[k]] > 0
     return out
 
 
