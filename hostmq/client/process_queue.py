@@ -8,6 +8,14 @@ fetch when nothing is held — so a crash re-delivers only messages whose listen
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
+
+
+class _Held(NamedTuple):
+    """What ``hold`` reads of a fetched message."""
+
+    queue_offset: int
+    store_size: int
 
 
 class ProcessQueue:
@@ -23,12 +31,8 @@ class ProcessQueue:
         return len(self.held)
 
     def add(self, offsets_and_sizes, next_offset: int) -> None:
-        for off, size in offsets_and_sizes:
-            if off not in self.held:
-                self.held[off] = size
-                self.size_bytes += size
-                heapq.heappush(self._heap, off)
-        self.next_offset = max(self.next_offset, next_offset)
+        """``hold`` of (queue offset, stored size) pairs."""
+        self.hold([_Held(off, size) for off, size in offsets_and_sizes], next_offset)
 
     def hold(self, msgs, next_offset: int) -> None:
         """``add`` of fetched messages (each one's ``queue_offset`` and ``store_size``)."""

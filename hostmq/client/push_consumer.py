@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .. import records as R
 from ..semantics.retry import RETRY_PREFIX, retry_record, retry_topic
@@ -331,23 +331,19 @@ class PushConsumer:
 
     def _dispatch(self, msgs: list[MessageExt]) -> None:
         fetched, groups = self.pull.last_fetch
-        if fetched is msgs and len(groups) == 1:    # the usual round: one queue's messages, in one list
-            mq, a, b = groups[0]
-            batch = msgs if a == 0 and b == len(msgs) else msgs[a:b]
-            with self.lock:
-                pq = self.queues.get(mq)
-                if pq is None:
-                    return
-                pq.hold(batch, self.pull.positions.get(mq, 0))
-            self.service.submit(mq, pq, batch)
-            return
+        by_queue: Iterable[tuple[MessageQueue, list[MessageExt]]]
         if fetched is msgs:         # the poll's own list: its queues' slices are known
-            by_queue = {mq: msgs[a:b] for mq, a, b in groups}
+            if len(groups) == 1:    # the usual round, one queue's messages: no copy of the list
+                mq, a, b = groups[0]
+                by_queue = ((mq, msgs if a == 0 and b == len(msgs) else msgs[a:b]),)
+            else:
+                by_queue = [(mq, msgs[a:b]) for mq, a, b in groups]
         else:
-            by_queue = {}
+            grouped: dict[MessageQueue, list[MessageExt]] = {}
             for m in msgs:
-                by_queue.setdefault(m.queue, []).append(m)
-        for mq, batch in by_queue.items():
+                grouped.setdefault(m.queue, []).append(m)
+            by_queue = grouped.items()
+        for mq, batch in by_queue:
             with self.lock:
                 pq = self.queues.get(mq)
                 if pq is None:
