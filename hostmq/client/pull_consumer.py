@@ -29,6 +29,7 @@ import numpy as np
 from .. import records as R
 from ..errors import HostMQError, ValidationError
 from ..message import ConsumeFrom, MessageExt, MessageQueue
+from ..live.state import W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS, W_WRITE_POS
 from ..store import read_check
 from ..store.reader import GetStatus, MessageBatch
 from ..shm.futex import MAX_WAITV
@@ -146,6 +147,7 @@ class PullConsumer:
         # what the last fetch returned and, per queue, the slice of it that queue gave (a push
         # consumer's pull thread hands each queue's messages on without grouping them again)
         self.last_fetch: tuple[list, list[tuple[MessageQueue, int, int]]] = ([], [])
+        self._woken: tuple | None = None    # what a wake-up reads first (_woken_round)
 
     # -- assignment -----------------------------------------------------------------------------------
     def assign(self, queues: Iterable[MessageQueue], expression: str = "*") -> None:
@@ -268,7 +270,8 @@ class PullConsumer:
         woke = False
         while True:
             if woke:            # woken for news: read it first; the bookkeeping comes before the next sleep
-                msgs = self._fetch(self.max_poll_records)
+                f = self._woken
+                msgs = self._fetch(self.max_poll_records) if f is None else self._fetch_woken(f)
                 if msgs:
                     return msgs
             self._maybe_rebalance()
@@ -277,6 +280,7 @@ class PullConsumer:
             msgs = self._fetch(self.max_poll_records)
             if msgs or time.monotonic() >= deadline:
                 return msgs
+            self._woken = self._woken_round()
             woke = self._wait(seqs, deadline)
 
     def poll_batch(self, timeout: float = 1.0, max_count: int = 4096) -> MessageBatch:
@@ -352,6 +356,55 @@ class PullConsumer:
         self.last_fetch = (out, groups)
         return out
 
+    def _woken_round(self) -> tuple | None:
+        """What a wake-up reads first (``_fetch_woken``), prepared before the sleep: for a consumer of
+        one queue, not paused, with no filter, of a tailing view of a master (no SYNC_FLUSH, not read
+        from a slave) whose round the native read side takes — (the queue, ``_read.woken_poll``'s
+        round tuple); else None, and the wake-up runs the general round (``_fetch``)."""
+        if len(self.positions) != 1 or self.paused or self.slave_reads.on_slave:
+            return None
+        mq = next(iter(self.positions))
+        expr = self.subscriptions.get(mq.topic, self.expression) if self.subscriptions else self.expression
+        view = self.views.get(mq.broker)
+        if expr.__class__ is not str or expr != "*" or view is None or not view.tailing or \
+                view.slave_read_lag_bytes or view.state.sync_flush:
+            return None
+        poll = view.tail_poll          # set by the round that found nothing (_read_news)
+        if poll[0] is not read_check.NATIVE or poll[2] is None or not hasattr(poll[0], "woken_poll"):
+            return None
+        st = view.state
+        return mq, (view, poll[1], st, st.w, mq.topic, mq.queue_id, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS,
+                    W_DISPATCHED_POS)
+
+    def _fetch_woken(self, f: tuple) -> list[MessageExt]:
+        """``_fetch`` of the one queue ``_woken_round`` prepared, its consumer_ends and tail_poll in one
+        native call (``_read.woken_poll``; its spec: ``BrokerState.consumer_ends`` and ``_read_news``).
+        The general round where the stale check is due or the call does not take the case."""
+        if self.closed or time.monotonic() >= self._next_stale_check:
+            return self._fetch(self.max_poll_records)
+        mq, args = f
+        view = args[0]
+        pos = self.positions[mq]
+        out: list[MessageExt] = []
+        try:
+            t = read_check.NATIVE.woken_poll(args, pos, self._seen.get(mq), self.max_poll_records, out)
+        except BaseException:
+            view.reader.tail.clear()        # whatever it had applied: the tail starts over from the dispatcher
+            raise
+        if t is None:                       # a replication bound: consumer_ends's own case
+            return self._fetch(self.max_poll_records)
+        got = self._tail_answer(view, mq, pos, self.max_poll_records, "*", t, out)
+        if got is None:
+            self.last_fetch = (out, [])
+            return out                      # (empty)
+        msgs, nxt, skipped = got
+        if nxt is not None:
+            self.positions[mq] = nxt
+        if skipped:
+            self.skipped_records += skipped
+        self.last_fetch = (msgs, [(mq, 0, len(msgs))] if msgs else [])
+        return msgs
+
     def _fetch_batch(self, max_count: int) -> MessageBatch | None:
         self._check_open()
         self._refresh_stale()
@@ -409,6 +462,13 @@ class PullConsumer:
                 raise
         if t is None:
             t = tail_round(view.reader, view, seen, pos, max_count, mark, readable, word, mq.topic, mq.queue_id, out)
+        return self._tail_answer(view, mq, pos, max_count, expr, t, out)
+
+    def _tail_answer(self, view: BrokerView, mq: MessageQueue, pos: int, max_count: int, expr: str, t,
+                     out: list) -> tuple | None:
+        """``_read_news``'s answer from a tail round's (``tail_round``, ``_read.tail_poll``): the queue's
+        new seen entry kept, the messages read into ``out``, or the reader's ``get`` where the tail
+        stopped short of a result."""
         if t is False:
             return None
         self._seen[mq] = t[0]

@@ -60,12 +60,12 @@ enum { REC_OK = 0, REC_ASK = 1 };
 enum {
     N_STOPPED_AT, N_QUEUES, N_START, N_CURSOR, N_MAX_BYTES, N_LIMIT, N_CAPPED, N_CL, N_SCAN_ERROR,
     N_READABLE_END, N_CQ_REFRESHED, N_COMMITLOG, N_MFQ, N_FILES, N_FILE_FROM_OFFSET, N_FILE_BYTES,
-    N_COMMITTED_POS, N_MM, N_SHOWN, N_REFRESH_CQ, N_COUNT
+    N_COMMITTED_POS, N_MM, N_SHOWN, N_REFRESH_CQ, N_SHOWN_END, N_COUNT
 };
 static const char *const NAME_TEXT[N_COUNT] = {
     "stopped_at", "queues", "start", "cursor", "max_bytes", "limit", "capped", "cl", "scan_error",
     "readable_end", "_cq_refreshed", "commitlog", "mfq", "files", "file_from_offset", "file_bytes",
-    "committed_pos", "mm", "_shown", "_refresh_cq"
+    "committed_pos", "mm", "_shown", "_refresh_cq", "_shown_end"
 };
 
 typedef struct {
@@ -299,31 +299,58 @@ static int need_bound(ReadState *st)
  * check_record does not accept returns TAKE_ASK (the entry at ``next`` is the caller's to check);
  * every accepted one is appended to ``out`` as a MessageExt. TAKE_DONE: every entry was taken. */
 /* take()'s work over ``count`` CQ_ENTRY rows at ``e`` (held by the caller for the call). */
+/* What a take answers: (next, reason, nbytes, removed). */
+typedef struct {
+    int64_t next, nbytes, removed;
+    int reason;
+} TakeOut;
+
+/* Below this many entries a take keeps the GIL: releasing and taking it back costs more than the check. */
+#define TAKE_NOGIL_MIN 64
+
+static int take_rows_c(ReadState *st, const unsigned char *e, int64_t count, int64_t first, PyObject *mm_obj,
+                       int64_t file_from, int64_t file_end, int64_t cl_min, int64_t qoff0, PyObject *topic_b,
+                       int64_t queue_id, int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out,
+                       TakeOut *res);
+
 static PyObject *take_rows(ReadState *st, const unsigned char *e, int64_t count, int64_t first, PyObject *mm_obj,
                            int64_t file_from, int64_t file_end, int64_t cl_min, int64_t qoff0, PyObject *topic_b,
                            int64_t queue_id, int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out)
 {
+    TakeOut o;
+    if (take_rows_c(st, e, count, first, mm_obj, file_from, file_end, cl_min, qoff0, topic_b, queue_id, max_bytes,
+                    nbytes, broker, out, &o) < 0)
+        return NULL;
+    return Py_BuildValue("(LiLL)", (long long)o.next, o.reason, (long long)o.nbytes, (long long)o.removed);
+}
+
+static int take_rows_c(ReadState *st, const unsigned char *e, int64_t count, int64_t first, PyObject *mm_obj,
+                       int64_t file_from, int64_t file_end, int64_t cl_min, int64_t qoff0, PyObject *topic_b,
+                       int64_t queue_id, int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out,
+                       TakeOut *res)
+{
     if (!PyList_Check(out) || !PyBytes_Check(topic_b)) {
         PyErr_SetString(PyExc_TypeError, "take(): topic_b must be bytes and out a list");
-        return NULL;
+        return -1;
     }
     const unsigned char *topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
     int64_t tlen = PyBytes_GET_SIZE(topic_b);
     Py_buffer mm = {0};
     int have_mm = mm_obj != Py_None;
     if (have_mm && get_buffer(mm_obj, &mm, "mm") < 0)
-        return NULL;
+        return -1;
     if (!have_mm)
         file_from = file_end = 0;
     if (first < 0 || first > count) {
         if (have_mm) PyBuffer_Release(&mm);
         PyErr_SetString(PyExc_ValueError, "take(): entries are not CQ_ENTRY rows, or first is outside them");
-        return NULL;
+        return -1;
     }
     Taken *ok = count > first ? malloc(sizeof(Taken) * (size_t)(count - first)) : NULL;
     if (count > first && ok == NULL) {
         if (have_mm) PyBuffer_Release(&mm);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return -1;
     }
     const unsigned char *b = have_mm ? mm.buf : NULL;
     int64_t blen = have_mm ? mm.len : 0;
@@ -331,7 +358,7 @@ static PyObject *take_rows(ReadState *st, const unsigned char *e, int64_t count,
     int64_t i = first, n_ok = 0, removed = 0;
     int reason = TAKE_DONE;
     uint32_t cflag = st->compressed_flag;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *ts = count - first >= TAKE_NOGIL_MIN ? PyEval_SaveThread() : NULL;
     for (; i < count; i++) {
         const unsigned char *row = e + i * CQ_ENTRY_BYTES;
         int64_t phys = (int64_t)be64(row + CQ_OFF_PHYS_OFFSET), size = (int32_t)be32(row + CQ_OFF_SIZE);
@@ -355,8 +382,8 @@ static PyObject *take_rows(ReadState *st, const unsigned char *e, int64_t count,
         n_ok++;
         nbytes += size;
     }
-    Py_END_ALLOW_THREADS
-    PyObject *result = NULL;
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
     int64_t k = 0;
     int failed = 0;
     for (; k < n_ok; k++) {
@@ -382,11 +409,11 @@ static PyObject *take_rows(ReadState *st, const unsigned char *e, int64_t count,
         Py_DECREF(m);
     }
     if (!failed)
-        result = Py_BuildValue("(LiLL)", (long long)i, reason, (long long)nbytes, (long long)removed);
+        *res = (TakeOut){i, nbytes, removed, reason};
     free(ok);
     if (have_mm)
         PyBuffer_Release(&mm);
-    return result;
+    return failed ? -1 : 0;
 }
 
 static PyObject *take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1026,19 +1053,34 @@ static int64_t tq_run(const TQ *q, int64_t cq_max)
 
 /* take_rows over a copy of up to ``count`` of ``q``'s rows from its ``i``-th entry (read as queue
  * offset ``from``): the queues may change while take_rows runs without the GIL. */
+static int tq_take_copy_c(ReadState *st, const TQ *q, int64_t i, int64_t count, int64_t from, PyObject *mm,
+                          int64_t file_from, int64_t file_end, int64_t cl_min, PyObject *topic_b, int64_t queue_id,
+                          int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out, TakeOut *res)
+{
+    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
+    unsigned char small[16 * CQ_ENTRY_BYTES];           /* (a round's few rows: no malloc) */
+    unsigned char *rows = n <= 16 ? small : malloc((size_t)n * CQ_ENTRY_BYTES);
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)n * CQ_ENTRY_BYTES);
+    int rc = take_rows_c(st, rows, n, 0, mm, file_from, file_end, cl_min, from, topic_b, queue_id, max_bytes, nbytes,
+                         broker, out, res);
+    if (rows != small)
+        free(rows);
+    return rc;
+}
+
 static PyObject *tq_take_copy(ReadState *st, const TQ *q, int64_t i, int64_t count, int64_t from, PyObject *mm,
                               int64_t file_from, int64_t file_end, int64_t cl_min, PyObject *topic_b, int64_t queue_id,
                               int64_t max_bytes, int64_t nbytes, PyObject *broker, PyObject *out)
 {
-    int64_t n = i >= q->len ? 0 : (count < q->len - i ? count : q->len - i);
-    unsigned char *rows = malloc(n ? (size_t)n * CQ_ENTRY_BYTES : 1);
-    if (rows == NULL)
-        return PyErr_NoMemory();
-    memcpy(rows, q->rows + (q->head + i) * CQ_ENTRY_BYTES, (size_t)n * CQ_ENTRY_BYTES);
-    PyObject *result = take_rows(st, rows, n, 0, mm, file_from, file_end, cl_min, from, topic_b, queue_id,
-                                 max_bytes, nbytes, broker, out);
-    free(rows);
-    return result;
+    TakeOut o;
+    if (tq_take_copy_c(st, q, i, count, from, mm, file_from, file_end, cl_min, topic_b, queue_id, max_bytes, nbytes,
+                       broker, out, &o) < 0)
+        return NULL;
+    return Py_BuildValue("(LiLL)", (long long)o.next, o.reason, (long long)o.nbytes, (long long)o.removed);
 }
 
 /* count_after(topic, queue_id, cq_max): how many of the queue's entries continue a consume queue
@@ -1400,28 +1442,35 @@ static int set_attr_i64(ReadState *st, PyObject *o, int name, int64_t v)
     return rc;
 }
 
-/* tail_read's work on parsed arguments (tail_poll calls it too): the objects are borrowed. */
-static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatched, int64_t stored, PyObject *mm_obj,
-                                int64_t file_from, int64_t file_bytes, int64_t committed, PyObject *topic,
-                                PyObject *qid_obj, int64_t qid, int64_t cq_max, int64_t pos, int64_t max_count,
-                                int64_t cl_min, PyObject *topic_b, int64_t max_bytes, PyObject *broker, PyObject *msgs,
-                                PyObject *skip_topic, int64_t max_topic, int64_t max_records)
+/* What tail_read answers: (hi, next, reason, removed). */
+typedef struct {
+    int64_t hi, next, removed;
+    int reason;
+} TailOut;
+
+/* tail_read's work on parsed arguments (tail_poll calls it too): the objects are borrowed. -1: an
+ * error; 0: not this call's case (tail_read's None, the spec's); 1: ``*res`` holds the answer. */
+static int tail_read_c(ReadState *st, PyObject *tail, int64_t dispatched, int64_t stored, PyObject *mm_obj,
+                       int64_t file_from, int64_t file_bytes, int64_t committed, PyObject *topic, PyObject *qid_obj,
+                       int64_t qid, int64_t cq_max, int64_t pos, int64_t max_count, int64_t cl_min, PyObject *topic_b,
+                       int64_t max_bytes, PyObject *broker, PyObject *msgs, PyObject *skip_topic, int64_t max_topic,
+                       int64_t max_records, TailOut *res)
 {
     int64_t start, cursor, tail_max;
     PyObject *stopped = PyObject_GetAttr(tail, st->names[N_STOPPED_AT]);
     if (stopped == NULL)
-        return NULL;
+        return -1;
     int is_stopped = stopped != Py_None;
     Py_DECREF(stopped);
     PyObject *queues = PyObject_GetAttr(tail, st->names[N_QUEUES]);
     if (queues == NULL)
-        return NULL;
+        return -1;
     if (is_stopped || !PyObject_TypeCheck(queues, st->tq_type)) {
         Py_DECREF(queues);
-        Py_RETURN_NONE;                                 /* a stopped tail, the spec's queues: the spec */
+        return 0;                                       /* a stopped tail, the spec's queues: the spec */
     }
     TailQueuesObject *tq = (TailQueuesObject *)queues;
-    PyObject *result = NULL;
+    int result = -1;
     Scanned *sc = NULL;
     Py_buffer mm = {0};
     int have_mm = 0;
@@ -1446,7 +1495,7 @@ static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatche
     if (new_cursor < limit) {
         /* the scan, into the scratch: only where it stays in this file and ends as the spec's would */
         if (!(file_from <= new_cursor && limit <= file_from + file_bytes) || max_records <= 0) {
-            result = Py_NewRef(Py_None);
+            result = 0;
             goto done;
         }
         if (get_buffer(mm_obj, &mm, "mm") < 0)
@@ -1488,7 +1537,7 @@ static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatche
             rel += o.total;
         }
         if (status || !(kept >= max_records || file_from + rel >= limit)) {
-            result = Py_NewRef(Py_None);                /* the spec goes on from here: leave it all to it */
+            result = 0;                                 /* the spec goes on from here: leave it all to it */
             goto done;
         }
         next = file_from + rel;
@@ -1531,28 +1580,37 @@ static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatche
         goto done;
     int64_t hi = cq_max + tq_run(q, cq_max);
     if (!(cq_max <= pos && pos < hi && max_count >= 1)) {
-        result = Py_BuildValue("(LiiL)", (long long)hi, 0, -1, 0LL);
+        *res = (TailOut){hi, 0, 0, -1};
+        result = 1;
         goto done;
     }
-    PyObject *took = tq_take_copy(st, q, pos - q->qoff[q->head], max_count < hi - pos ? max_count : hi - pos, pos,
-                                  mm_obj, file_from, file_from + file_bytes, cl_min, topic_b, qid, max_bytes, 0,
-                                  broker, msgs);
-    if (took == NULL)
+    TakeOut took;
+    if (tq_take_copy_c(st, q, pos - q->qoff[q->head], max_count < hi - pos ? max_count : hi - pos, pos, mm_obj,
+                       file_from, file_from + file_bytes, cl_min, topic_b, qid, max_bytes, 0, broker, msgs, &took) < 0)
         goto done;
-    long long t_next, t_nbytes, t_removed;
-    int t_reason;
-    if (!PyArg_ParseTuple(took, "LiLL", &t_next, &t_reason, &t_nbytes, &t_removed)) {
-        Py_DECREF(took);
-        goto done;
-    }
-    Py_DECREF(took);
-    result = Py_BuildValue("(LLiL)", (long long)hi, t_next, t_reason, t_removed);
+    *res = (TailOut){hi, took.next, took.removed, took.reason};
+    result = 1;
 done:
     free(sc);
     if (have_mm)
         PyBuffer_Release(&mm);
     Py_DECREF(queues);
     return result;
+}
+
+static PyObject *tail_read_core(ReadState *st, PyObject *tail, int64_t dispatched, int64_t stored, PyObject *mm_obj,
+                                int64_t file_from, int64_t file_bytes, int64_t committed, PyObject *topic,
+                                PyObject *qid_obj, int64_t qid, int64_t cq_max, int64_t pos, int64_t max_count,
+                                int64_t cl_min, PyObject *topic_b, int64_t max_bytes, PyObject *broker, PyObject *msgs,
+                                PyObject *skip_topic, int64_t max_topic, int64_t max_records)
+{
+    TailOut o;
+    int rc = tail_read_c(st, tail, dispatched, stored, mm_obj, file_from, file_bytes, committed, topic, qid_obj, qid,
+                         cq_max, pos, max_count, cl_min, topic_b, max_bytes, broker, msgs, skip_topic, max_topic,
+                         max_records, &o);
+    if (rc <= 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    return Py_BuildValue("(LLiL)", (long long)o.hi, (long long)o.next, o.reason, (long long)o.removed);
 }
 
 static PyObject *tail_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1603,15 +1661,9 @@ static int attr_is_none(ReadState *st, PyObject *o, int name, int *is_none)
     return 0;
 }
 
-static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* tail_poll's work; args: its 11 arguments (woken_poll builds them) */
+static PyObject *tail_poll_core(ReadState *st, PyObject *const *args)
 {
-    ReadState *st = state_of(module);
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "tail_poll() takes 11 arguments");
-        return NULL;
-    }
-    if (need_bound(st) < 0)
-        return NULL;
     PyObject *ctx = args[0], *view = args[1], *seen = args[2], *word = args[7], *topic = args[8], *qid_obj = args[9],
              *msgs = args[10];
     if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) != 7 || !PyUnicode_Check(topic) || !PyList_Check(msgs) ||
@@ -1656,7 +1708,7 @@ static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t n
         }
     }
     PyObject *result = NULL, *key = NULL, *refreshed = NULL, *queues = NULL, *cl = NULL, *mfq = NULL, *files = NULL,
-             *mm = NULL, *topic_b = NULL, *r = NULL, *shown = NULL;
+             *mm = NULL, *topic_b = NULL, *shown = NULL;
     /* 2. StoreReader._refresh_cq(topic, queue_id, readable): its cache, else the method */
     int64_t m = 0;
     if (PyObject_SetAttr(reader, st->names[N_READABLE_END], args[6]) < 0 ||
@@ -1709,18 +1761,17 @@ static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t n
         get_attr_i64(st, PyList_GET_ITEM(files, 0), N_FILE_FROM_OFFSET, &cl_min) < 0 ||
         (mm = PyObject_GetAttr(mf, st->names[N_MM])) == NULL || (topic_b = PyUnicode_AsUTF8String(topic)) == NULL)
         goto done;
-    r = tail_read_core(st, tail, readable, mark, mm, file_from, file_bytes, committed, topic, qid_obj, qid, m, pos,
-                       max_count, cl_min, topic_b, max_bytes, broker, msgs, skip_topic, max_topic, max_records);
-    if (r == NULL)
+    TailOut o;
+    int rc = tail_read_c(st, tail, readable, mark, mm, file_from, file_bytes, committed, topic, qid_obj, qid, m, pos,
+                         max_count, cl_min, topic_b, max_bytes, broker, msgs, skip_topic, max_topic, max_records, &o);
+    if (rc < 0)
         goto done;
-    if (r == Py_None) {
+    if (rc == 0) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    long long hi, took, removed;
-    int why;
-    if (!PyArg_ParseTuple(r, "LLiL", &hi, &took, &why, &removed))
-        goto done;
+    long long hi = o.hi, took = o.next, removed = o.removed;
+    int why = o.reason;
     /* 4. StoreReader._show */
     if ((shown = PyObject_GetAttr(reader, st->names[N_SHOWN])) == NULL)
         goto done;
@@ -1774,8 +1825,87 @@ done:
     Py_XDECREF(files);
     Py_XDECREF(mm);
     Py_XDECREF(topic_b);
-    Py_XDECREF(r);
     Py_XDECREF(shown);
+    return result;
+}
+
+static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "tail_poll() takes 11 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    return tail_poll_core(st, args);
+}
+
+/* A consumer's round for the one queue it polls, as it wakes — BrokerState.consumer_ends and tail_poll
+ * in one call: woken_poll(f, pos, seen, max_count, out). f: (view, ctx, state, words, topic, queue_id,
+ * i_write, i_committed, i_confirmed, i_dispatched), PullConsumer._woken_round's: the view and the
+ * reader's poll context, the view's BrokerState, its words (a buffer of int64) and the word indexes
+ * of write_pos, committed_pos, confirmed_pos and dispatched_pos. consumer_ends's common case written
+ * out — the same words in the same order: the stored end (the lower of write_pos and committed_pos),
+ * the readable end (dispatched_pos), the state's ``_shown_end`` raised to them — then tail_poll with
+ * no wake word (a consumer of one queue has none). Returns tail_poll's answers, or None where a
+ * replication process bounds what consumers read (confirmed_pos >= 0): the caller's general round,
+ * nothing applied. The caller holds no SYNC_FLUSH state here (consumer_ends reads flushed_pos then). */
+static inline int64_t load_word(const int64_t *w, int64_t i) { return __atomic_load_n(w + i, __ATOMIC_ACQUIRE); }
+
+static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    ReadState *st = state_of(module);
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "woken_poll() takes 5 arguments");
+        return NULL;
+    }
+    if (need_bound(st) < 0)
+        return NULL;
+    PyObject *f = args[0];
+    if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 10) {
+        PyErr_SetString(PyExc_TypeError, "woken_poll(): a round tuple of 10 expected");
+        return NULL;
+    }
+    int64_t idx[4];
+    for (int k = 0; k < 4; k++)
+        if (get_i64(PyTuple_GET_ITEM(f, 6 + k), &idx[k]) < 0)
+            return NULL;
+    Py_buffer b;
+    if (get_buffer(PyTuple_GET_ITEM(f, 3), &b, "woken_poll(): the state's words") < 0)
+        return NULL;
+    int64_t n = b.len / 8;
+    if (((uintptr_t)b.buf & 7) || idx[0] < 0 || idx[0] >= n || idx[1] < 0 || idx[1] >= n || idx[2] < 0 ||
+        idx[2] >= n || idx[3] < 0 || idx[3] >= n) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "woken_poll(): a word index outside the state's words");
+        return NULL;
+    }
+    const int64_t *w = (const int64_t *)b.buf;
+    int64_t stored = load_word(w, idx[0]), committed = load_word(w, idx[1]), readable = 0;
+    if (committed < stored)
+        stored = committed;
+    int bounded = load_word(w, idx[2]) >= 0;
+    if (!bounded) {
+        readable = load_word(w, idx[3]);
+        bounded = load_word(w, idx[2]) >= 0;
+    }
+    PyBuffer_Release(&b);
+    if (bounded)
+        Py_RETURN_NONE;
+    PyObject *state = PyTuple_GET_ITEM(f, 2), *result = NULL, *mark = NULL, *ready = NULL;
+    int64_t shown, top = stored > readable ? stored : readable;
+    if (get_attr_i64(st, state, N_SHOWN_END, &shown) < 0)
+        return NULL;
+    if (top > shown && set_attr_i64(st, state, N_SHOWN_END, top) < 0)
+        return NULL;
+    if ((mark = PyLong_FromLongLong(stored)) != NULL && (ready = PyLong_FromLongLong(readable)) != NULL) {
+        PyObject *targs[11] = {PyTuple_GET_ITEM(f, 1), PyTuple_GET_ITEM(f, 0), args[2], args[1], args[3], mark,
+                               ready, Py_None, PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5), args[4]};
+        result = tail_poll_core(st, targs);
+    }
+    Py_XDECREF(mark);
+    Py_XDECREF(ready);
     return result;
 }
 
@@ -1843,6 +1973,8 @@ static PyMethodDef methods[] = {
     {"tail_scan", (PyCFunction)(void (*)(void))tail_scan, METH_FASTCALL, "store/tail.py's scan, its common case."},
     {"tail_poll", (PyCFunction)(void (*)(void))tail_poll, METH_FASTCALL,
      "PullConsumer._read_news's tailing part for one queue: skip, or refresh, read and seen entry (or None)."},
+    {"woken_poll", (PyCFunction)(void (*)(void))woken_poll, METH_FASTCALL,
+     "BrokerState.consumer_ends and tail_poll in one call: a consumer's round for its one queue (or None)."},
     {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
     {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
     {"_bind", bind, METH_VARARGS, "Bind MessageExt and its slots (read_check.py does, at import)."},

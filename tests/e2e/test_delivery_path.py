@@ -216,3 +216,43 @@ def test_a_consumer_of_many_queues_reads_only_the_queue_whose_wake_word_moved(cl
                 assert [(m.queue_id, m.body) for m in out] == [(q.queue_id, body)]
                 assert reads == [q.queue_id]
             assert d.dispatched() == dispatched            # nothing came through the consume queues
+
+
+@pytest.mark.skipif(read_check.NATIVE is None, reason="the native read side is not built")
+def test_a_consumer_of_one_queue_reads_as_it_wakes_in_one_native_call(cluster, monkeypatch):
+    """The woken round (``PullConsumer._woken_round``, ``_read.woken_poll``): a consumer of one queue
+    that slept reads the broker's ends and the queue in one native call as it wakes — every message
+    sent while it slept came that way, in order; a consumer of two queues, or with a filter, runs the
+    general round (nothing prepared)."""
+    rounds = []
+    real = read_check.NATIVE.woken_poll
+
+    def woken_poll(f, pos, seen, max_count, out):
+        t = real(f, pos, seen, max_count, out)
+        rounds.append((pos, t[2] if t else None))
+        return t
+    monkeypatch.setattr(read_check.NATIVE, "woken_poll", woken_poll)
+    c = cluster()
+    with hostmq.Admin(c.root) as a:
+        q0, q1 = a.create_topic("one", queues=2)
+    with hostmq.Producer(c.root) as p, \
+            hostmq.PullConsumer(c.root, group="g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.assign([q0])
+        p.send(Message("one", b"before"), queue=q0)
+        wait_until(lambda: [m.body for m in pc.poll(0.2)] == [b"before"], 10, "the first message")
+        stats = pc.wait_stats
+        for i in range(5):
+            got: list[bytes] = []
+            blocked = stats.blocked
+            t = threading.Thread(target=lambda: got.extend(m.body for m in pc.poll(30)))
+            t.start()
+            wait_until(lambda: stats.blocked > blocked, 10, "the consumer to sleep")
+            p.send(Message("one", b"m%d" % i), queue=q0)
+            t.join(30)
+            assert not t.is_alive() and got == [b"m%d" % i]
+            assert (i + 1, i + 2) in rounds         # read by the woken round: from offset i + 1 to i + 2
+        assert pc._woken is not None and pc._woken[0] == q0
+        for queues, expr in (([q0, q1], "*"), ([q0], "tagA")):
+            pc.assign(queues, expr)
+            assert pc.poll(0.05) == []              # (slept once: the round is prepared before each sleep)
+            assert pc._woken is None

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from hostmq.live.state import W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS, W_WRITE_POS
 from hostmq.records import CQ_ENTRY
 from hostmq.store import read_check
 from hostmq.store.tail import PyTailQueues, new_queues
@@ -167,6 +168,7 @@ class TailRounds(RuleBasedStateMachine):
                                    limit_phys=lambda: self.store.dispatched_phys,
                                    tail_limit=lambda: self.store.commitlog.max_offset()) for _ in range(2)]
         self.seen: dict[tuple[int, int], tuple] = {}
+        self.states = [words_state(), words_state()]    # the broker state words woken_poll and its spec read
         self.pos = {}
         self.round_pos: dict[int, int] = {}
         self.n = 0
@@ -238,23 +240,41 @@ class TailRounds(RuleBasedStateMachine):
         assert tail_state(fast.tail) == tail_state(spec.tail)
 
     @rule(queue_id=st.integers(0, 2), follow=st.booleans(), anywhere=st.integers(0, 400),
-          max_count=st.sampled_from([1, 3, 32]), word=st.sampled_from([None, 0, 1]))
-    def consumer_round(self, queue_id, follow, anywhere, max_count, word):
+          max_count=st.sampled_from([1, 3, 32]), word=st.sampled_from([None, 0, 1, "woken"]),
+          write_ahead=st.booleans())
+    def consumer_round(self, queue_id, follow, anywhere, max_count, word, write_ahead):
         """The consumer's round in C and by its spec, with the round's ends (stored, readable) read from
         the store and a queue wake word: the same skip, max offset, messages, next position, seen
-        entry and tail."""
+        entry and tail. ``woken``: the native side is ``_read.woken_poll`` (a consumer of one queue as
+        it wakes), which reads the ends from broker state words itself, and the spec reads them with
+        ``BrokerState.consumer_ends`` from the same words (the write position ahead of the committed
+        one, or behind it): the same ends, and the same ``_shown_end`` after."""
         from hostmq.client.pull_consumer import tail_round
         pos = self.round_pos.get(queue_id, 0) if follow else anywhere
         mark, readable = self.store.commitlog.max_offset(), self.store.dispatched_phys
+        woken = word == "woken"
+        if woken:
+            word = None
+            for state in self.states:
+                w = state.w
+                w[W_WRITE_POS], w[W_COMMITTED_POS] = (mark + 64, mark) if write_ahead else (mark, mark + 64)
+                w[W_DISPATCHED_POS], w[W_CONFIRMED_POS] = readable, -1
         answers = []
         for k, reader in enumerate(self.rounds):
             seen, out, t = self.seen.get((k, queue_id)), [], None
             saved = read_check.NATIVE
             try:
-                if k == 0:
+                if k == 0 and woken:
+                    st_ = self.states[0]
+                    t = saved.woken_poll((VIEW, reader.poll_context(), st_, st_.w, "TR", queue_id, W_WRITE_POS,
+                                          W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS),
+                                         pos, seen, max_count, out)
+                elif k == 0:
                     t = saved.tail_poll(reader.poll_context(), VIEW, seen, pos, max_count, mark, readable, word,
                                         "TR", queue_id, out)
                 else:
+                    if woken:
+                        assert self.states[1].consumer_ends() == (mark, readable)
                     read_check.NATIVE = None
                 if t is None:           # the spec (for the native call: not its case, as the consumer does)
                     t = tail_round(reader, VIEW, seen, pos, max_count, mark, readable, word, "TR", queue_id, out)
@@ -270,6 +290,8 @@ class TailRounds(RuleBasedStateMachine):
             assert t[0][1:] == u[0][1:] and t[1] == u[1]
         assert got == spec_got
         assert tail_state(self.rounds[0].tail) == tail_state(self.rounds[1].tail)
+        if woken:
+            assert self.states[0]._shown_end == self.states[1]._shown_end
         if follow and got is not None and got[1] is not None:
             self.round_pos[queue_id] = got[1]
 
@@ -282,6 +304,17 @@ class TailRounds(RuleBasedStateMachine):
 
 
 VIEW = object()          # the consumer's view of the store, as its seen entries name it
+
+
+def words_state():
+    """A BrokerState over private words (what ``consumer_ends`` reads: no SYNC_FLUSH, nothing shown yet)."""
+    from hostmq import records as R
+    from hostmq.live.state import BrokerState
+    s = BrokerState.__new__(BrokerState)
+    s.w = memoryview(bytearray(R.BROKER_STATE.itemsize)).cast("q")
+    s.sync_flush = False
+    s._shown_end = 0
+    return s
 
 
 def consumer_answer(reader, t, queue_id: int, pos: int, max_count: int, out: list):
@@ -309,3 +342,66 @@ def tail_state(t) -> tuple:
 TestTailRounds = TailRounds.TestCase
 TestTailRounds.settings = settings(max_examples=100, stateful_step_count=50, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_woken_poll_leaves_a_replication_bound_to_consumer_ends(tmp_path):
+    """A confirmed position (a replication process bounds what consumers read): woken_poll answers None
+    having applied nothing — no message, the tail and ``_shown_end`` as they were — and the consumer's
+    general round (``consumer_ends``) bounds the ends; with no bound it reads what came."""
+    from hostmq.client.pull_consumer import tail_round
+    from hostmq.message import Message
+    from hostmq.store import MessageStore
+    from hostmq.store.readonly import StoreReader
+    from .conftest import small_config
+    store = MessageStore(str(tmp_path / "store"), small_config(message_index_enable=False))
+    reader = StoreReader(str(tmp_path / "store"), small_config(), scan_queues=False,
+                         limit_phys=lambda: store.dispatched_phys, tail_limit=lambda: store.commitlog.max_offset())
+    try:
+        for i in range(3):
+            store.put(Message("TR", b"m%d" % i), queue_id=0)
+        out: list = []
+        t = tail_round(reader, VIEW, None, 0, 32, store.commitlog.max_offset(), store.dispatched_phys, None, "TR", 0,
+                       out)
+        assert t[2] == 3 and [m.body for m in out] == [b"m0", b"m1", b"m2"]
+        seen = t[0]
+        for i in range(3, 6):
+            store.put(Message("TR", b"m%d" % i), queue_id=0)
+        end = store.commitlog.max_offset()
+        state = words_state()
+        w = state.w
+        w[W_WRITE_POS] = w[W_COMMITTED_POS] = end
+        w[W_DISPATCHED_POS] = store.dispatched_phys
+        w[W_CONFIRMED_POS] = 0
+        before = tail_state(reader.tail)
+        f = (VIEW, reader.poll_context(), state, w, "TR", 0, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS,
+             W_DISPATCHED_POS)
+        out = []
+        assert read_check.NATIVE.woken_poll(f, 3, seen, 32, out) is None
+        assert out == [] and state._shown_end == 0 and tail_state(reader.tail) == before
+        assert state.consumer_ends() == (0, 0)          # bounded by what the replication confirmed
+        state._shown_end = 0
+        w[W_CONFIRMED_POS] = -1                         # no bound: the round reads the three new messages
+        t = read_check.NATIVE.woken_poll(f, 3, seen, 32, out)
+        assert t is not None and t[2] == 6 and [m.body for m in out] == [b"m3", b"m4", b"m5"]
+        assert state._shown_end == end
+    finally:
+        reader.close()
+        store.close()
+
+
+@pytest.mark.parametrize("bad", ["short tuple", "index past the words", "negative index", "words not a buffer"])
+def test_woken_poll_refuses_a_malformed_round_with_a_typed_error(bad):
+    state = words_state()
+    f = [VIEW, None, state, state.w, "TR", 0, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS]
+    err: type[Exception] = ValueError
+    if bad == "short tuple":
+        f, err = f[:9], TypeError
+    elif bad == "index past the words":
+        f[9] = len(state.w)
+    elif bad == "negative index":
+        f[6] = -1
+    else:
+        f[3], err = 12345, TypeError
+    with pytest.raises(err):
+        read_check.NATIVE.woken_poll(tuple(f), 0, None, 32, [])
+    assert state._shown_end == 0
