@@ -50,6 +50,7 @@ DEFAULT_TIMESTAMP_LOOKBACK_MS = 30 * 60 * 1000      # RocketMQ consumeTimestamp 
 STALE_CHECK_S = 0.5
 TAIL_SCAN_WAIT_S = 0.001         # a poll with a tail still catching up sleeps at most this long
 _EMPTY = np.empty(0, np.int64)
+WOKEN_QUEUES = 8        # the most queues a consumer may poll for its wake-ups' one-call rounds (_woken_round)
 
 
 def tail_round(reader, view, seen: tuple | None, pos: int, max_count: int, mark: int, readable: int,
@@ -336,14 +337,9 @@ class PullConsumer:
         for mq in self._rotation():
             expr = self.subscriptions.get(mq.topic, self.expression) if self.subscriptions else self.expression
             sql = expr if expr.__class__ is not str and isinstance(expr, SQL) else None
-            got = self._read_news(mq, limit - len(out), "*" if sql else expr, ends)
-            if got is None:
+            msgs = self._took(mq, self._read_news(mq, limit - len(out), "*" if sql else expr, ends))
+            if msgs is None:
                 continue
-            msgs, nxt, skipped = got
-            if nxt is not None:
-                self.positions[mq] = nxt
-            if skipped:
-                self.skipped_records += skipped
             if self.slave_reads.on_slave and mq in self.slave_reads.on_slave:
                 self.slave_reads.messages += len(msgs)
             # properties of every returned message decoded when it was read (MessageExt.check)
@@ -356,54 +352,86 @@ class PullConsumer:
         self.last_fetch = (out, groups)
         return out
 
-    def _woken_round(self) -> tuple | None:
-        """What a wake-up reads first (``_fetch_woken``), prepared before the sleep: for a consumer of
-        one queue, not paused, with no filter, of a tailing view of a master (no SYNC_FLUSH, not read
-        from a slave) whose round the native read side takes — (the queue, ``_read.woken_poll``'s
-        round tuple); else None, and the wake-up runs the general round (``_fetch``)."""
-        if len(self.positions) != 1 or self.paused or self.slave_reads.on_slave:
-            return None
-        mq = next(iter(self.positions))
-        expr = self.subscriptions.get(mq.topic, self.expression) if self.subscriptions else self.expression
-        view = self.views.get(mq.broker)
-        if expr.__class__ is not str or expr != "*" or view is None or not view.tailing or \
-                view.slave_read_lag_bytes or view.state.sync_flush:
-            return None
-        poll = view.tail_poll          # set by the round that found nothing (_read_news)
-        if poll[0] is not read_check.NATIVE or poll[2] is None or not hasattr(poll[0], "woken_poll"):
-            return None
-        st = view.state
-        return mq, (view, poll[1], st, st.w, mq.topic, mq.queue_id, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS,
-                    W_DISPATCHED_POS)
-
-    def _fetch_woken(self, f: tuple) -> list[MessageExt]:
-        """``_fetch`` of the one queue ``_woken_round`` prepared, its consumer_ends and tail_poll in one
-        native call (``_read.woken_poll``; its spec: ``BrokerState.consumer_ends`` and ``_read_news``).
-        The general round where the stale check is due or the call does not take the case."""
-        if self.closed or time.monotonic() >= self._next_stale_check:
-            return self._fetch(self.max_poll_records)
-        mq, args = f
-        view = args[0]
-        pos = self.positions[mq]
-        out: list[MessageExt] = []
-        try:
-            t = read_check.NATIVE.woken_poll(args, pos, self._seen.get(mq), self.max_poll_records, out)
-        except BaseException:
-            view.reader.tail.clear()        # whatever it had applied: the tail starts over from the dispatcher
-            raise
-        if t is None:                       # a replication bound: consumer_ends's own case
-            return self._fetch(self.max_poll_records)
-        got = self._tail_answer(view, mq, pos, self.max_poll_records, "*", t, out)
+    def _took(self, mq: MessageQueue, got: tuple | None) -> list[MessageExt] | None:
+        """A queue's answer (``_read_news``'s) applied: its position moved, skipped records counted; its
+        messages, or None for no answer."""
         if got is None:
-            self.last_fetch = (out, [])
-            return out                      # (empty)
+            return None
         msgs, nxt, skipped = got
         if nxt is not None:
             self.positions[mq] = nxt
         if skipped:
             self.skipped_records += skipped
-        self.last_fetch = (msgs, [(mq, 0, len(msgs))] if msgs else [])
         return msgs
+
+    def _woken_round(self) -> tuple | None:
+        """What a wake-up reads first (``_fetch_woken``), prepared before the sleep: for a consumer of
+        at most ``WOKEN_QUEUES`` queues of one broker, none paused, with no filter, of a tailing view of
+        a master (no SYNC_FLUSH, not read from a slave) whose round the native read side takes — a
+        push consumer's topic queues and its retry queue, say — one ``_read.woken_poll`` round tuple
+        per queue, in rotation: ``((queue, round), ...)``; else None, and the wake-up runs the general
+        round (``_fetch``). A consumer of several queues needs their wake words (the view does not
+        follow the dispatcher): the round of a queue whose word has not moved since this sleep began
+        reads nothing, and the queue whose word moved is read."""
+        n = len(self.positions)
+        if not n or n > WOKEN_QUEUES or self.paused or self.slave_reads.on_slave or len(self.views) != 1:
+            return None
+        view = next(iter(self.views.values()))
+        if not view.tailing or view.slave_read_lag_bytes or view.state.sync_flush:
+            return None
+        poll = view.tail_poll          # set by the round that found nothing (_read_news)
+        if poll[0] is not read_check.NATIVE or poll[2] is None or not hasattr(poll[0], "woken_poll"):
+            return None
+        st = view.state
+        wake = None
+        if n > 1:
+            if view.follows_dispatcher():   # news without a word moving: the general round reads them all
+                return None
+            wake = st.queue_wake
+        subs, expr, broker = self.subscriptions, self.expression, view.broker
+        rounds = []
+        order = list(self.positions)
+        k = self._rr % n                # the general round's rotation as it stands (not advanced: its turn)
+        for mq in order[k:] + order[:k]:
+            e = subs.get(mq.topic, expr) if subs else expr
+            if e.__class__ is not str or e != "*" or mq.broker != broker:
+                return None
+            if wake is None:
+                b = armed = -1
+            else:
+                b = view.word_index(mq)
+                armed = int(wake[b])
+            rounds.append((mq, (view, poll[1], st, st.w, mq.topic, mq.queue_id, W_WRITE_POS, W_COMMITTED_POS,
+                                W_CONFIRMED_POS, W_DISPATCHED_POS, wake, b, armed)))
+        return tuple(rounds) if len(rounds) == n else None
+
+    def _fetch_woken(self, rounds: tuple) -> list[MessageExt]:
+        """``_fetch`` as a wake-up's first read: the messages of the first queue of ``rounds``
+        (``_woken_round``) with news, each queue's wake word, consumer_ends and tail_poll in one native
+        call (``_read.woken_poll``; its spec: ``BrokerView.quiet_words``, ``BrokerState.consumer_ends``
+        and ``_read_news``). The other queues are read by the next poll's general round, before it
+        sleeps again. The general round where the stale check is due or the call does not take the
+        case."""
+        if self.closed or time.monotonic() >= self._next_stale_check:
+            return self._fetch(self.max_poll_records)
+        woken_poll = read_check.NATIVE.woken_poll
+        for mq, args in rounds:
+            view = args[0]
+            pos = self.positions[mq]
+            out: list[MessageExt] = []
+            try:
+                t = woken_poll(args, pos, self._seen.get(mq), self.max_poll_records, out)
+            except BaseException:
+                view.reader.tail.clear()    # whatever it had applied: the tail starts over from the dispatcher
+                raise
+            if t is None:                   # a replication bound: consumer_ends's own case
+                return self._fetch(self.max_poll_records)
+            msgs = self._took(mq, self._tail_answer(view, mq, pos, self.max_poll_records, "*", t, out))
+            if msgs:
+                self.last_fetch = (msgs, [(mq, 0, len(msgs))])
+                return msgs
+        self.last_fetch = ([], [])
+        return []
 
     def _fetch_batch(self, max_count: int) -> MessageBatch | None:
         self._check_open()

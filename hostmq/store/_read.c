@@ -1841,16 +1841,20 @@ static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t n
     return tail_poll_core(st, args);
 }
 
-/* A consumer's round for the one queue it polls, as it wakes — BrokerState.consumer_ends and tail_poll
+/* A consumer's round for one queue as it wakes — its wake word, BrokerState.consumer_ends and tail_poll
  * in one call: woken_poll(f, pos, seen, max_count, out). f: (view, ctx, state, words, topic, queue_id,
- * i_write, i_committed, i_confirmed, i_dispatched), PullConsumer._woken_round's: the view and the
- * reader's poll context, the view's BrokerState, its words (a buffer of int64) and the word indexes
- * of write_pos, committed_pos, confirmed_pos and dispatched_pos. consumer_ends's common case written
+ * i_write, i_committed, i_confirmed, i_dispatched, wake, i_wake, armed), PullConsumer._woken_round's:
+ * the view and the reader's poll context, the view's BrokerState, its words (a buffer of int64) and
+ * the indexes of write_pos, committed_pos, confirmed_pos and dispatched_pos in them; ``wake``: None
+ * (a consumer of one queue: no wake word, as _read_news passes none), or the queue wake words (a
+ * buffer of int64), the queue's word's index and the value it had when the consumer went to sleep.
+ * First the queue's word (BrokerView.quiet_words, read before the ends): unchanged since the sleep,
+ * no news of this queue — False, nothing read or applied. Then consumer_ends's common case written
  * out — the same words in the same order: the stored end (the lower of write_pos and committed_pos),
  * the readable end (dispatched_pos), the state's ``_shown_end`` raised to them — then tail_poll with
- * no wake word (a consumer of one queue has none). Returns tail_poll's answers, or None where a
- * replication process bounds what consumers read (confirmed_pos >= 0): the caller's general round,
- * nothing applied. The caller holds no SYNC_FLUSH state here (consumer_ends reads flushed_pos then). */
+ * the word. Returns tail_poll's answers, or None where a replication process bounds what consumers
+ * read (confirmed_pos >= 0): the caller's general round, nothing applied. The caller holds no
+ * SYNC_FLUSH state here (consumer_ends reads flushed_pos then). */
 static inline int64_t load_word(const int64_t *w, int64_t i) { return __atomic_load_n(w + i, __ATOMIC_ACQUIRE); }
 
 static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1863,21 +1867,45 @@ static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (need_bound(st) < 0)
         return NULL;
     PyObject *f = args[0];
-    if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 10) {
-        PyErr_SetString(PyExc_TypeError, "woken_poll(): a round tuple of 10 expected");
+    if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 13) {
+        PyErr_SetString(PyExc_TypeError, "woken_poll(): a round tuple of 13 expected");
         return NULL;
     }
     int64_t idx[4];
     for (int k = 0; k < 4; k++)
         if (get_i64(PyTuple_GET_ITEM(f, 6 + k), &idx[k]) < 0)
             return NULL;
+    PyObject *word = NULL;                          /* (new) the queue's wake word, or None */
+    if (PyTuple_GET_ITEM(f, 10) == Py_None)
+        word = Py_NewRef(Py_None);
+    else {
+        int64_t wi, armed;
+        Py_buffer wb;
+        if (get_i64(PyTuple_GET_ITEM(f, 11), &wi) < 0 || get_i64(PyTuple_GET_ITEM(f, 12), &armed) < 0 ||
+            get_buffer(PyTuple_GET_ITEM(f, 10), &wb, "woken_poll(): the queue wake words") < 0)
+            return NULL;
+        if (((uintptr_t)wb.buf & 7) || wi < 0 || wi >= (int64_t)(wb.len / 8)) {
+            PyBuffer_Release(&wb);
+            PyErr_SetString(PyExc_ValueError, "woken_poll(): a wake word index outside the wake words");
+            return NULL;
+        }
+        int64_t v = load_word((const int64_t *)wb.buf, wi);
+        PyBuffer_Release(&wb);
+        if (v == armed)
+            Py_RETURN_FALSE;                        /* its word has not moved: no news of this queue */
+        if ((word = PyLong_FromLongLong(v)) == NULL)
+            return NULL;
+    }
     Py_buffer b;
-    if (get_buffer(PyTuple_GET_ITEM(f, 3), &b, "woken_poll(): the state's words") < 0)
+    if (get_buffer(PyTuple_GET_ITEM(f, 3), &b, "woken_poll(): the state's words") < 0) {
+        Py_DECREF(word);
         return NULL;
+    }
     int64_t n = b.len / 8;
     if (((uintptr_t)b.buf & 7) || idx[0] < 0 || idx[0] >= n || idx[1] < 0 || idx[1] >= n || idx[2] < 0 ||
         idx[2] >= n || idx[3] < 0 || idx[3] >= n) {
         PyBuffer_Release(&b);
+        Py_DECREF(word);
         PyErr_SetString(PyExc_ValueError, "woken_poll(): a word index outside the state's words");
         return NULL;
     }
@@ -1891,21 +1919,25 @@ static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t 
         bounded = load_word(w, idx[2]) >= 0;
     }
     PyBuffer_Release(&b);
-    if (bounded)
+    if (bounded) {
+        Py_DECREF(word);
         Py_RETURN_NONE;
+    }
     PyObject *state = PyTuple_GET_ITEM(f, 2), *result = NULL, *mark = NULL, *ready = NULL;
     int64_t shown, top = stored > readable ? stored : readable;
-    if (get_attr_i64(st, state, N_SHOWN_END, &shown) < 0)
+    if (get_attr_i64(st, state, N_SHOWN_END, &shown) < 0 ||
+        (top > shown && set_attr_i64(st, state, N_SHOWN_END, top) < 0)) {
+        Py_DECREF(word);
         return NULL;
-    if (top > shown && set_attr_i64(st, state, N_SHOWN_END, top) < 0)
-        return NULL;
+    }
     if ((mark = PyLong_FromLongLong(stored)) != NULL && (ready = PyLong_FromLongLong(readable)) != NULL) {
         PyObject *targs[11] = {PyTuple_GET_ITEM(f, 1), PyTuple_GET_ITEM(f, 0), args[2], args[1], args[3], mark,
-                               ready, Py_None, PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5), args[4]};
+                               ready, word, PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5), args[4]};
         result = tail_poll_core(st, targs);
     }
     Py_XDECREF(mark);
     Py_XDECREF(ready);
+    Py_DECREF(word);
     return result;
 }
 
@@ -1974,7 +2006,7 @@ static PyMethodDef methods[] = {
     {"tail_poll", (PyCFunction)(void (*)(void))tail_poll, METH_FASTCALL,
      "PullConsumer._read_news's tailing part for one queue: skip, or refresh, read and seen entry (or None)."},
     {"woken_poll", (PyCFunction)(void (*)(void))woken_poll, METH_FASTCALL,
-     "BrokerState.consumer_ends and tail_poll in one call: a consumer's round for its one queue (or None)."},
+     "A queue's wake word, BrokerState.consumer_ends and tail_poll in one call: a woken consumer's round (or None)."},
     {"body_offsets", (PyCFunction)(void (*)(void))body_offsets, METH_FASTCALL, "bodies_joined's offsets, or -1."},
     {"copy_bodies", (PyCFunction)(void (*)(void))copy_bodies, METH_FASTCALL, "bodies_joined's copy after body_offsets."},
     {"_bind", bind, METH_VARARGS, "Bind MessageExt and its slots (read_check.py does, at import)."},

@@ -220,10 +220,10 @@ def test_a_consumer_of_many_queues_reads_only_the_queue_whose_wake_word_moved(cl
 
 @pytest.mark.skipif(read_check.NATIVE is None, reason="the native read side is not built")
 def test_a_consumer_of_one_queue_reads_as_it_wakes_in_one_native_call(cluster, monkeypatch):
-    """The woken round (``PullConsumer._woken_round``, ``_read.woken_poll``): a consumer of one queue
-    that slept reads the broker's ends and the queue in one native call as it wakes — every message
-    sent while it slept came that way, in order; a consumer of two queues, or with a filter, runs the
-    general round (nothing prepared)."""
+    """The woken round (``PullConsumer._woken_round``, ``_read.woken_poll``): a consumer that slept
+    reads the queue whose wake word moved, with the broker's ends, in one native call as it wakes —
+    every message sent while it slept came that way, in order: of one queue, then of two (the other
+    queue's round reads nothing); with a filter it runs the general round (nothing prepared)."""
     rounds = []
     real = read_check.NATIVE.woken_poll
 
@@ -251,8 +251,26 @@ def test_a_consumer_of_one_queue_reads_as_it_wakes_in_one_native_call(cluster, m
             t.join(30)
             assert not t.is_alive() and got == [b"m%d" % i]
             assert (i + 1, i + 2) in rounds         # read by the woken round: from offset i + 1 to i + 2
-        assert pc._woken is not None and pc._woken[0] == q0
-        for queues, expr in (([q0, q1], "*"), ([q0], "tagA")):
-            pc.assign(queues, expr)
-            assert pc.poll(0.05) == []              # (slept once: the round is prepared before each sleep)
-            assert pc._woken is None
+        assert pc._woken is not None and [mq for mq, _ in pc._woken] == [q0]
+
+        def sleep_then_send(q, body):
+            got: list[bytes] = []
+            blocked = stats.blocked
+            t = threading.Thread(target=lambda: got.extend(m.body for m in pc.poll(30)))
+            t.start()
+            wait_until(lambda: stats.blocked > blocked, 10, "the consumer to sleep")
+            p.send(Message("one", body), queue=q)
+            t.join(30)
+            assert not t.is_alive()
+            return got
+        pc.assign([q0, q1])
+        assert pc.poll(0.05) == []                  # (slept once: the round is prepared before each sleep)
+        assert pc._woken is not None and sorted(mq for mq, _ in pc._woken) == [q0, q1]
+        rounds.clear()
+        assert sleep_then_send(q1, b"q1-0") == [b"q1-0"]
+        assert (0, 1) in rounds                     # q1 read from 0 to 1 by its woken round
+        assert sleep_then_send(q0, b"q0-6") == [b"q0-6"]
+        assert (6, 7) in rounds
+        pc.assign([q0], "tagA")
+        assert pc.poll(0.05) == []
+        assert pc._woken is None

@@ -240,25 +240,37 @@ class TailRounds(RuleBasedStateMachine):
         assert tail_state(fast.tail) == tail_state(spec.tail)
 
     @rule(queue_id=st.integers(0, 2), follow=st.booleans(), anywhere=st.integers(0, 400),
-          max_count=st.sampled_from([1, 3, 32]), word=st.sampled_from([None, 0, 1, "woken"]),
-          write_ahead=st.booleans())
-    def consumer_round(self, queue_id, follow, anywhere, max_count, word, write_ahead):
+          max_count=st.sampled_from([1, 3, 32]), word=st.sampled_from([None, 0, 1]), woken=st.booleans(),
+          write_ahead=st.booleans(), moved=st.booleans())
+    def consumer_round(self, queue_id, follow, anywhere, max_count, word, woken, write_ahead, moved):
         """The consumer's round in C and by its spec, with the round's ends (stored, readable) read from
         the store and a queue wake word: the same skip, max offset, messages, next position, seen
-        entry and tail. ``woken``: the native side is ``_read.woken_poll`` (a consumer of one queue as
-        it wakes), which reads the ends from broker state words itself, and the spec reads them with
-        ``BrokerState.consumer_ends`` from the same words (the write position ahead of the committed
-        one, or behind it): the same ends, and the same ``_shown_end`` after."""
+        entry and tail. ``woken``: the native side is ``_read.woken_poll`` (a consumer's round as it
+        wakes), which reads the queue's wake word (if any) and the ends from the broker's words
+        itself; the spec reads the ends with ``BrokerState.consumer_ends`` from the same words (the
+        write position ahead of the committed one, or behind it): the same ends, and the same
+        ``_shown_end`` after. A wake word that has not ``moved`` since the sleep: woken_poll reads
+        nothing and applies nothing (False)."""
         from hostmq.client.pull_consumer import tail_round
         pos = self.round_pos.get(queue_id, 0) if follow else anywhere
         mark, readable = self.store.commitlog.max_offset(), self.store.dispatched_phys
-        woken = word == "woken"
         if woken:
-            word = None
             for state in self.states:
                 w = state.w
                 w[W_WRITE_POS], w[W_COMMITTED_POS] = (mark + 64, mark) if write_ahead else (mark, mark + 64)
                 w[W_DISPATCHED_POS], w[W_CONFIRMED_POS] = readable, -1
+            wake = memoryview(bytearray(8 * 4)).cast("q")
+            if word is not None:
+                wake[2] = word
+            if word is not None and not moved:      # nothing came for this queue: nothing read, nothing applied
+                before, shown = tail_state(self.rounds[0].tail), self.states[0]._shown_end
+                st_ = self.states[0]
+                f = (VIEW, self.rounds[0].poll_context(), st_, st_.w, "TR", queue_id, W_WRITE_POS, W_COMMITTED_POS,
+                     W_CONFIRMED_POS, W_DISPATCHED_POS, wake, 2, word)
+                out: list = []
+                assert read_check.NATIVE.woken_poll(f, pos, self.seen.get((0, queue_id)), max_count, out) is False
+                assert out == [] and tail_state(self.rounds[0].tail) == before and st_._shown_end == shown
+                return
         answers = []
         for k, reader in enumerate(self.rounds):
             seen, out, t = self.seen.get((k, queue_id)), [], None
@@ -267,7 +279,8 @@ class TailRounds(RuleBasedStateMachine):
                 if k == 0 and woken:
                     st_ = self.states[0]
                     t = saved.woken_poll((VIEW, reader.poll_context(), st_, st_.w, "TR", queue_id, W_WRITE_POS,
-                                          W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS),
+                                          W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS,
+                                          None if word is None else wake, 2, -1 if word is None else word - 1),
                                          pos, seen, max_count, out)
                 elif k == 0:
                     t = saved.tail_poll(reader.poll_context(), VIEW, seen, pos, max_count, mark, readable, word,
@@ -374,7 +387,7 @@ def test_woken_poll_leaves_a_replication_bound_to_consumer_ends(tmp_path):
         w[W_CONFIRMED_POS] = 0
         before = tail_state(reader.tail)
         f = (VIEW, reader.poll_context(), state, w, "TR", 0, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS,
-             W_DISPATCHED_POS)
+             W_DISPATCHED_POS, None, -1, -1)
         out = []
         assert read_check.NATIVE.woken_poll(f, 3, seen, 32, out) is None
         assert out == [] and state._shown_end == 0 and tail_state(reader.tail) == before
@@ -389,17 +402,26 @@ def test_woken_poll_leaves_a_replication_bound_to_consumer_ends(tmp_path):
         store.close()
 
 
-@pytest.mark.parametrize("bad", ["short tuple", "index past the words", "negative index", "words not a buffer"])
+@pytest.mark.parametrize("bad", ["short tuple", "index past the words", "negative index", "words not a buffer",
+                                 "wake index past the wake words", "negative wake index", "wake words not a buffer"])
 def test_woken_poll_refuses_a_malformed_round_with_a_typed_error(bad):
     state = words_state()
-    f = [VIEW, None, state, state.w, "TR", 0, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS]
+    wake = memoryview(bytearray(8 * 4)).cast("q")
+    f = [VIEW, None, state, state.w, "TR", 0, W_WRITE_POS, W_COMMITTED_POS, W_CONFIRMED_POS, W_DISPATCHED_POS,
+         wake, 1, 5]
     err: type[Exception] = ValueError
     if bad == "short tuple":
-        f, err = f[:9], TypeError
+        f, err = f[:12], TypeError
     elif bad == "index past the words":
         f[9] = len(state.w)
     elif bad == "negative index":
         f[6] = -1
+    elif bad == "wake index past the wake words":
+        f[11] = 4
+    elif bad == "negative wake index":
+        f[11] = -1
+    elif bad == "wake words not a buffer":
+        f[10], err = 7, TypeError
     else:
         f[3], err = 12345, TypeError
     with pytest.raises(err):
