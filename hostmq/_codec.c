@@ -80,7 +80,7 @@ static uint32_t body_crc(const unsigned char *p, Py_ssize_t n)
     uLong crc;
     if (n > CRC_WITHOUT_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        crc = crc32(0L, p, (uInt)n);
+        crc = hm_crc32_any(p, (size_t)n);
         Py_END_ALLOW_THREADS
     } else {
         return hm_body_crc(p, (size_t)n);
@@ -433,7 +433,7 @@ static PyObject *codec_encode_record(PyObject *self, PyObject *const *args, Py_s
     if (blen > CRC_WITHOUT_GIL_BYTES) {     /* the body is exported: it cannot change size meanwhile */
         Py_BEGIN_ALLOW_THREADS
         if (!given_crc)
-            crc = (uint32_t)crc32(0L, body, (uInt)blen) & 0x7FFFFFFFu;
+            crc = hm_body_crc(body, (size_t)blen);
         memcpy(o + HDR_BYTES, body, (size_t)blen);
         Py_END_ALLOW_THREADS
     } else {

@@ -908,6 +908,13 @@ static int encode_exec(PyObject *m)
         return -1;
     }
     Py_DECREF(lay);
+#ifdef HM_CRC_PCLMUL
+    int folded = hm_crc_pclmul;
+#else
+    int folded = 0;
+#endif
+    if (PyModule_AddIntConstant(m, "CRC32_FOLDED", folded) < 0)     /* crc32 uses PCLMULQDQ from 64 bytes */
+        return -1;
     PyObject *gt = PyType_FromModuleAndSpec(m, &gather_spec, NULL);
     if (gt == NULL || PyModule_AddObjectRef(m, "Gather", gt) < 0) {
         Py_XDECREF(gt);
