@@ -424,7 +424,7 @@ class PullConsumer:
             except BaseException:
                 view.reader.tail.clear()    # whatever it had applied: the tail starts over from the dispatcher
                 raise
-            if t is None:                   # a replication bound: consumer_ends's own case
+            if t is None:       # a replication bound, or a round tail_poll leaves to its spec: the general round
                 return self._fetch(self.max_poll_records)
             msgs = self._took(mq, self._tail_answer(view, mq, pos, self.max_poll_records, "*", t, out))
             if msgs:
