@@ -77,15 +77,13 @@ static inline CodecState *state_of(PyObject *module) { return (CodecState *)PyMo
 
 static uint32_t body_crc(const unsigned char *p, Py_ssize_t n)
 {
-    uLong crc;
-    if (n > CRC_WITHOUT_GIL_BYTES) {
-        Py_BEGIN_ALLOW_THREADS
-        crc = hm_crc32_any(p, (size_t)n);
-        Py_END_ALLOW_THREADS
-    } else {
+    if (n <= CRC_WITHOUT_GIL_BYTES)
         return hm_body_crc(p, (size_t)n);
-    }
-    return (uint32_t)crc & 0x7FFFFFFFu;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = hm_body_crc(p, (size_t)n);
+    Py_END_ALLOW_THREADS
+    return crc;
 }
 
 /* --- arguments -------------------------------------------------------------------------------- */

@@ -1857,6 +1857,25 @@ static PyObject *tail_poll(PyObject *module, PyObject *const *args, Py_ssize_t n
  * SYNC_FLUSH state here (consumer_ends reads flushed_pos then). */
 static inline int64_t load_word(const int64_t *w, int64_t i) { return __atomic_load_n(w + i, __ATOMIC_ACQUIRE); }
 
+/* ``o``'s buffer of int64 words into ``b``, every index of ``idx`` inside it (aligned): 0, or -1 with
+ * an error set and nothing held. */
+static int get_words(PyObject *o, Py_buffer *b, const int64_t *idx, int n, const char *what)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_SIMPLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "woken_poll(): %s must be a contiguous buffer", what);
+        return -1;
+    }
+    int ok = !((uintptr_t)b->buf & 7);
+    for (int k = 0; ok && k < n; k++)
+        ok = idx[k] >= 0 && idx[k] < (int64_t)(b->len / 8);
+    if (!ok) {
+        PyBuffer_Release(b);
+        PyErr_Format(PyExc_ValueError, "woken_poll(): a word index outside %s", what);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     ReadState *st = state_of(module);
@@ -1882,13 +1901,8 @@ static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t 
         int64_t wi, armed;
         Py_buffer wb;
         if (get_i64(PyTuple_GET_ITEM(f, 11), &wi) < 0 || get_i64(PyTuple_GET_ITEM(f, 12), &armed) < 0 ||
-            get_buffer(PyTuple_GET_ITEM(f, 10), &wb, "woken_poll(): the queue wake words") < 0)
+            get_words(PyTuple_GET_ITEM(f, 10), &wb, &wi, 1, "the queue wake words") < 0)
             return NULL;
-        if (((uintptr_t)wb.buf & 7) || wi < 0 || wi >= (int64_t)(wb.len / 8)) {
-            PyBuffer_Release(&wb);
-            PyErr_SetString(PyExc_ValueError, "woken_poll(): a wake word index outside the wake words");
-            return NULL;
-        }
         int64_t v = load_word((const int64_t *)wb.buf, wi);
         PyBuffer_Release(&wb);
         if (v == armed)
@@ -1897,16 +1911,8 @@ static PyObject *woken_poll(PyObject *module, PyObject *const *args, Py_ssize_t 
             return NULL;
     }
     Py_buffer b;
-    if (get_buffer(PyTuple_GET_ITEM(f, 3), &b, "woken_poll(): the state's words") < 0) {
+    if (get_words(PyTuple_GET_ITEM(f, 3), &b, idx, 4, "the state's words") < 0) {
         Py_DECREF(word);
-        return NULL;
-    }
-    int64_t n = b.len / 8;
-    if (((uintptr_t)b.buf & 7) || idx[0] < 0 || idx[0] >= n || idx[1] < 0 || idx[1] >= n || idx[2] < 0 ||
-        idx[2] >= n || idx[3] < 0 || idx[3] >= n) {
-        PyBuffer_Release(&b);
-        Py_DECREF(word);
-        PyErr_SetString(PyExc_ValueError, "woken_poll(): a word index outside the state's words");
         return NULL;
     }
     const int64_t *w = (const int64_t *)b.buf;
