@@ -127,6 +127,12 @@ class ConsumeMessageService:
         """Messages that could not be sent back: consume them again here (``attempt`` > 0)."""
         raise NotImplementedError
 
+    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], next_offset: int) -> bool:
+        """Messages just fetched from ``mq`` (the pull position now ``next_offset``), *not* held in
+        ``pq``: consume them on the pull thread now and keep the books after, if this service does that
+        (True); False, with nothing done, and the consumer holds them and calls ``submit``."""
+        return False
+
     # -- the pull thread's questions (queue locks; nothing to do for a concurrent service) ------------
     def maintain(self) -> None:
         """Once per pull-thread round, before flow control."""
@@ -198,6 +204,42 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         for i in range(0, len(batch), size):
             self.submit_batch(mq, pq, batch[i:i + size], 0)
 
+    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], next_offset: int) -> bool:
+        """``submit``'s inline case with the listener called first: what the pull thread runs between
+        a poll that woke and the listener is what a push consumer adds to a poll's latency (issue 29).
+        The books come after — nothing else reads them meanwhile (commits, flow control and rebalances
+        run on this thread, which is busy here; a pooled retry only removes its own offsets): a batch
+        consumed whole only moves ``pq.next_offset`` past it; otherwise it is held and settled as
+        ``consume`` does, so the failed part stays held until it is sent back or consumed again."""
+        c = self.c
+        if len(batch) > c.batch_size or self._pooled or 2 * self._slow >= max(1, len(self._calls)) or \
+                type(self).submit_batch is not ConsumeMessageConcurrentlyService.submit_batch or c.stopping.is_set():
+            return False
+        self.inline_batches += 1
+        try:
+            ctx = ConsumeConcurrentlyContext(mq)
+            t0 = time.monotonic()
+            result = c.call_listener(batch, ctx)
+            slow = time.monotonic() - t0 > INLINE_MAX_S
+            verdict = _verdict(c.group, result, ctx, len(batch))
+            with c.lock:
+                calls = self._calls
+                if len(calls) == calls.maxlen:
+                    self._slow -= calls[0]
+                calls.append(slow)
+                self._slow += slow
+                if verdict[0] == len(batch) - 1:
+                    if next_offset > pq.next_offset:
+                        pq.next_offset = next_offset
+                    return True
+                pq.hold(batch, next_offset)
+            self.settle(mq, pq, batch, 0, result, ctx, verdict)
+        except Exception:               # as a pool thread would, never end the pull thread
+            log.exception("%s: consuming a batch failed", c.group)
+            with c.lock:                # held (at most once), so no commit passes what may not be consumed
+                pq.hold(batch, next_offset)
+        return True
+
     def submit_batch(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int) -> None:
         """One batch to the listener pool."""
         pool = self.c.pool
@@ -235,13 +277,14 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         self.settle(mq, pq, batch, attempt, result, ctx)
 
     def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,
-               result: ConsumeResult, ctx: ConsumeConcurrentlyContext) -> None:
+               result: ConsumeResult, ctx: ConsumeConcurrentlyContext,
+               verdict: tuple[int, int] | None = None) -> None:
         """What the listener's verdict on ``batch`` means (RocketMQ ``processConsumeResult``): the
         messages up to ``ctx.ack_index`` on SUCCESS are done (their offsets released); the others go
         to the retry topic (or the DLQ) by the pull thread on a clustering consumer's first failure,
         at ``ctx.delay_level_when_next_consume``; else again after ``retry_delay_s`` (``consume_later``)."""
         c = self.c
-        ack, level = _verdict(c.group, result, ctx, len(batch))
+        ack, level = verdict if verdict is not None else _verdict(c.group, result, ctx, len(batch))
         done, failed = batch[:ack + 1], batch[ack + 1:]
         if done:
             with c.lock:
