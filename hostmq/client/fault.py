@@ -39,6 +39,11 @@ class LatencyFaultTolerance:
         self.items: dict[str, _FaultItem] = {}
 
     def update(self, broker: str, latency_ms: float, now_ms: float, isolation: bool = False) -> None:
+        if not isolation and latency_ms < LATENCY_MAX_MS[2]:
+            item = self.items.get(broker)
+            if item is not None:        # the usual answer, below every isolating latency: noted in place
+                item.latency_ms, item.available_from_ms = latency_ms, now_ms
+                return
         duration = ISOLATION_MS if isolation else not_available_ms(latency_ms)
         self.items[broker] = _FaultItem(ISOLATION_MS if isolation else latency_ms, now_ms + duration)
 

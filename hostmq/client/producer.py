@@ -286,7 +286,8 @@ class Producer:
                 return session.send(R.FRAME_MESSAGE, restamp(payload, sizes, mq.queue_id, session.store_host), 1,
                                     Waiter(mq), deadline)
             return self._retrying(msg, None, None, None, None, deadline, attempt, mq.broker, e)[1]
-        self.note_latency(mq.broker, t0, False)
+        if fault is not None:           # note_latency, inline
+            fault.update(mq.broker, (time.monotonic() - t0) * 1000, time.time() * 1000)
         return out
 
     def _lane(self, topic: str, now: float) -> tuple | None:

@@ -1048,6 +1048,73 @@ static PyObject *step_await_completion(PyObject *self, PyObject *const *args, Py
     return PyLong_FromLong(result);
 }
 
+PyDoc_STRVAR(take_completions_doc,
+"take_completions(header, completions, crpos, entries) -> (crpos, [(seq, status, record_count,\n"
+"                 queue_offset, phys_offset, store_ts_ms), ...]) | None\n\n"
+"The completion entries the writer published past ``crpos``, oldest first, and the ring's\n"
+"completion read cursor moved past them (ring.py completion_tuples, its spec). None, with nothing\n"
+"read or moved, where the cursors disagree (more than ``entries`` or fewer than 0 published):\n"
+"ring.py raises its error then.");
+
+static PyObject *step_take_completions(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "take_completions() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long crpos = PyLong_AsLongLong(args[2]), entries = PyLong_AsLongLong(args[3]);
+    if ((crpos == -1 || entries == -1) && PyErr_Occurred())
+        return NULL;
+    Py_buffer bq, bc;
+    if (PyObject_GetBuffer(args[0], &bq, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &bc, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bq);
+        return NULL;
+    }
+    PyObject *out = NULL, *list = NULL;
+    if (bq.len < RING_HEADER_BYTES || ((uintptr_t)bq.buf & 7) || entries <= 0 || (entries & (entries - 1))
+        || entries > bc.len / COMPLETION_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "take_completions(): buffers and geometry disagree");
+        goto done;
+    }
+    int64_t *q = bq.buf;
+    long long w = load_i64(q + RW_COMPLETION_WRITE_POS), n = w - crpos;
+    if (n < 0 || n > entries) {
+        out = Py_NewRef(Py_None);               /* ring.py's spec raises its corruption error */
+        goto done;
+    }
+    list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        goto done;
+    const unsigned char *comp = bc.buf;
+    for (long long i = 0; i < n; i++) {
+        const unsigned char *e = comp + ((crpos + i) & (entries - 1)) * COMPLETION_BYTES;
+        int64_t seq, qoff, phys, ts;
+        int32_t status, count;
+        memcpy(&seq, e + CO_OFF_SEQ, 8);
+        memcpy(&status, e + CO_OFF_STATUS, 4);
+        memcpy(&count, e + CO_OFF_RECORD_COUNT, 4);
+        memcpy(&qoff, e + CO_OFF_QUEUE_OFFSET, 8);
+        memcpy(&phys, e + CO_OFF_PHYS_OFFSET, 8);
+        memcpy(&ts, e + CO_OFF_STORE_TS_MS, 8);
+        PyObject *t = Py_BuildValue("(LiiLLL)", (long long)seq, (int)status, (int)count, (long long)qoff,
+                                    (long long)phys, (long long)ts);
+        if (t == NULL)
+            goto done;
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    if (n)
+        store_i64(q + RW_COMPLETION_READ_POS, w);   /* the entries are ours: the writer may reuse them */
+    out = Py_BuildValue("(LO)", w, list);
+done:
+    Py_XDECREF(list);
+    PyBuffer_Release(&bq);
+    PyBuffer_Release(&bc);
+    return out;
+}
+
 static PyObject *step_bind(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     StepState *st = state_of(self);
@@ -1066,6 +1133,7 @@ static PyMethodDef methods[] = {
     {"serve_loop", (PyCFunction)(void (*)(void))step_serve_loop, METH_FASTCALL, serve_loop_doc},
     {"ring_write", (PyCFunction)(void (*)(void))step_ring_write, METH_FASTCALL, ring_write_doc},
     {"await_completion", (PyCFunction)(void (*)(void))step_await_completion, METH_FASTCALL, await_completion_doc},
+    {"take_completions", (PyCFunction)(void (*)(void))step_take_completions, METH_FASTCALL, take_completions_doc},
     {"_bind", (PyCFunction)(void (*)(void))step_bind, METH_VARARGS | METH_KEYWORDS,
      "Register the reserved property marks (record_fields._RESERVED_MARKS) in this module's state."},
     {NULL, NULL, 0, NULL},

@@ -77,8 +77,8 @@ except ImportError:         # not built: the Python paths below
     _NATIVE = None
 USE_NATIVE_SEND = _NATIVE is not None and hasattr(_NATIVE, "ring_write") \
     and os.environ.get("HOSTMQ_NATIVE_SEND", "1").lower() not in ("0", "off", "false")
-"""Whether a producer writes its frames and waits for its completions in C (``_step.c`` ring_write,
-await_completion); ``HOSTMQ_NATIVE_SEND=0`` turns it off."""
+"""Whether a producer writes its frames, waits for its completions and reads them in C (``_step.c``
+ring_write, await_completion, take_completions); ``HOSTMQ_NATIVE_SEND=0`` turns it off."""
 
 DEFAULT_DATA_BYTES = 16 * 1024 * 1024
 DEFAULT_COMPLETION_ENTRIES = 32768
@@ -385,7 +385,18 @@ class IngressRing(WriterSide):
 
     def completion_tuples(self) -> list[tuple]:
         """Like :meth:`completions`, as ``(seq, status, record_count, queue_offset, phys_offset,
-        store_ts_ms)`` tuples (cheaper for the few completions a sync sender sees)."""
+        store_ts_ms)`` tuples (cheaper for the few completions a sync sender sees): in one native call
+        (``_step.c`` take_completions) where it is built, else :meth:`py_completion_tuples`, its spec."""
+        if USE_NATIVE_SEND:
+            got = _NATIVE.take_completions(self._q, self._comp, self._crpos, self.completion_entries)
+            if got is not None:
+                self._crpos = got[0]
+                return got[1]
+        return self.py_completion_tuples()
+
+    def py_completion_tuples(self) -> list[tuple]:
+        """:meth:`completion_tuples` in Python (the spec of the native call; it also raises the ring's
+        corruption error where the cursors disagree)."""
         w = self._q[_COMP_WRITE_POS]
         n = w - self._crpos
         if n == 0:

@@ -41,7 +41,8 @@ from ..root import RootPaths
 from ..shm.futex import FutexWord
 from .ring import USE_NATIVE_SEND, IngressRing
 from ..shm.segment import Segment
-from ..store.encode import batch_msg_ids
+from ..store.encode import NATIVE as _NATIVE_ENCODE, batch_msg_ids
+from ..store.gather import py_send_result
 from ..shm.signal import notify_if_waiting, wait_for
 from ..waiting import SLEEP, IdleStrategy
 
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 LIVENESS_CHECK_S = 0.1
 OPEN_TIMEOUT_S = 5.0
 _ring_ids = itertools.count(1)
+_send_result = getattr(_NATIVE_ENCODE, "send_result", None)     # store._encode.send_result, or None
 _STATUS = {R.COMPLETION_SEND_OK: SendStatus.SEND_OK, R.COMPLETION_FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            R.COMPLETION_FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            R.COMPLETION_SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
@@ -303,11 +305,13 @@ class ProducerSession:
         if status < 0:
             w.outcome = completion_error(status, self.broker)
         else:
-            if w.sizes is None:
-                msg_id = f"{self.host_hex}{phys:016X}"
-            else:
-                msg_id = batch_msg_ids(self.host_hex, phys, w.sizes)
-            w.outcome = SendResult(_STATUS.get(status, SendStatus.SEND_OK), msg_id, w.queue, qoff)
+            st = _STATUS.get(status, SendStatus.SEND_OK)
+            if w.sizes is not None:
+                w.outcome = SendResult(st, batch_msg_ids(self.host_hex, phys, w.sizes), w.queue, qoff)
+            else:               # one message (every sync send): one native call where it is built
+                r = _send_result(SendResult, st, self.host_hex, phys, w.queue, qoff) \
+                    if _send_result is not None else None
+                w.outcome = r if r is not None else py_send_result(SendResult, st, self.host_hex, phys, w.queue, qoff)
         w.done = True
         f = w.future
         if f is not None:

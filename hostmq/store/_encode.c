@@ -50,6 +50,8 @@ static const char *const slot_names[S_COUNT] = {"topic", "body", "tags", "keys",
 typedef struct {
     PyTypeObject *message_type;         /* NULL until _bind */
     Py_ssize_t offset[S_COUNT];
+    PyTypeObject *result_type;          /* the last result type send_result(s) checked (NULL: none yet) */
+    Py_ssize_t result_off[4];           /* its slots' offsets */
 } EncodeState;
 
 static inline EncodeState *state_of(PyObject *module) { return (EncodeState *)PyModule_GetState(module); }
@@ -775,13 +777,87 @@ static PyType_Spec gather_spec = {
     .slots = gather_slots,
 };
 
+/* The SendResult slots send_results and send_result set: their offsets in ``t`` (0), or -1 where ``t``
+ * is not the slots-only class they expect (no error set). */
+static int result_slots(PyObject *module, PyTypeObject *t, Py_ssize_t off[4])
+{
+    EncodeState *st = state_of(module);
+    if (st->result_type == t) {         /* the usual call: the type checked before */
+        memcpy(off, st->result_off, sizeof st->result_off);
+        return 0;
+    }
+    static const char *const names[4] = {"status", "msg_id", "queue", "queue_offset"};
+    for (int i = 0; i < 4; i++)
+        if (slot_offset(t, names[i], &off[i]) < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+    if (t->tp_dictoffset != 0)
+        return -1;                      /* slots only, as the dataclass declares */
+    memcpy(st->result_off, off, sizeof st->result_off);
+    Py_INCREF(t);
+    Py_XSETREF(st->result_type, t);
+    return 0;
+}
+
+/* One SendResult made without running the frozen dataclass's __init__ — its four slots set as that
+ * __init__ sets them; the references to status, id and queue are taken here, ``qo``'s is stolen. */
+static PyObject *new_result(PyTypeObject *t, const Py_ssize_t off[4], PyObject *status, PyObject *id,
+                            PyObject *queue, PyObject *qo)
+{
+    PyObject *r = t->tp_alloc(t, 0);
+    if (r == NULL) {
+        Py_DECREF(qo);
+        return NULL;
+    }
+    *oslot(r, off[0]) = Py_NewRef(status);
+    *oslot(r, off[1]) = Py_NewRef(id);
+    *oslot(r, off[2]) = Py_NewRef(queue);
+    *oslot(r, off[3]) = qo;
+    if (PyObject_IS_GC(r) && PyObject_GC_IsTracked(r))
+        PyObject_GC_UnTrack(r);     /* frozen, four leaves: never in a cycle (see new_view) */
+    return r;
+}
+
+/* send_result(result_type, status, host_hex, phys, queue, queue_offset) -> result_type(status,
+ * f"{host_hex}{phys:016X}", queue, queue_offset): a sync send's SendResult from its completion (the
+ * spec is py_send_result in hostmq/store/gather.py). None where an argument is not the common case. */
+static PyObject *send_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "send_result takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *rt = args[0], *host = args[2];
+    long long phys, qoff;
+    Py_ssize_t off[4];
+    if (!PyType_Check(rt) || !PyUnicode_CheckExact(host) || !PyUnicode_IS_ASCII(host) ||
+        PyUnicode_GET_LENGTH(host) > MAX_PREFIX || as_int(args[3], 0, LLONG_MAX, &phys) < 0 ||
+        as_int(args[5], 0, LLONG_MAX, &qoff) < 0 || result_slots(self, (PyTypeObject *)rt, off) < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t hn = PyUnicode_GET_LENGTH(host);
+    PyObject *id = PyUnicode_New(hn + UID_HEX, 127);
+    if (id == NULL)
+        return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(id);
+    memcpy(o, PyUnicode_1BYTE_DATA(host), (size_t)hn);
+    put_hex16(o + hn, (uint64_t)phys);
+    PyObject *qo = PyLong_FromLongLong(qoff);
+    if (qo == NULL) {
+        Py_DECREF(id);
+        return NULL;
+    }
+    PyObject *r = new_result((PyTypeObject *)rt, off, args[1], id, args[4], qo);
+    Py_DECREF(id);
+    return r;
+}
+
 /* send_results(result_type, status, ids, queue, first_offset) -> [result_type(status, ids[i], queue,
  * first_offset + i) ...]: an async frame's SendResults (the spec is py_send_results in
  * hostmq/store/gather.py), each made without running the frozen dataclass's __init__ — its four
  * slots set as that __init__ sets them. None where an argument is not the common case. */
 static PyObject *send_results(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)self;
     if (nargs != 5) {
         PyErr_Format(PyExc_TypeError, "send_results takes 5 arguments (%zd given)", nargs);
         return NULL;
@@ -791,15 +867,9 @@ static PyObject *send_results(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (!PyType_Check(rt) || !PyList_CheckExact(ids) || as_int(args[4], 0, LLONG_MAX / 2, &first) < 0)
         Py_RETURN_NONE;
     PyTypeObject *t = (PyTypeObject *)rt;
-    static const char *const names[4] = {"status", "msg_id", "queue", "queue_offset"};
     Py_ssize_t off[4];
-    for (int i = 0; i < 4; i++)
-        if (slot_offset(t, names[i], &off[i]) < 0) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-    if (t->tp_dictoffset != 0)
-        Py_RETURN_NONE;                 /* slots only, as the dataclass declares */
+    if (result_slots(self, t, off) < 0)
+        Py_RETURN_NONE;
     Py_ssize_t n = PyList_GET_SIZE(ids);
     PyObject *out = PyList_New(n);
     if (out == NULL)
@@ -810,19 +880,11 @@ static PyObject *send_results(PyObject *self, PyObject *const *args, Py_ssize_t 
             Py_DECREF(out);
             Py_RETURN_NONE;
         }
-        PyObject *r = t->tp_alloc(t, 0), *qo = PyLong_FromLongLong(first + i);
-        if (r == NULL || qo == NULL) {
-            Py_XDECREF(r);
-            Py_XDECREF(qo);
+        PyObject *qo = PyLong_FromLongLong(first + i), *r = qo == NULL ? NULL : new_result(t, off, status, id, queue, qo);
+        if (r == NULL) {
             Py_DECREF(out);
             return NULL;
         }
-        *oslot(r, off[0]) = Py_NewRef(status);
-        *oslot(r, off[1]) = Py_NewRef(id);
-        *oslot(r, off[2]) = Py_NewRef(queue);
-        *oslot(r, off[3]) = qo;
-        if (PyObject_IS_GC(r) && PyObject_GC_IsTracked(r))
-            PyObject_GC_UnTrack(r);     /* frozen, four leaves: never in a cycle (see new_view) */
         PyList_SET_ITEM(out, i, r);
     }
     return out;
@@ -866,6 +928,8 @@ static PyMethodDef methods[] = {
      "encode.py_batch_msg_ids in C: a batch's comma-separated message ids, or None (ask the spec)."},
     {"restamp", (PyCFunction)(void (*)(void))restamp, METH_FASTCALL,
      "encode.py_restamp in C: the records with their queue id and store host set, or None (ask the spec)."},
+    {"send_result", (PyCFunction)(void (*)(void))send_result, METH_FASTCALL,
+     "A sync send's SendResult from its completion in one call, or None (ask the spec)."},
     {"send_results", (PyCFunction)(void (*)(void))send_results, METH_FASTCALL,
      "An async frame's SendResults in one call, or None (ask the spec)."},
     {"crc32", crc32_of, METH_O, "zlib.crc32(data) as the native code computes body CRCs (for the tests)."},
@@ -876,16 +940,20 @@ static PyMethodDef methods[] = {
 static int encode_traverse(PyObject *m, visitproc visit, void *arg)
 {
     EncodeState *st = state_of(m);
-    if (st != NULL)
+    if (st != NULL) {
         Py_VISIT(st->message_type);
+        Py_VISIT(st->result_type);
+    }
     return 0;
 }
 
 static int encode_clear(PyObject *m)
 {
     EncodeState *st = state_of(m);
-    if (st != NULL)
+    if (st != NULL) {
         Py_CLEAR(st->message_type);
+        Py_CLEAR(st->result_type);
+    }
     return 0;
 }
 
@@ -896,6 +964,7 @@ static int encode_exec(PyObject *m)
 {
     hm_crc32_init();
     state_of(m)->message_type = NULL;
+    state_of(m)->result_type = NULL;
     PyObject *lay = Py_BuildValue(
         "{s:i,s:k,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}",
         "MSG_HEADER", HDR_BYTES, "MAGIC_CODE", (unsigned long)MAGIC_CODE, "PROPERTY_END", PROPERTY_END,

@@ -1,5 +1,6 @@
 """Open record buffers per key with a view per record — the spec of ``store._encode.Gather`` — and
-a frame's results in one call — the spec of ``store._encode.send_results``.
+a frame's results in one call — the spec of ``store._encode.send_results`` — and a sync send's
+result — the spec of ``store._encode.send_result``.
 
 ``client.async_sends`` keeps a producer's open async frames in a ``Gather`` (C) or, where the module
 is not built, a :class:`PyGather`: per topic, the frame being filled (an object with a ``buf``
@@ -74,3 +75,9 @@ class PyGather:
 def py_send_results(result_type, status, ids: list[str], queue, first_offset: int) -> list:
     """The SendResults of a frame's messages: the ``i``-th with its own id and ``first_offset + i``."""
     return [result_type(status, mid, queue, first_offset + i) for i, mid in enumerate(ids)]
+
+
+def py_send_result(result_type, status, host_hex: str, phys: int, queue, queue_offset: int):
+    """A sync send's SendResult from its completion: the message id is the broker's host and the
+    record's commitlog offset (16 upper-case hex digits)."""
+    return result_type(status, f"{host_hex}{phys:016X}", queue, queue_offset)

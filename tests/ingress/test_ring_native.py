@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hostmq import records as R
-from hostmq.errors import ValidationError
+from hostmq.errors import RingCorruptError, ValidationError
 from hostmq.ingress import ring as ring_mod
 from hostmq.ingress.ring import IngressRing
 from hostmq.waiting import SLEEP, IdleStrategy, poll_until
@@ -54,7 +54,8 @@ def test_write_and_ring_writes_what_try_write_writes(tmp_path_factory):
         one(tmp_path_factory, ops, seen)
 
     check()
-    assert seen == {True, False, "wrapped"}, seen      # written, no room, and frames past the ring's end
+    # written, no room, frames past the ring's end; completions read natively as the spec reads them
+    assert seen == {True, False, "wrapped", "read", "none"}, seen
 
 
 def one(tmp_path_factory, ops, seen: set) -> None:
@@ -67,13 +68,21 @@ def one(tmp_path_factory, ops, seen: set) -> None:
     try:
         for op, n in ops:
             if op == "serve":       # the writer takes, completes and releases every frame; the producers
-                for p, w in ((a, wa), (b, wb)):         # read their answers, or not (the completion ring fills)
+                answers = []            # read their answers (natively and by the spec), or not (the ring fills)
+                for p, w in ((a, wa), (b, wb)):
                     frames = w.frames()
                     if frames:
-                        w.complete([(f.seq, R.COMPLETION_SEND_OK, f.record_count, 0, 0, 0) for f in frames])
+                        w.complete([(f.seq, (R.COMPLETION_SEND_OK, R.COMPLETION_NO_TOPIC, 3)[f.seq % 3],
+                                     f.record_count, f.seq * 7, (f.seq << 33) + 1, 1_700_000_000_000 + f.seq)
+                                    for f in frames])
                         w.release()
                     if n:
-                        p.completion_tuples()
+                        answers.append(p.completion_tuples() if p is a else p.py_completion_tuples())
+                if answers:
+                    assert answers[0] == answers[1]
+                    seen.add("read" if answers[0] else "none")
+                assert cursors(a) == cursors(b)
+                assert bytes(a.segment.buf[:R.RING_HEADER.itemsize]) == bytes(b.segment.buf[:R.RING_HEADER.itemsize])
                 continue
             if op == "msg":
                 kind, payload, count = R.FRAME_MESSAGE, record(body=b"m" * n), 1
@@ -117,6 +126,29 @@ def test_the_doorbell_rings_only_while_the_writer_waits_and_odd_frames_go_to_pyt
             p.try_write(R.FRAME_MESSAGE, 3, record(), 2)
         with pytest.raises(ValueError):         # a doorbell that is not an aligned int64 word
             p.write_and_ring(R.FRAME_MESSAGE, 3, record(), 1, np.zeros(3, np.uint8))
+    finally:
+        w.close()
+        p.close()
+
+
+def test_take_completions_hands_cursors_that_disagree_to_the_spec_which_raises(tmp_path):
+    shm = ShmNames(str(tmp_path), "takec")
+    p = IngressRing.create(shm.name("r", 0), 4096, 8)
+    w = IngressRing.from_fd(p.segment.fd)
+    try:
+        assert p.write_and_ring(R.FRAME_MESSAGE, 1, record(), 1, np.zeros(1, np.int64)) is True
+        w.complete([(f.seq, R.COMPLETION_SEND_OK, 1, 5, 99, 7) for f in w.frames()])
+        assert p.completion_tuples() == [(1, R.COMPLETION_SEND_OK, 1, 5, 99, 7)] and p.completion_tuples() == []
+        word = R.RING_WORD["completion_write_pos"]
+        for bad in (p._crpos + p.completion_entries + 1, p._crpos - 1):     # more than the ring holds; backwards
+            w._q[word] = bad
+            before = bytes(p.segment.buf[:R.RING_HEADER.itemsize]), cursors(p)
+            assert ring_mod._NATIVE.take_completions(p._q, p._comp, p._crpos, p.completion_entries) is None
+            with pytest.raises(RingCorruptError):
+                p.completion_tuples()
+            assert (bytes(p.segment.buf[:R.RING_HEADER.itemsize]), cursors(p)) == before
+        with pytest.raises(ValueError):                 # a completion buffer smaller than its entries
+            ring_mod._NATIVE.take_completions(p._q, p._comp[:4], p._crpos, p.completion_entries)
     finally:
         w.close()
         p.close()

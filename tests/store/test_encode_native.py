@@ -1,5 +1,6 @@
 """A producer's messages as records in C (hostmq/store/_encode.c) against the spec in
-hostmq/store/encode.py (``py_encode_messages``, ``py_restamp``, ``py_batch_msg_ids``).
+hostmq/store/encode.py (``py_encode_messages``, ``py_restamp``, ``py_batch_msg_ids``), and a sync
+send's SendResult against ``store.gather.py_send_result``.
 
 Hypothesis draws batches of messages — plain ones, tags (unicode, empty, holding the property
 separators, lone surrogates), keys, user properties, delays, flags at and past 32 bits, bodies that
@@ -11,6 +12,7 @@ The producer's sends (send, send_batch) go through this path; tests/e2e covers t
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -19,8 +21,9 @@ from hypothesis import strategies as st
 
 from hostmq import records as R
 from hostmq.errors import ValidationError
-from hostmq.message import Message
+from hostmq.message import Message, MessageQueue, SendResult, SendStatus
 from hostmq.store import encode as E
+from hostmq.store.gather import py_send_result
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(E.NATIVE is None, reason="hostmq/store/_encode.c is not built")]
@@ -196,3 +199,33 @@ def test_batch_msg_ids_hands_back_what_it_does_not_take():
     assert E.NATIVE.batch_msg_ids("AB", 1, []) is None
     assert E.NATIVE.batch_msg_ids("ÄB", 1, [1]) is None
     assert E.batch_msg_ids("ÄB", 16, [1, 2]) == E.py_batch_msg_ids("ÄB", 16, [1, 2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="0123456789ABCDEF", max_size=40), st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1),
+       st.sampled_from(list(SendStatus)))
+def test_send_result_as_the_spec(host, phys, qoff, status):
+    q = MessageQueue("EncT", "broker-a", 3)
+    got = E.NATIVE.send_result(SendResult, status, host, phys, q, qoff)
+    want = py_send_result(SendResult, status, host, phys, q, qoff)
+    assert got == want and hash(got) == hash(want) and type(got) is SendResult
+    with pytest.raises(dataclasses.FrozenInstanceError):        # made in C, as frozen as the spec's
+        got.queue_offset = 0
+
+
+def test_send_result_hands_back_what_it_does_not_take():
+    q = MessageQueue("EncT", "broker-a", 3)
+    ok = SendStatus.SEND_OK
+    assert E.NATIVE.send_result(SendResult, ok, "AB", -1, q, 0) is None
+    assert E.NATIVE.send_result(SendResult, ok, "AB", 1, q, -1) is None
+    assert E.NATIVE.send_result(SendResult, ok, "ÄB", 1, q, 0) is None            # not ASCII
+    assert E.NATIVE.send_result(SendResult, ok, "A" * 65, 1, q, 0) is None        # longer than any host
+    assert E.NATIVE.send_result(SendResult, ok, b"AB", 1, q, 0) is None
+
+    class NotSlots:
+        def __init__(self, *a):
+            self.a = a
+    assert E.NATIVE.send_result(NotSlots, ok, "AB", 1, q, 0) is None
+    assert E.NATIVE.send_result(SendResult, ok, "AB", 1, q, 0) == py_send_result(SendResult, ok, "AB", 1, q, 0)
+    with pytest.raises(TypeError):
+        E.NATIVE.send_result(SendResult, ok, "AB", 1, q)
