@@ -217,17 +217,9 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
             return False
         self.inline_batches += 1
         try:
-            ctx = ConsumeConcurrentlyContext(mq)
-            t0 = time.monotonic()
-            result = c.call_listener(batch, ctx)
-            slow = time.monotonic() - t0 > INLINE_MAX_S
+            result, ctx = self._timed_call(mq, batch)
             verdict = _verdict(c.group, result, ctx, len(batch))
             with c.lock:
-                calls = self._calls
-                if len(calls) == calls.maxlen:
-                    self._slow -= calls[0]
-                calls.append(slow)
-                self._slow += slow
                 if verdict[0] == len(batch) - 1:
                     if next_offset > pq.next_offset:
                         pq.next_offset = next_offset
@@ -264,6 +256,13 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         c = self.c
         if pq.dropped or c.stopping.is_set():
             return                          # another member owns the queue now; it re-reads from the commit
+        result, ctx = self._timed_call(mq, batch)
+        self.settle(mq, pq, batch, attempt, result, ctx)
+
+    def _timed_call(self, mq: MessageQueue, batch: list[MessageExt]) -> tuple[ConsumeResult, ConsumeConcurrentlyContext]:
+        """The listener on ``batch`` with a new context: ``(verdict, context)``; the call counted slow
+        or not (over ``INLINE_MAX_S``) among the last ``INLINE_WINDOW``, for the inline choice."""
+        c = self.c
         ctx = ConsumeConcurrentlyContext(mq)
         t0 = time.monotonic()
         result = c.call_listener(batch, ctx)
@@ -274,7 +273,7 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
                 self._slow -= calls[0]
             calls.append(slow)
             self._slow += slow
-        self.settle(mq, pq, batch, attempt, result, ctx)
+        return result, ctx
 
     def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,
                result: ConsumeResult, ctx: ConsumeConcurrentlyContext,

@@ -426,6 +426,13 @@ class PullConsumer:
                 raise
             if t is None:       # a replication bound, or a round tail_poll leaves to its spec: the general round
                 return self._fetch(self.max_poll_records)
+            if t is not False and t[2] is not None:     # the usual answer (_tail_answer and _took, inline)
+                self._seen[mq] = t[0]
+                self.positions[mq] = t[2]
+                if out:
+                    self.last_fetch = (out, [(mq, 0, len(out))])
+                    return out
+                continue
             msgs = self._took(mq, self._tail_answer(view, mq, pos, self.max_poll_records, "*", t, out))
             if msgs:
                 self.last_fetch = (msgs, [(mq, 0, len(msgs))])
