@@ -127,10 +127,12 @@ class ConsumeMessageService:
         """Messages that could not be sent back: consume them again here (``attempt`` > 0)."""
         raise NotImplementedError
 
-    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], next_offset: int) -> bool:
-        """Messages just fetched from ``mq`` (the pull position now ``next_offset``), *not* held in
-        ``pq``: consume them on the pull thread now and keep the books after, if this service does that
-        (True); False, with nothing done, and the consumer holds them and calls ``submit``."""
+    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt],
+                      positions: "dict[MessageQueue, int]") -> bool:
+        """Messages just fetched from ``mq`` (``positions``: the pull consumer's, ``mq``'s already past
+        them), *not* held in ``pq``: consume them on the pull thread now and keep the books after, if
+        this service does that (True); False, with nothing done, and the consumer holds them and calls
+        ``submit``."""
         return False
 
     # -- the pull thread's questions (queue locks; nothing to do for a concurrent service) ------------
@@ -180,6 +182,8 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         self._pooled = 0                # batches submitted to the pool and not finished
         self._calls: collections.deque = collections.deque(maxlen=INLINE_WINDOW)    # slow? per recent call
         self._slow = 0                  # how many of them were slow
+        self._fast = True               # fewer than half of them were: the listener may run inline
+        self._own_pool = type(self).submit_batch is ConsumeMessageConcurrentlyService.submit_batch
         self.inline_batches = 0         # batches consumed on the pull thread (for tests and stats)
 
     def handed_off(self) -> bool:
@@ -193,8 +197,7 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt]) -> None:
         size = self.c.batch_size
-        if len(batch) <= size and not self._pooled and 2 * self._slow < max(1, len(self._calls)) and \
-                type(self).submit_batch is ConsumeMessageConcurrentlyService.submit_batch:
+        if len(batch) <= size and not self._pooled and self._fast and self._own_pool:
             self.inline_batches += 1
             try:
                 self.consume(mq, pq, batch, 0)
@@ -204,7 +207,8 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         for i in range(0, len(batch), size):
             self.submit_batch(mq, pq, batch[i:i + size], 0)
 
-    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], next_offset: int) -> bool:
+    def consume_first(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt],
+                      positions: "dict[MessageQueue, int]") -> bool:
         """``submit``'s inline case with the listener called first: what the pull thread runs between
         a poll that woke and the listener is what a push consumer adds to a poll's latency (issue 29).
         The books come after — nothing else reads them meanwhile (commits, flow control and rebalances
@@ -212,13 +216,14 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
         consumed whole only moves ``pq.next_offset`` past it; otherwise it is held and settled as
         ``consume`` does, so the failed part stays held until it is sent back or consumed again."""
         c = self.c
-        if len(batch) > c.batch_size or self._pooled or 2 * self._slow >= max(1, len(self._calls)) or \
-                type(self).submit_batch is not ConsumeMessageConcurrentlyService.submit_batch or c.stopping.is_set():
+        if self._pooled or not self._fast or len(batch) > c.batch_size or not self._own_pool or c.stopping.is_set():
             return False
         self.inline_batches += 1
+        next_offset = pq.next_offset        # (until the books are kept below)
         try:
             result, ctx = self._timed_call(mq, batch)
             verdict = _verdict(c.group, result, ctx, len(batch))
+            next_offset = positions.get(mq, 0)      # this thread's own: as it was when the poll returned
             with c.lock:
                 if verdict[0] == len(batch) - 1:
                     if next_offset > pq.next_offset:
@@ -273,6 +278,7 @@ class ConsumeMessageConcurrentlyService(ConsumeMessageService):
                 self._slow -= calls[0]
             calls.append(slow)
             self._slow += slow
+            self._fast = 2 * self._slow < max(1, len(calls))
         return result, ctx
 
     def settle(self, mq: MessageQueue, pq: ProcessQueue, batch: list[MessageExt], attempt: int,

@@ -348,7 +348,7 @@ class PushConsumer:
             if pq is None or pq.dropped:
                 return False
             self._first_mq, self._first_pq = mq, pq
-        return self.service.consume_first(mq, pq, msgs, self.pull.positions.get(mq, 0))
+        return self.service.consume_first(mq, pq, msgs, self.pull.positions)
 
     def _dispatch(self, msgs: list[MessageExt]) -> None:
         fetched, groups = self.pull.last_fetch

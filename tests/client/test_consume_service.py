@@ -14,8 +14,9 @@ import pytest
 
 from hostmq import ConsumeResult, MessageExt, MessageModel, MessageQueue, ValidationError
 from hostmq import records as R
-from hostmq.client.consume_service import (ACK_ALL, ConsumeConcurrentlyContext, ConsumeMessageConcurrentlyService,
-                                           ConsumeOrderlyContext, SendBack, takes_context)
+from hostmq.client.consume_service import (ACK_ALL, INLINE_MAX_S, ConsumeConcurrentlyContext,
+                                           ConsumeMessageConcurrentlyService, ConsumeOrderlyContext, SendBack,
+                                           takes_context)
 from hostmq.client.orderly import ConsumeMessageOrderlyService
 from hostmq.client.process_queue import ProcessQueue
 from hostmq.client.push_consumer import PushConsumer
@@ -152,10 +153,10 @@ def test_consume_first_calls_the_listener_then_only_moves_the_next_offset_past_a
     batch = stored([5, 6, 7])
     pq = ProcessQueue(5)
     before = c.service.inline_batches
-    assert c.service.consume_first(MQ, pq, batch, 8) is True
+    assert c.service.consume_first(MQ, pq, batch, {MQ: 8}) is True
     assert seen == [(batch, 0, 5)] and c.service.inline_batches == before + 1
     assert pq.count == 0 and pq.next_offset == 8 and pq.safe_offset() == 8 and not sent_back(c)
-    assert c.service.consume_first(MQ, pq, stored([8]), 9) and pq.safe_offset() == 9
+    assert c.service.consume_first(MQ, pq, stored([8]), {MQ: 9}) and pq.safe_offset() == 9
 
 
 @pytest.mark.parametrize("how", ["later", "raises", "ack_index", "wrong type"])
@@ -173,7 +174,7 @@ def test_consume_first_holds_what_was_not_consumed_until_it_is_sent_back(how):
     c = consumer(listener, batch_size=4)
     batch = stored([20, 21, 22])
     pq = ProcessQueue(20)
-    assert c.service.consume_first(MQ, pq, batch, 23)
+    assert c.service.consume_first(MQ, pq, batch, {MQ: 23})
     [(mq, got_pq, backs)] = sent_back(c)
     failed = batch[1:] if how == "ack_index" else batch
     assert mq == MQ and got_pq is pq and [b.msg for b in backs] == failed
@@ -193,7 +194,7 @@ def test_consume_first_keeps_a_batch_held_when_its_books_fail_after_the_listener
     c = consumer(listener, batch_size=4)
     batch = stored([30, 31])
     pq = ProcessQueue(30)
-    assert c.service.consume_first(MQ, pq, batch, 32)     # logged; the pull thread goes on
+    assert c.service.consume_first(MQ, pq, batch, {MQ: 32})     # logged; the pull thread goes on
     assert sorted(pq.held) == [30, 31] and pq.safe_offset() == 30 and not sent_back(c)
 
 
@@ -201,15 +202,18 @@ def test_consume_first_declines_what_the_pool_or_another_service_must_take():
     calls = []
     c = consumer(lambda msgs: calls.append(msgs) or ConsumeResult.SUCCESS, batch_size=2)
     pq = ProcessQueue(0)
-    assert c.service.consume_first(MQ, pq, stored([0, 1, 2]), 3) is False      # more than one batch
+    assert c.service.consume_first(MQ, pq, stored([0, 1, 2]), {MQ: 3}) is False      # more than one batch
     c.service._pooled = 1                       # a batch runs on the pool: order of hand-offs kept
-    assert c.service.consume_first(MQ, pq, stored([0]), 1) is False
+    assert c.service.consume_first(MQ, pq, stored([0]), {MQ: 1}) is False
     c.service._pooled = 0
     c.stopping.set()
-    assert c.service.consume_first(MQ, pq, stored([0]), 1) is False
+    assert c.service.consume_first(MQ, pq, stored([0]), {MQ: 1}) is False
     o = consumer(lambda msgs: calls.append(msgs) or ConsumeResult.SUCCESS, orderly=True)
-    assert o.service.consume_first(MQ, pq, stored([0]), 1) is False            # orderly: queue locks first
+    assert o.service.consume_first(MQ, pq, stored([0]), {MQ: 1}) is False            # orderly: queue locks first
     assert not calls and pq.count == 0 and pq.next_offset == 0
+    slow = consumer(lambda msgs: time.sleep(2 * INLINE_MAX_S) or ConsumeResult.SUCCESS)
+    assert slow.service.consume_first(MQ, pq, stored([0]), {MQ: 1})           # slow: half its calls so far
+    assert slow.service.consume_first(MQ, pq, stored([1]), {MQ: 2}) is False   # so the pool takes the next
 
 
 def test_send_back_refuses_bad_input():
