@@ -5,7 +5,8 @@ It reads the schedule topic's consume queues (one per delay level; the tag code 
 due time) through a read-only store view, and delivers each due message to its real topic and
 queue through an ingress ring of its own broker — as a producer would, so the writer stays the
 only appender. Each level's next offset goes to ``config/delayOffset.json`` every second and at
-stop, with the commitlog's write position at that moment. Exactly once across crashes: on start, a
+stop, with the commitlog's write position at that moment (a scheduler that finds no position saved
+saves the one it started at). Exactly once across crashes: on start, a
 due message at or past the saved offsets that was stored before this start may have been delivered
 just before the crash; it is skipped if a record of its real topic with its unique id and its
 reconsume count (a retry's earlier rounds share the id) is stored — found through the real topic's
@@ -64,6 +65,13 @@ class Scheduler:
         self._since_saved: dict[tuple[str, str], list[int]] | None = None
         self._scanned = False
         self._saved_from = self.offsets.write_pos       # previous schedulers' deliveries lie past it
+        if self._saved_from is None:
+            # No position saved (no file: this store's first scheduler, which may start after delay
+            # messages were stored; or an older version's file): what earlier schedulers delivered only
+            # the index can find, but all this one delivers lies past this start's end — saved now as
+            # the position, so that a successor's scan finds it even if this one dies before its first
+            # periodic save (without it, a crash then doubled every delivery when the index was off).
+            self._saved_from = self.stored_end
         self.persist()
         self.delivered = self.skipped = 0
         self.not_again = self._not_again_logged = 0     # due messages found delivered before a restart
@@ -172,14 +180,12 @@ class Scheduler:
 
     def _stored_since_saved(self) -> dict[tuple[str, str], list[int]] | None:
         """``(topic, unique id) → phys offsets`` of the records stored from the saved offsets' write
-        position to this start's end (scanned at the first need); None where that position is not
-        known (a file from an older version) or the range is over SCAN_MAX_BYTES."""
+        position (this start's end where none was saved) to this start's end, scanned at the first
+        need; None where the range is over SCAN_MAX_BYTES."""
         if self._scanned:
             return self._since_saved
         self._scanned = True
         start = self._saved_from
-        if start is None:
-            return None
         cl = self.reader.commitlog
         cl.mfq.refresh()
         start = max(start, cl.min_offset())

@@ -172,3 +172,33 @@ def test_a_scheduler_killed_with_a_delivery_in_its_ring_is_not_doubled_by_the_ne
     doubled = {i: len(v) for i, v in got.items() if len(v) > 1}
     assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
     assert "delivered before the restart; not again" in c.log_tail("broker-a", 400)
+
+
+def test_a_first_scheduler_that_starts_after_its_entries_were_stored_is_not_doubled_by_the_next(cluster):
+    """A scheduler with no delayOffset.json (its first start, late: the broker stored delay messages
+    before it ran) saves the write position it started at, so the next one, after a crash before its
+    first periodic save, finds what it delivered in the commitlog — here with the index off. (The
+    fresh-clone CI at 8a1e2e8 met this: a first scheduler that started 1 s late saved no position,
+    and the next one, finding none, delivered its deliveries again.)"""
+    c = cluster(**LEVELS, store={"message_index_enable": False})
+    with hostmq.Admin(c.root) as a:
+        queues = a.create_topic("dlf", queues=2)
+    n = 2000
+    with hostmq.Producer(c.root) as p:
+        for i in range(n):
+            p.send(Message("dlf", SEQ.pack(i), delay_level=3))
+    assert c.stop_process("broker-a") == 0                   # before anything is due
+    os.remove(os.path.join(RootPaths(c.root).config_dir("broker-a"), "delayOffset.json"))
+    c.start_broker("broker-a")                               # its scheduler starts after its entries
+    wait_until(lambda: 0 < delivered(c.root), 20, "delivery to start")
+    c.signal_group("broker-a", signal.SIGKILL)               # before its first periodic save (1 s)
+    c.processes["broker-a"].wait(30)
+    c.start_broker("broker-a")
+    got: dict = {}
+    with hostmq.PullConsumer(c.root, group="dlf-g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.assign(queues)
+        collect(pc, got, lambda: len(got) == n, 60)
+        time.sleep(0.5)
+        collect(pc, got, lambda: True, 1)                         # anything doubled arrives by now
+    doubled = {i: len(v) for i, v in got.items() if len(v) > 1}
+    assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
