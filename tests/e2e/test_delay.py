@@ -61,6 +61,19 @@ def test_each_level_arrives_when_due_not_before(cluster):
         assert st["pids"]["scheduler"] > 0
 
 
+def assert_each_once(c, queues, group: str, n: int) -> None:
+    """Messages 0..n-1 of ``queues`` each arrive exactly once (a consumer of a new group from the
+    first offset; a pause after the last for any copy that would double one)."""
+    got: dict = {}
+    with hostmq.PullConsumer(c.root, group=group, consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
+        pc.assign(queues)
+        collect(pc, got, lambda: len(got) == n, 60)
+        time.sleep(0.5)
+        collect(pc, got, lambda: True, 1)                         # anything doubled arrives by now
+    doubled = {i: len(v) for i, v in got.items() if len(v) > 1}
+    assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
+
+
 def delivered(root: str) -> int:
     st = BrokerState.attach(shm_name(root, "broker-a", "state"), readonly=True)
     try:
@@ -112,14 +125,7 @@ def test_a_broker_restart_loses_and_doubles_no_delayed_message(cluster, how):
         if how == "crash, index missing entries":
             assert _wipe_index_slots(c.root, c.config.store.index_slots) >= 1
     c.start_broker("broker-a")
-    got: dict = {}
-    with hostmq.PullConsumer(c.root, group="dlr-g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
-        pc.assign(queues)
-        collect(pc, got, lambda: len(got) == n, 60)
-        time.sleep(0.5)
-        collect(pc, got, lambda: True, 1)                         # anything doubled arrives by now
-    doubled = {i: len(v) for i, v in got.items() if len(v) > 1}
-    assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
+    assert_each_once(c, queues, "dlr-g", n)
     log_text = c.log_tail("broker-a", 100000)
     print(how, "skipped as already delivered:", log_text.count("was delivered before the restart"))
     if how == "crash, index missing entries" and unsaved > 0:     # nearly always: saved once a second
@@ -194,11 +200,4 @@ def test_a_first_scheduler_that_starts_after_its_entries_were_stored_is_not_doub
     c.signal_group("broker-a", signal.SIGKILL)               # before its first periodic save (1 s)
     c.processes["broker-a"].wait(30)
     c.start_broker("broker-a")
-    got: dict = {}
-    with hostmq.PullConsumer(c.root, group="dlf-g", consume_from=ConsumeFrom.FIRST_OFFSET) as pc:
-        pc.assign(queues)
-        collect(pc, got, lambda: len(got) == n, 60)
-        time.sleep(0.5)
-        collect(pc, got, lambda: True, 1)                         # anything doubled arrives by now
-    doubled = {i: len(v) for i, v in got.items() if len(v) > 1}
-    assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
+    assert_each_once(c, queues, "dlf-g", n)
