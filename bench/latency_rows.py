@@ -80,6 +80,9 @@ def main(argv=None) -> int:
             if env["floor_exe"] is None:
                 print(f"C floor rows skipped: {why}")
                 rows = [r for r in rows if r not in L.F.ROWS]
+            elif L.F.split_why() and any(r in L.F.SPLIT_ROWS for r in rows):
+                print(f"split rows skipped: {L.F.split_why()}")
+                rows = [r for r in rows if r not in L.F.SPLIT_ROWS]
         stack.enter_context(hostmq.LocalCluster(env["root"], config=config))
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
         stack.callback(procs.kill_all)                  # children go before the cluster stops
@@ -95,7 +98,8 @@ def main(argv=None) -> int:
                 if system in L.HOSTMQ:
                     parts = (f"  send→ring write {x['to_published_p50']}  →step {x['to_step_p50']}  "
                              f"→queues woken {x['to_wake_p50']}  send→woken {x['to_woken_p50']}  "
-                             f"woken→returned {x['woken_to_poll_p50']}")
+                             f"woken→returned {x['woken_to_poll_p50']}  on the writer's CPU "
+                             f"{x['same_cpu_share']:.0%} p50 {x['same_cpu_p50']} (else {x['other_cpu_p50']})")
                 print(f"run {run} {system:20} p50 {x['p50']:7.1f}  p90 {x['p90']:7.1f}  p99 {x['p99']:8.1f} µs"
                       f"{parts}  load {x['loadavg_1m']}", flush=True)
     return 0

@@ -692,7 +692,7 @@ STEP_LAYOUT = {
                                               "sessions_version", "topics_version", "flush_error",
                                               "fenced_epoch", "ha_slaves", "confirmed_pos",
                                               # measurement stamps of follow_up's queue wake-ups
-                                              "step_started_ns", "step_woke_ns")},
+                                              "step_started_ns", "step_woke_ns", "step_cpu")},
     "FRAME": {n: FRAME_HEADER_DTYPE.fields[n][1] for n in FRAME_HEADER_DTYPE.names},
     "FRAME_HEADER_BYTES": FRAME_HEADER.size,
     "FRAME_KIND": {"MESSAGE": FRAME_MESSAGE, "BATCH": FRAME_BATCH, "SKIP": FRAME_SKIP},

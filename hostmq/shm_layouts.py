@@ -173,9 +173,10 @@ COMPLETION_NOT_MASTER = -6           # the broker stepped down: a newer epoch's 
 #                 what an in-sync slave acknowledged, or the master's end while none is in sync; it never
 #                 goes back; -1 while no replication process confirms: consumers read to the end) |
 #                 confirm_wake (futex word: the ha process adds one whenever confirmed_pos moves)
-#     +576  (writer) step_started_ns | step_woke_ns — measurement only: CLOCK_MONOTONIC ns at which the
-#                 writer began the step whose queues it woke last, and at which it woke them (just
-#                 before the futex wakes); the latency bench splits a delivery with them | 6 × reserved
+#     +576  (writer) step_started_ns | step_woke_ns | step_cpu — measurement only: CLOCK_MONOTONIC ns
+#                 at which the writer began the step whose queues it woke last, and at which it woke
+#                 them (just before the futex wakes), and the CPU it woke them from plus one (0: not
+#                 known); the latency bench splits a delivery with them | 5 × reserved
 #     +640                      session table: session_slots × STATE_SLOT (broker control)
 #     +640 + 64·S               writer attach table: session_slots × i64 generation (writer)
 #     +640 + 72·S               flush latency histogram: FLUSH_HISTOGRAM_BUCKETS × i64 (flusher); bucket
@@ -205,7 +206,9 @@ BROKER_STATE_VERSION = 14         # 2: consumers_version, 3: offsets_reset_versi
                                   # 12: fenced_epoch (a master stepping down, issue 27)
                                   # 13: confirmed_pos, confirm_wake (consumers of a SYNC_MASTER read
                                   #     what a slave holds: a failover cuts nothing they saw)
-                                  # 14: step_started_ns, step_woke_ns (the writer's stamps, issue 29)
+                                  # 14: step_started_ns, step_woke_ns (the writer's stamps, issue 29);
+                                  #     step_cpu later took a reserved word of that line (measurement only:
+                                  #     a reader that does not know it never reads it)
 FLUSH_HISTOGRAM_BUCKETS = 32      # up to 2^31 µs (36 min): every flush fits
 QUEUE_WAKE_WORDS = 64             # queues share wake words by hash: a wake-up is spurious 1 time in 64
 _STATE_FIELDS = [
@@ -227,7 +230,7 @@ _STATE_FIELDS = [
            "ha_pid", "ha_heartbeat_ms", "ha_port", "replicated_pos"]),
     (512, ["role", "role_epoch", "registered_id", "replica_connected", "slave_read_lag_bytes",
            "fenced_epoch", "confirmed_pos", "confirm_wake"]),
-    (576, ["step_started_ns", "step_woke_ns"]),
+    (576, ["step_started_ns", "step_woke_ns", "step_cpu"]),
 ]
 # The heartbeat word of each process of a broker (wall-clock ms; the supervisor's own is the control
 # loop's): the watchdog, ``hostmq status --check`` and the exporter read them.

@@ -27,6 +27,7 @@ HOSTMQ = ["hostmq_poll", "hostmq_poll_sleep", "hostmq_poll_backoff", "hostmq_pol
 PEERS = ["shm_ring", "zmq_ipc", "mp_queue"]          # always available (redis only with redis-server)
 ZENOH = importlib.util.find_spec("zenoh") is not None  # eclipse-zenoh (the dev and bench extras)
 FLOOR = ["c_ring", "c_relay"]                        # hostmq/bench/relay_floor.c: with a C compiler
+SPLIT = ["c_ring_split", "c_relay_split"]            # ... and two CPUs
 CC = bool(shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc"))
 QUANTILES = ["p50", "p90", "p99", "p99.9", "max"]
 RUN_ENV = "HQLAT_TEST_RUN"                            # every child inherits it: how leftovers are found
@@ -84,6 +85,10 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
             assert "not measured: redis" in report, report[:2000]
         if CC:
             assert set(FLOOR) <= systems and "C floor: hostmq/bench/relay_floor.c" in report
+            if len(os.sched_getaffinity(0)) >= 2:
+                assert set(SPLIT) <= systems and "| C floor on two CPUs |" in report
+            else:
+                assert not set(SPLIT) & systems and "not measured: c_ring_split — the split rows need two CPUs" in report
         else:
             assert not set(FLOOR) & systems and "not measured: c_relay — no C compiler" in report
         if ZENOH:
@@ -101,18 +106,22 @@ def test_quick_latency_bench_writes_every_row_and_cleans_up(tmp_path, short_dir)
                     assert math.isfinite(v) and v > 0, (r["system"], q, v)
                 for base in ["shm"] + [b for b in ("redis", "zenoh") if b in systems] + (["floor"] if CC else []):
                     assert float(r[f"p50_x_{base}"]) > 0, r
-            if r["system"] in FLOOR:
+            if r["system"] in FLOOR + SPLIT:
                 assert all(math.isfinite(float(r[q])) and float(r[q]) > 0 for q in QUANTILES), r
             if r["system"] == "hostmq_push":       # its breakdown: pull thread woken, then the listener
                 assert float(r["to_woken_p50"]) > 0 and float(r["woken_to_poll_p50"]) > 0, r
             if r["system"] == "hostmq_poll":       # the writer's own stamps split the hand-off
                 step_, wake = float(r["to_step_p50"]), float(r["to_wake_p50"])
                 assert 0 < step_ <= wake <= float(r["to_woken_p50"]), r
+                share = float(r["same_cpu_share"])      # woken on the writer's CPU, or on another
+                assert 0 <= share <= 1, r
+                assert (share == 0 or float(r["same_cpu_p50"]) > 0) and (share == 1 or float(r["other_cpu_p50"]) > 0), r
         for s in HOSTMQ + PEERS + (["zenoh"] if ZENOH else []):
             assert f"| {s} |" in report
         assert "×zenoh" in report and "×floor" in report and "idle strategies:" in report
         assert "sync send p50" in report and "PING" in report and "poll_batch" in report
         assert "send → writer's step" in report and "send → queues woken" in report
+        assert "on the writer's CPU: share, p50" in report
         import matplotlib.image
         img = matplotlib.image.imread(out / "latency_hist.png")
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100

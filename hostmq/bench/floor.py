@@ -6,9 +6,15 @@ middle process that copies and CRCs each message as hostmq's writer does. What h
 
 * ``c_ring``: producer → consumer (one hop, the raw ring in C);
 * ``c_relay``: producer → writer → consumer (two hops, hostmq's shape);
+* ``c_ring_split``, ``c_relay_split``: the same, placed — the producer (and the writer) pinned to one
+  CPU, the consumer to another (the first two this process may use), so the last hop always wakes a
+  reader on the other CPU: the floor of the placement the kernel gives hostmq's consumer on most
+  runs of a 2-vCPU VM, where waking a halted vCPU is most of the cost. Skipped with fewer than two
+  CPUs (:func:`split_why`);
 * ``echo`` (the send table's floor column): an acknowledged send — the producer writes a frame of 1
   or 100 messages, the writer copies, CRCs and appends each and answers, the producer sends the next
-  frame at once (:func:`measure_echo`).
+  frame at once (:func:`measure_echo`); ``echo_split`` the same with producer and writer pinned to
+  two CPUs.
 
 Readers sleep on the futex at once (``sleep``, the 2-vCPU default), or spin ``--floor-spin`` µs first.
 """
@@ -21,7 +27,8 @@ import subprocess
 import numpy as np
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay_floor.c")
-ROWS = {"c_ring": "direct", "c_relay": "relay"}
+ROWS = {"c_ring": "direct", "c_relay": "relay", "c_ring_split": "direct_split", "c_relay_split": "relay_split"}
+SPLIT_ROWS = ("c_ring_split", "c_relay_split")
 BUILD_TIMEOUT_S = 120
 
 
@@ -41,6 +48,12 @@ def build(tmp: str) -> tuple[str | None, str]:
     return exe, ""
 
 
+def split_why() -> str:
+    """Why the split rows cannot run here ("" when they can): they need two CPUs to place on."""
+    n = len(os.sched_getaffinity(0))
+    return "" if n >= 2 else f"the split rows need two CPUs; this process may use {n}"
+
+
 def measure(exe: str, row: str, messages: int, warmup: int, period_s: float, spin_us: int, tmp: str,
             timeout_s: float) -> np.ndarray:
     """One floor row: the measured latencies in µs (arrival order). Raises RuntimeError on a failure."""
@@ -49,10 +62,13 @@ def measure(exe: str, row: str, messages: int, warmup: int, period_s: float, spi
 
 
 def measure_echo(exe: str, batch: int, round_trips: int, warmup: int, spin_us: int, tmp: str,
-                 timeout_s: float) -> np.ndarray:
-    """Acknowledged sends of ``batch`` messages, back to back: each round trip in µs. Raises RuntimeError."""
-    return _run(f"echo of {batch}", [exe, "echo", str(round_trips), str(warmup), str(batch), str(spin_us)],
-                os.path.join(tmp, f"echo{batch}.lat"), timeout_s)
+                 timeout_s: float, split: bool = False) -> np.ndarray:
+    """Acknowledged sends of ``batch`` messages, back to back: each round trip in µs (``split``: the
+    producer pinned to one CPU and the writer to another, so both hand-offs cross CPUs — see
+    :func:`split_why`). Raises RuntimeError."""
+    mode = "echo_split" if split else "echo"
+    return _run(f"{mode} of {batch}", [exe, mode, str(round_trips), str(warmup), str(batch), str(spin_us)],
+                os.path.join(tmp, f"{mode}{batch}.lat"), timeout_s)
 
 
 def _run(what: str, args: list[str], out: str, timeout_s: float) -> np.ndarray:

@@ -22,6 +22,10 @@ consumer takes the receive time. The first ``--warmup`` messages of a row are no
                      as hostmq.shm makes them
   c_relay            ... producer → writer → consumer: two hops, the middle process copying and CRC-ing
                      each message — hostmq's shape with nothing of hostmq's work (hostmq/bench/floor.py)
+  c_ring_split       ... c_ring with the producer pinned to one CPU and the consumer to another: one wake-up
+                     of the other CPU, alone (skipped with fewer than two CPUs)
+  c_relay_split      ... c_relay with producer and writer on one CPU and the consumer on another: the floor
+                     of the placement the kernel gives hostmq's consumer on most runs of a 2-vCPU VM
   hostmq_poll        hostmq Producer.send → PullConsumer.poll (both with their default idle strategy, auto)
   hostmq_poll_sleep  ... both with idle="sleep" (a futex wake-up per message)
   hostmq_poll_backoff ... both with idle="backoff:50" (10 µs busy, then yields, then the futex)
@@ -242,6 +246,10 @@ def latency_row(system: str, pacing: tuple, with_neighbour: bool, row_id: int, e
         row["woken_to_poll_p50"] = round(got.get("round_us", float("nan")), 1)
         row["to_step_p50"] = round(got.get("to_step_us", float("nan")), 1)      # the writer's stamps
         row["to_wake_p50"] = round(got.get("to_wake_us", float("nan")), 1)
+        # the placement: woken on the writer's CPU (a share of the stamped wake-ups) or on another
+        row["same_cpu_share"] = round(got.get("same_cpu_share", float("nan")), 2)
+        row["same_cpu_p50"] = round(got.get("same_cpu_us", float("nan")), 1)
+        row["other_cpu_p50"] = round(got.get("other_cpu_us", float("nan")), 1)
     return {"row": row, "lat_us": lat_us}
 
 
@@ -298,6 +306,12 @@ def send_table(env: dict, pl: dict) -> dict:
         many = F.measure_echo(env["floor_exe"], W.SEND_BATCH, pl["batches"], 20, pl["floor_spin_us"], env["tmp"], 120)
         out["floor"] = {"sync_p50_us": float(np.median(one)), "sync_per_s": len(one) / (one.sum() / 1e6),
                         "batch_msgs_per_s": W.SEND_BATCH * len(many) / (many.sum() / 1e6)}
+        if not F.split_why():               # the same with producer and writer on two CPUs
+            one = F.measure_echo(env["floor_exe"], 1, pl["sync"], 100, pl["floor_spin_us"], env["tmp"], 120, True)
+            many = F.measure_echo(env["floor_exe"], W.SEND_BATCH, pl["batches"], 20, pl["floor_spin_us"], env["tmp"],
+                                  120, True)
+            out["floor_split"] = {"sync_p50_us": float(np.median(one)), "sync_per_s": len(one) / (one.sum() / 1e6),
+                                  "batch_msgs_per_s": W.SEND_BATCH * len(many) / (many.sum() / 1e6)}
     p, conn = procs.worker(W.hostmq_drain_worker, {"root": env["root"], "topic": SEND_TOPIC,
                                                    "expect": out["hostmq"]["sent"]})
     out["drain"] = recv(conn, 600, "hostmq drain worker")
@@ -357,18 +371,29 @@ def latency_tables(rows: list[dict]) -> list[str]:
             "words of the broker state, `step_started_ns` and `step_woke_ns`, written by the native step just "
             "before it wakes the consumers), each the p50 over the messages whose step they stamped. "
             "Counted over the messages a poll returned (a listener got) right after a wake-up. "
-            "Waits: the consumer's "
+            "Placement: whether the consumer was woken on the CPU the writer woke it from (`step_cpu`, the "
+            "native step's stamp, against the consumer's own `sched_getcpu()`): the share of those wake-ups, "
+            "and the p50 from send to returned of each kind — a wake-up of another, idle CPU costs what "
+            "c_ring_split measures. Waits: the consumer's "
             "`PullConsumer.wait_stats` during the row.", "",
             "| system | pacing | neighbour | e2e p50 | send → ring write | send → writer's step | "
             "send → queues woken | ≈ ring write → woken | send → woken "
-            "| woken → returned | blocked | wakeups | slice timeouts | rescued |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| woken → returned | on the writer's CPU: share, p50 | on another CPU: p50 "
+            "| blocked | wakeups | slice timeouts | rescued |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def middle(r) -> float:
         return round(r["to_woken_p50"] - r["to_published_p50"], 1)
+
+    def placement(r) -> str:
+        share = r.get("same_cpu_share")
+        if not isinstance(share, float) or share != share:
+            return ""
+        return f"{share:.0%}, {fmt(r.get('same_cpu_p50'))}"
     out += [f"| {r['system']} | {r['pacing']} | {r['neighbour']} | {fmt(r['p50'])} | {fmt(r['to_published_p50'])} | "
             f"{fmt(r.get('to_step_p50'))} | {fmt(r.get('to_wake_p50'))} | "
             f"{fmt(middle(r))} | {fmt(r['to_woken_p50'])} | {fmt(r['woken_to_poll_p50'])} | "
+            f"{placement(r)} | {fmt(r.get('other_cpu_p50'))} | "
             + " | ".join(fmt(r[k]) for k in WAIT_COUNTERS) + " |" for r in hm]
     return out + [""]
 
@@ -380,17 +405,20 @@ def fmt_x(v) -> str:
 
 
 def send_tables(s: dict) -> list[str]:
-    h, r, c = s["hostmq"], s.get("redis", {}), s.get("floor", {})
+    h, r, c, c2 = s["hostmq"], s.get("redis", {}), s.get("floor", {}), s.get("floor_split", {})
     pl_async = s.get("counts", {}).get("async", 0)
 
     def line(what, key, digits=0):
-        hv, rv, cv = h.get(key), r.get(key), c.get(key)
-        return f"| {what} | {fmt(hv, digits)} | {fmt(rv, digits)} | {ratio(hv, rv)} | {fmt(cv, digits)} | {ratio(hv, cv)} |"
+        hv, rv, cv, c2v = h.get(key), r.get(key), c.get(key), c2.get(key)
+        return (f"| {what} | {fmt(hv, digits)} | {fmt(rv, digits)} | {ratio(hv, rv)} | {fmt(cv, digits)} | "
+                f"{ratio(hv, cv)} | {fmt(c2v, digits)} |")
     out = ["### Send (one producer process, unpaced, acknowledged)", "",
            "C floor: the same acknowledged sends in C (hostmq/bench/relay_floor.c echo: the producer writes "
            "the frame, the writer copies, CRCs and appends each message and answers; the same idle strategy "
-           "as the floor rows).", "",
-           "| measure | hostmq | redis | hostmq / redis | C floor | hostmq / floor |", "|---|---|---|---|---|---|",
+           "as the floor rows), placed by the kernel; on two CPUs: the same with the producer pinned to one "
+           "CPU and the writer to another (echo_split), so each hand-off wakes the other CPU.", "",
+           "| measure | hostmq | redis | hostmq / redis | C floor | hostmq / floor | C floor on two CPUs |",
+           "|---|---|---|---|---|---|---|",
            line("sync send p50, µs", "sync_p50_us", 1),
            line("sync sends/s", "sync_per_s"),
            line(f"batch of {W.SEND_BATCH} (send_batch / pipelined XADD), msgs/s", "batch_msgs_per_s"),
@@ -568,9 +596,12 @@ def main(argv=None) -> int:
                              "callback subscriber" if zenoh_version is not None else env["notes"]["zenoh"])
         env["idle_desc"] = _idle_desc(Config.load(config))
         env["floor_exe"], why = F.build(tmp)
+        split_why = F.split_why()
         for s in F.ROWS:
             if env["floor_exe"] is None:
                 env["notes"][s] = why
+            elif s in F.SPLIT_ROWS and split_why:
+                env["notes"][s] = split_why
         env["floor_desc"] = (f"hostmq/bench/relay_floor.c, cc -O2; readers "
                              f"{f'spin {args.floor_spin} µs, then ' if args.floor_spin else ''}sleep on the futex"
                              if env["floor_exe"] else why)
@@ -578,7 +609,8 @@ def main(argv=None) -> int:
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))
         stack.callback(procs.kill_all)                        # children go before the cluster stops
         systems = [s for s in SYSTEMS if (s != "redis" or redis_server.proc is not None)
-                   and (s != "zenoh" or zenoh_version is not None) and (s not in F.ROWS or env["floor_exe"])]
+                   and (s != "zenoh" or zenoh_version is not None) and (s not in F.ROWS or env["floor_exe"])
+                   and (s not in F.SPLIT_ROWS or not split_why)]
         for s in SYSTEMS:
             if s not in systems:
                 print(f"{s} row skipped: {env['notes'][s]}", flush=True)

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from ..ingress.step import current_cpu
 from ..shm_layouts import STATE_WORD
 
 STAMP = struct.Struct("<qq")              # send perf_counter_ns, sequence number
@@ -345,7 +346,8 @@ def _publish_stamps() -> list:
     return last
 
 
-W_STEP_STARTED, W_STEP_WOKE = STATE_WORD["step_started_ns"], STATE_WORD["step_woke_ns"]
+W_STEP_STARTED, W_STEP_WOKE, W_STEP_CPU = (STATE_WORD["step_started_ns"], STATE_WORD["step_woke_ns"],
+                                          STATE_WORD["step_cpu"])
 
 
 class _WakeStamps:
@@ -361,6 +363,7 @@ class _WakeStamps:
         self.rounds: list[int] = []
         self.to_step: list[int] = []            # send → the writer's step began (its stamp word)
         self.to_wake: list[int] = []            # send → the writer woke the queues
+        self.placed: list[tuple[bool, int]] = []    # (woken on the waking writer's CPU, send → returned)
         real = c._wait
 
         def wait(*a):
@@ -382,7 +385,7 @@ class _WakeStamps:
             if seq >= 0:
                 self.to_woken.append(woke - t)
                 self.rounds.append(now - woke)
-                self._writer_stamps(t, woke)
+                self._writer_stamps(t, woke, now)
 
     def after(self, bodies) -> None:
         if self.woke and bodies:
@@ -391,27 +394,38 @@ class _WakeStamps:
             if seq >= 0:
                 self.to_woken.append(self.woke - t)
                 self.rounds.append(now - self.woke)
-                self._writer_stamps(t, self.woke)
+                self._writer_stamps(t, self.woke, now)
 
-    def _writer_stamps(self, t: int, woke: int) -> None:
+    def _writer_stamps(self, t: int, woke: int, now: int) -> None:
         """The writer's stamps of the step that woke us (the broker state's ``step_started_ns`` and
-        ``step_woke_ns``, CLOCK_MONOTONIC as ``perf_counter_ns``), kept when they fall between the send
-        and the wake-up (a later step may have overwritten them: then not counted)."""
+        ``step_woke_ns``, CLOCK_MONOTONIC as ``perf_counter_ns``, and ``step_cpu``), kept when they
+        fall between the send and the wake-up (a later step may have overwritten them: then not
+        counted); with the CPU this process runs on now (read after the stamps, so not inside the
+        measured round), whether the writer woke us on its own CPU."""
         v = next(iter(self.c.views.values()), None)       # the bench's one broker
         if v is None:
             return
         w = v.state.w
-        started, woke_q = int(w[W_STEP_STARTED]), int(w[W_STEP_WOKE])
+        started, woke_q, cpu = int(w[W_STEP_STARTED]), int(w[W_STEP_WOKE]), int(w[W_STEP_CPU])
         if t <= started <= woke_q <= woke:
             self.to_step.append(started - t)
             self.to_wake.append(woke_q - t)
+            mine = current_cpu()
+            if cpu > 0 and mine >= 0:
+                self.placed.append((cpu - 1 == mine, now - t))
 
     def result(self, warmup: int) -> dict:
         def med(v: list[int]) -> float:
             v = v[warmup // 2:]
             return float(np.median(v)) / 1000 if v else float("nan")
+        placed = self.placed[warmup // 2:]
+        same = [d for on_writer, d in placed if on_writer]
+        other = [d for on_writer, d in placed if not on_writer]
         return {"to_woken_us": med(self.to_woken), "round_us": med(self.rounds),
-                "to_step_us": med(self.to_step), "to_wake_us": med(self.to_wake)}
+                "to_step_us": med(self.to_step), "to_wake_us": med(self.to_wake),
+                "same_cpu_share": len(same) / len(placed) if placed else float("nan"),
+                "same_cpu_us": float(np.median(same)) / 1000 if same else float("nan"),
+                "other_cpu_us": float(np.median(other)) / 1000 if other else float("nan")}
 
 
 def _pull_consumer(cfg: dict):

@@ -10,6 +10,11 @@
  *   direct   producer → consumer                     (one hop: the raw ring, in C)
  *   relay    producer → writer → consumer            (two hops: hostmq's shape — the writer copies
  *                                                      the 100-byte message, CRCs it, republishes it)
+ *   direct_split, relay_split                        (the same, placed: the producer — and the writer —
+ *                                                      pinned to one CPU, the consumer to another, the
+ *                                                      first two the process may use; so the last
+ *                                                      hop always crosses CPUs, as the kernel places
+ *                                                      hostmq's consumer on most runs of 2 vCPUs)
  *   echo     producer → writer → producer            (an acknowledged send: the producer writes a
  *                                                      batch of BATCH messages, the writer copies each
  *                                                      out, CRCs it and appends it to a log, then
@@ -20,15 +25,18 @@
  * deadlines, clock_nanosleep); the consumer takes now − stamp. Readers spin SPIN_US µs (0: none,
  * hostmq's "sleep" strategy) before they sleep on the futex.
  *
- *   relay_floor direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]
- *   relay_floor echo ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]
+ *   relay_floor direct|relay|direct_split|relay_split MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]
+ *   relay_floor echo|echo_split ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]
+ *                                                    (echo_split: the producer pinned to one CPU, the
+ *                                                     writer to another — each hand-off crosses CPUs)
  *
  * prints one line: "MODE measured p50 p90 p99 p99.9 max" (ns; echo: round trips) and, given
  * LATENCIES_FILE, writes every measured latency there (native uint64 ns, in arrival order); exits 2
- * on bad arguments and 1 on a system error. Its children die with it (PR_SET_PDEATHSIG). Built and
+ * on bad arguments, 3 when a split mode finds fewer than two CPUs it may use, and 1 on a system error. Its children die with it (PR_SET_PDEATHSIG). Built and
  * run by hostmq/bench/floor.py with the system compiler (cc -O2, zlib's crc32 as hostmq's writer). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -110,6 +118,23 @@ static uint32_t await_next(Hop *h, uint32_t seen, uint64_t spin_ns)
         if (s != seen)
             return s;
     }
+}
+
+/* The split modes' placement: pin the calling process to the `which`-th CPU (0 or 1) of the set the
+ * program started with. 0 done, -1 fewer than which + 1 CPUs in the set, or the call failed. */
+static int pin_to(const cpu_set_t *allowed, int which)
+{
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, allowed))
+            continue;
+        if (seen++ == which) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            return sched_setaffinity(0, sizeof one, &one);
+        }
+    }
+    return -1;
 }
 
 static uint32_t crc32_of(const unsigned char *p, size_t n)
@@ -253,18 +278,28 @@ static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t re
 int main(int argc, char **argv)
 {
     if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: %s direct|relay MESSAGES WARMUP PERIOD_US SPIN_US [LATENCIES_FILE]\n"
-                        "       %s echo ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]\n", argv[0], argv[0]);
+        fprintf(stderr, "usage: %s direct|relay|direct_split|relay_split MESSAGES WARMUP PERIOD_US SPIN_US "
+                        "[LATENCIES_FILE]\n"
+                        "       %s echo|echo_split ROUND_TRIPS WARMUP BATCH SPIN_US [LATENCIES_FILE]\n", argv[0],
+                argv[0]);
         return 2;
     }
     const char *mode = argv[1];
-    int relay = strcmp(mode, "relay") == 0, echo = strcmp(mode, "echo") == 0;
+    int split = strcmp(mode, "direct_split") == 0 || strcmp(mode, "relay_split") == 0
+                || strcmp(mode, "echo_split") == 0;
+    int relay = strcmp(mode, "relay") == 0 || strcmp(mode, "relay_split") == 0;
+    int echo = strcmp(mode, "echo") == 0 || strcmp(mode, "echo_split") == 0;
     long messages = atol(argv[2]), warmup = atol(argv[3]), period_us = atol(argv[4]), spin_us = atol(argv[5]);
-    if ((!relay && !echo && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
+    if ((!relay && !echo && !split && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
         warmup > 1000000 || period_us < 1 || period_us > (echo ? MAX_BATCH : 1000000) || spin_us < 0 ||
         spin_us > 1000000) {
         fprintf(stderr, "bad arguments\n");
         return 2;
+    }
+    cpu_set_t allowed;
+    if (split && (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2)) {
+        fprintf(stderr, "%s needs two CPUs this process may use\n", mode);
+        return 3;
     }
     uint32_t total = (uint32_t)(messages + warmup);
     uint64_t spin_ns = (uint64_t)spin_us * 1000u;
@@ -282,9 +317,16 @@ int main(int argc, char **argv)
         }
         if (w == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (split && pin_to(&allowed, 1) != 0)
+                _exit(1);
             atomic_fetch_add(&sh->ready, 1);
             echo_writer(sh, total, (uint32_t)period_us, spin_ns);
             _exit(0);
+        }
+        if (split && pin_to(&allowed, 0) != 0) {
+            perror("sched_setaffinity");
+            kill(w, SIGKILL);
+            return 1;
         }
         int bad = echo_producer(sh, total, (uint32_t)warmup, (uint32_t)period_us, spin_ns, argc == 7 ? argv[6] : NULL);
         int status;
@@ -294,6 +336,8 @@ int main(int argc, char **argv)
     kids[0] = fork();
     if (kids[0] == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (split && pin_to(&allowed, 1) != 0)
+            _exit(1);
         _exit(consumer(sh, relay ? &sh->b : &sh->a, total, (uint32_t)warmup, spin_ns, mode,
                        argc == 7 ? argv[6] : NULL));
     }
@@ -301,6 +345,8 @@ int main(int argc, char **argv)
         kids[1] = fork();
         if (kids[1] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (split && pin_to(&allowed, 0) != 0)
+                _exit(1);
             atomic_fetch_add(&sh->ready, 1);
             writer(sh, total, spin_ns);
             _exit(0);
@@ -308,6 +354,13 @@ int main(int argc, char **argv)
     }
     if (kids[0] < 0 || kids[1] < 0) {
         perror("fork");
+        for (int i = 0; i < 2; i++)
+            if (kids[i] > 0)
+                kill(kids[i], SIGKILL);
+        return 1;
+    }
+    if (split && pin_to(&allowed, 0) != 0) {
+        perror("sched_setaffinity");
         for (int i = 0; i < 2; i++)
             if (kids[i] > 0)
                 kill(kids[i], SIGKILL);

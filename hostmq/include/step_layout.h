@@ -46,6 +46,7 @@ enum {
     SW_CONFIRMED_POS = 70,
     SW_STEP_STARTED_NS = 72,
     SW_STEP_WOKE_NS = 73,
+    SW_STEP_CPU = 74,
 };
 
 /* Frame header: byte offset of each field (native byte order). */
@@ -119,6 +120,7 @@ enum { QUEUE_WAKE_WORDS = 64 };
     X("STATE_WORD.confirmed_pos", 70) \
     X("STATE_WORD.step_started_ns", 72) \
     X("STATE_WORD.step_woke_ns", 73) \
+    X("STATE_WORD.step_cpu", 74) \
     X("FRAME.frame_bytes", 0) \
     X("FRAME.kind", 4) \
     X("FRAME.seq", 8) \

@@ -91,7 +91,8 @@ typedef struct {
 
 /* The highest state word serve() writes (its buffer must reach it). */
 #define HM_MAX2(a, b) ((a) > (b) ? (a) : (b))
-#define STEP_MAX_WORD HM_MAX2(HM_MAX2(SW_INTENT_CW_END, SW_COMMITTED_POS), HM_MAX2(SW_STEP_STARTED_NS, SW_STEP_WOKE_NS))
+#define STEP_MAX_WORD HM_MAX2(HM_MAX2(SW_INTENT_CW_END, SW_COMMITTED_POS), \
+                              HM_MAX2(SW_STEP_STARTED_NS, HM_MAX2(SW_STEP_WOKE_NS, SW_STEP_CPU)))
 
 static inline int64_t load_i64(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void store_i64(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -361,9 +362,10 @@ static void follow_up(Step *s, int follow, int64_t *queue_wake)
         for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
             if (s->wake_mask >> b & 1)
                 __atomic_fetch_add(queue_wake + b, 1, __ATOMIC_RELEASE);
-        /* measurement only (the latency bench's breakdown): this step's start and its wake-ups */
+        /* measurement only (the latency bench's breakdown): this step's start, its wake-ups, its CPU */
         store_i64(s->words + SW_STEP_STARTED_NS, s->started_ns);
         store_i64(s->words + SW_STEP_WOKE_NS, hm_mono_ns());
+        store_i64(s->words + SW_STEP_CPU, (int64_t)sched_getcpu() + 1);
         for (int b = 0; b < QUEUE_WAKE_WORDS; b++)
             if (s->wake_mask >> b & 1)
                 hm_futex_wake(queue_wake + b);
@@ -809,7 +811,7 @@ static PyObject *step_serve_loop(PyObject *self, PyObject *const *args, Py_ssize
         const int sws[] = {SW_COMMITTED_POS, SW_WRITER_WAITING, SW_DISPATCHER_WAITING, SW_DISPATCH_WAKE,
                            SW_SESSIONS_VERSION, SW_TOPICS_VERSION, SW_FLUSH_ERROR, SW_FENCED_EPOCH, SW_HA_SLAVES,
                            SW_CONFIRMED_POS, SW_WRITE_POS, SW_LAST_STORE_TS_MS, SW_APPENDED_RECORDS,
-                           SW_STEP_STARTED_NS, SW_STEP_WOKE_NS};
+                           SW_STEP_STARTED_NS, SW_STEP_WOKE_NS, SW_STEP_CPU};
         for (size_t i = 0; i < sizeof sws / sizeof sws[0]; i++)
             if (sws[i] > max_sw)
                 max_sw = sws[i];

@@ -234,14 +234,30 @@ def follow_up(words, ring, b: Batch, follow: Follow, woken: set | None, started_
         release(ring, b.cw_end, b.data_end)
 
 
-W_STEP_STARTED, W_STEP_WOKE = _W["step_started_ns"], _W["step_woke_ns"]
+W_STEP_STARTED, W_STEP_WOKE, W_STEP_CPU = _W["step_started_ns"], _W["step_woke_ns"], _W["step_cpu"]
+
+
+def _cpu_source() -> Callable[[], int]:
+    """``sched_getcpu()`` of the C library (the CPU this thread runs on; -1 where it cannot tell)."""
+    try:
+        import ctypes
+        f = ctypes.CDLL(None).sched_getcpu
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f
+    except (OSError, AttributeError):
+        return lambda: -1
+
+
+current_cpu = _cpu_source()
 
 
 def stamp_wake(words, started_ns: int) -> None:
     """Measurement only (the latency bench's breakdown of a delivery): when the step whose queues are
-    about to be woken began, and now (CLOCK_MONOTONIC ns, ``time.perf_counter_ns`` of other processes)."""
+    about to be woken began, and now (CLOCK_MONOTONIC ns, ``time.perf_counter_ns`` of other
+    processes), and the CPU that wakes them, plus one (0: not known)."""
     words[W_STEP_STARTED] = started_ns
     words[W_STEP_WOKE] = time.monotonic_ns()
+    words[W_STEP_CPU] = current_cpu() + 1
 
 
 _FALLBACK = object()

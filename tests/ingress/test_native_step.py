@@ -110,9 +110,9 @@ class World:
         files = {os.path.basename(mf.path): bytes(mf.mm[:]) for mf in self.cl.mfq.files}
         w = self.w
         words = self.words.copy()
-        stamps = words[[R.STATE_WORD["step_started_ns"], R.STATE_WORD["step_woke_ns"]]]
-        # The wake-up stamps are clock readings (each side its own): compared as "stamped or not"
-        words[[R.STATE_WORD["step_started_ns"], R.STATE_WORD["step_woke_ns"]]] = stamps > 0
+        at = [R.STATE_WORD[k] for k in ("step_started_ns", "step_woke_ns", "step_cpu")]
+        # The wake-up stamps are clock and CPU readings (each side its own): compared as "stamped or not"
+        words[at] = words[at] > 0
         return {"header": bytes(self.p.segment.buf[:R.RING_HEADER.itemsize]),
                 "completions": self.w._comp.tobytes(),
                 "cursors": (w._hpos, w._cstaged, w._uncompleted, w._rpos, w._cwpos),

@@ -109,6 +109,8 @@ def test_the_loop_writes_what_serve_once_with_its_follow_ups_writes(tmp_path_fac
                     assert untimed(a.w._comp) == untimed(b.w._comp)
                     assert without_ts(a.words) == without_ts(b.words)
                     assert a.words[W["step_started_ns"]] <= a.words[W["step_woke_ns"]] <= time.monotonic_ns()
+                    if a.words[W["step_woke_ns"]]:      # the CPU it woke them from, plus one
+                        assert 1 <= a.words[W["step_cpu"]] <= os.cpu_count()
                     assert sa["files"].keys() == sb["files"].keys()
                     for name in sa["files"]:    # the store time may differ by the ms the two calls straddle
                         assert strip_times(sa["files"][name]) == strip_times(sb["files"][name]), name
@@ -133,7 +135,7 @@ def without_ts(words: np.ndarray) -> list[int]:
     "stamped or not" (each side stamps its own clock)."""
     out = words.tolist()
     out[W["last_store_ts_ms"]] = 0
-    for k in ("step_started_ns", "step_woke_ns"):
+    for k in ("step_started_ns", "step_woke_ns", "step_cpu"):
         out[W[k]] = out[W[k]] > 0
     return out
 
