@@ -32,8 +32,9 @@
  *
  * prints one line: "MODE measured p50 p90 p99 p99.9 max" (ns; echo: round trips) and, given
  * LATENCIES_FILE, writes every measured latency there (native uint64 ns, in arrival order); exits 2
- * on bad arguments, 3 when a split mode finds fewer than two CPUs it may use, and 1 on a system error. Its children die with it (PR_SET_PDEATHSIG). Built and
- * run by hostmq/bench/floor.py with the system compiler (cc -O2, zlib's crc32 as hostmq's writer). */
+ * on bad arguments, 3 when a split mode finds fewer than two CPUs it may use, and 1 on a system
+ * error. Its children die with it (PR_SET_PDEATHSIG). Built and run by hostmq/bench/floor.py with
+ * the system compiler (cc -O2, zlib's crc32 as hostmq's writer). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
@@ -228,6 +229,17 @@ static int consumer(Shared *sh, Hop *h, uint32_t total, uint32_t warmup, uint64_
     return report(lat, n, mode, out_path);
 }
 
+/* Until `readers` children are up: 0, or -1 when one of them ended first (it could not start). */
+static int await_readers(Shared *sh, uint32_t readers)
+{
+    while (atomic_load(&sh->ready) < readers) {
+        if (waitpid(-1, NULL, WNOHANG) > 0)
+            return -1;
+        usleep(1000);
+    }
+    return 0;
+}
+
 /* echo's producer: a frame of `batch` stamped messages, publish, wait for the answer; round trips. */
 static int echo_producer(Shared *sh, uint32_t total, uint32_t warmup, uint32_t batch, uint64_t spin_ns,
                          const char *out_path)
@@ -235,8 +247,10 @@ static int echo_producer(Shared *sh, uint32_t total, uint32_t warmup, uint32_t b
     uint64_t *lat = calloc(total, sizeof *lat);
     if (lat == NULL)
         return 1;
-    while (atomic_load(&sh->ready) < 1)
-        usleep(1000);
+    if (await_readers(sh, 1) != 0) {
+        free(lat);
+        return 1;
+    }
     unsigned char msg[MSG_BYTES];
     memset(msg, 'x', sizeof msg);
     uint32_t n = 0;
@@ -254,10 +268,10 @@ static int echo_producer(Shared *sh, uint32_t total, uint32_t warmup, uint32_t b
     return report(lat, n, "echo", out_path);
 }
 
-static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t readers)
+static int producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t readers)
 {
-    while (atomic_load(&sh->ready) < readers)
-        usleep(1000);
+    if (await_readers(sh, readers) != 0)
+        return 1;
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     unsigned char msg[MSG_BYTES];
@@ -273,6 +287,7 @@ static void producer(Shared *sh, uint32_t total, uint64_t period_ns, uint32_t re
         memcpy(sh->a.slot[s % SLOTS], msg, MSG_BYTES);
         publish(&sh->a, s + 1);
     }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -290,9 +305,9 @@ int main(int argc, char **argv)
     int relay = strcmp(mode, "relay") == 0 || strcmp(mode, "relay_split") == 0;
     int echo = strcmp(mode, "echo") == 0 || strcmp(mode, "echo_split") == 0;
     long messages = atol(argv[2]), warmup = atol(argv[3]), period_us = atol(argv[4]), spin_us = atol(argv[5]);
-    if ((!relay && !echo && !split && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000 || warmup < 0 ||
-        warmup > 1000000 || period_us < 1 || period_us > (echo ? MAX_BATCH : 1000000) || spin_us < 0 ||
-        spin_us > 1000000) {
+    if ((!relay && !echo && !split && strcmp(mode, "direct") != 0) || messages < 1 || messages > 10000000
+        || warmup < 0 || warmup > 1000000 || period_us < 1 || period_us > (echo ? MAX_BATCH : 1000000)
+        || spin_us < 0 || spin_us > 1000000) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -336,8 +351,10 @@ int main(int argc, char **argv)
     kids[0] = fork();
     if (kids[0] == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (split && pin_to(&allowed, 1) != 0)
-            _exit(1);
+        if (split && pin_to(&allowed, 1) != 0) {
+            perror("sched_setaffinity");
+            _exit(1);                   /* the parent sees it exit and stops (below) */
+        }
         _exit(consumer(sh, relay ? &sh->b : &sh->a, total, (uint32_t)warmup, spin_ns, mode,
                        argc == 7 ? argv[6] : NULL));
     }
@@ -366,8 +383,11 @@ int main(int argc, char **argv)
                 kill(kids[i], SIGKILL);
         return 1;
     }
-    producer(sh, total, (uint64_t)period_us * 1000u, relay ? 2 : 1);
-    int bad = 0;
+    int bad = producer(sh, total, (uint64_t)period_us * 1000u, relay ? 2 : 1);
+    if (bad)
+        for (int i = 0; i < 2; i++)
+            if (kids[i] > 0)
+                kill(kids[i], SIGKILL);
     for (int i = 0; i < 2; i++) {
         int status;
         if (kids[i] > 0 && (waitpid(kids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)))
