@@ -80,8 +80,8 @@ def main(argv=None) -> int:
             if env["floor_exe"] is None:
                 print(f"C floor rows skipped: {why}")
                 rows = [r for r in rows if r not in L.F.ROWS]
-            elif L.F.split_why() and any(r in L.F.SPLIT_ROWS for r in rows):
-                print(f"split rows skipped: {L.F.split_why()}")
+            elif (why := L.F.split_why()) and any(r in L.F.SPLIT_ROWS for r in rows):
+                print(f"split rows skipped: {why}")
                 rows = [r for r in rows if r not in L.F.SPLIT_ROWS]
         stack.enter_context(hostmq.LocalCluster(env["root"], config=config))
         env["admin"] = stack.enter_context(hostmq.Admin(env["root"]))

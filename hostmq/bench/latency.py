@@ -306,7 +306,7 @@ def send_table(env: dict, pl: dict) -> dict:
         many = F.measure_echo(env["floor_exe"], W.SEND_BATCH, pl["batches"], 20, pl["floor_spin_us"], env["tmp"], 120)
         out["floor"] = {"sync_p50_us": float(np.median(one)), "sync_per_s": len(one) / (one.sum() / 1e6),
                         "batch_msgs_per_s": W.SEND_BATCH * len(many) / (many.sum() / 1e6)}
-        if not F.split_why():               # the same with producer and writer on two CPUs
+        if not env["split_why"]:            # the same with producer and writer on two CPUs
             one = F.measure_echo(env["floor_exe"], 1, pl["sync"], 100, pl["floor_spin_us"], env["tmp"], 120, True)
             many = F.measure_echo(env["floor_exe"], W.SEND_BATCH, pl["batches"], 20, pl["floor_spin_us"], env["tmp"],
                                   120, True)
@@ -596,7 +596,7 @@ def main(argv=None) -> int:
                              "callback subscriber" if zenoh_version is not None else env["notes"]["zenoh"])
         env["idle_desc"] = _idle_desc(Config.load(config))
         env["floor_exe"], why = F.build(tmp)
-        split_why = F.split_why()
+        split_why = env["split_why"] = F.split_why()
         for s in F.ROWS:
             if env["floor_exe"] is None:
                 env["notes"][s] = why

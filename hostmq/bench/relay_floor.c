@@ -376,15 +376,12 @@ int main(int argc, char **argv)
                 kill(kids[i], SIGKILL);
         return 1;
     }
-    if (split && pin_to(&allowed, 0) != 0) {
-        perror("sched_setaffinity");
-        for (int i = 0; i < 2; i++)
-            if (kids[i] > 0)
-                kill(kids[i], SIGKILL);
-        return 1;
-    }
-    int bad = producer(sh, total, (uint64_t)period_us * 1000u, relay ? 2 : 1);
+    int bad = split && pin_to(&allowed, 0) != 0;
     if (bad)
+        perror("sched_setaffinity");
+    else
+        bad = producer(sh, total, (uint64_t)period_us * 1000u, relay ? 2 : 1);
+    if (bad)                            /* the children do not outlive a producer that stopped */
         for (int i = 0; i < 2; i++)
             if (kids[i] > 0)
                 kill(kids[i], SIGKILL);

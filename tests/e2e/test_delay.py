@@ -74,6 +74,17 @@ def assert_each_once(c, queues, group: str, n: int) -> None:
     assert set(got) == set(range(n)) and not doubled, f"doubled: {list(doubled.items())[:5]}"
 
 
+def store_delayed(root: str, topic: str, n: int, level: int) -> list:
+    """A topic of two queues and ``n`` acknowledged messages into it at ``level`` (body: the index);
+    the topic's queues."""
+    with hostmq.Admin(root) as a:
+        queues = a.create_topic(topic, queues=2)
+    with hostmq.Producer(root) as p:
+        for i in range(n):
+            p.send(Message(topic, SEQ.pack(i), delay_level=level))
+    return queues
+
+
 def delivered(root: str) -> int:
     st = BrokerState.attach(shm_name(root, "broker-a", "state"), readonly=True)
     try:
@@ -101,12 +112,8 @@ def test_a_broker_restart_loses_and_doubles_no_delayed_message(cluster, how):
     """With the index off, or missing what it holds, the restarted scheduler finds what was delivered
     before the crash in the commitlog written since its offsets were saved."""
     c = cluster(**LEVELS, **({"store": {"message_index_enable": False}} if how == "crash, no index" else {}))
-    with hostmq.Admin(c.root) as a:
-        queues = a.create_topic("dlr", queues=2)
     n = 3000
-    with hostmq.Producer(c.root) as p:
-        for i in range(n):
-            p.send(Message("dlr", SEQ.pack(i), delay_level=1 if how != "graceful restart" else 2))
+    queues = store_delayed(c.root, "dlr", n, 1 if how != "graceful restart" else 2)
     if how == "graceful restart":
         assert c.stop_process("broker-a") == 0                   # before anything is due
     else:
@@ -147,12 +154,8 @@ def test_a_scheduler_killed_with_a_delivery_in_its_ring_is_not_doubled_by_the_ne
     what was delivered, so each message arrives once. (A full fault run found this duplicate once in
     954,455 acknowledged, a SYNC_MASTER's writer being slow after its slave stopped.)"""
     c = cluster(**LEVELS)
-    with hostmq.Admin(c.root) as a:
-        queues = a.create_topic("dlk", queues=2)
     n = 200
-    with hostmq.Producer(c.root) as p:
-        for i in range(n):
-            p.send(Message("dlk", SEQ.pack(i), delay_level=1))
+    queues = store_delayed(c.root, "dlk", n, 1)
     writer, first = _state_word(c.root, "writer_pid"), _state_word(c.root, "scheduler_pid")
     os.kill(writer, signal.SIGSTOP)              # before anything is due: the first delivery waits
     try:
@@ -187,12 +190,8 @@ def test_a_first_scheduler_that_starts_after_its_entries_were_stored_is_not_doub
     fresh-clone CI at 8a1e2e8 met this: a first scheduler that started 1 s late saved no position,
     and the next one, finding none, delivered its deliveries again.)"""
     c = cluster(**LEVELS, store={"message_index_enable": False})
-    with hostmq.Admin(c.root) as a:
-        queues = a.create_topic("dlf", queues=2)
     n = 2000
-    with hostmq.Producer(c.root) as p:
-        for i in range(n):
-            p.send(Message("dlf", SEQ.pack(i), delay_level=3))
+    queues = store_delayed(c.root, "dlf", n, 3)
     assert c.stop_process("broker-a") == 0                   # before anything is due
     os.remove(os.path.join(RootPaths(c.root).config_dir("broker-a"), "delayOffset.json"))
     c.start_broker("broker-a")                               # its scheduler starts after its entries
